@@ -1,0 +1,263 @@
+//! `zygvm-compiler`: Zy source to SSA-block bytecode.
+//!
+//! Pipeline (one module each): `lexer` (text to tokens) → `parser` (tokens to `ast`) →
+//! this file's driver (loads imports, collects each file's declarations into `scope` tables)
+//! → `lower` (name resolution and lowering through the SSA builder in `ssa`) → a
+//! `zygvm_vm::Program`, checked by `zygvm_vm::verify`. The compiler depends on the VM crate
+//! only for the bytecode and program definitions; it never runs code.
+
+pub mod ast;
+pub mod diag;
+pub mod lexer;
+pub mod lower;
+pub mod parser;
+pub mod scope;
+pub mod ssa;
+
+use diag::Diags;
+use hashbrown::HashMap;
+use lower::{BuiltinInfo, Lowerer};
+use scope::{ModuleName, ModuleScope, Pools};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use zygvm_vm::builtin::Builtin;
+use zygvm_vm::bytecode::{BuiltinId, FuncId, StructId};
+use zygvm_vm::error::{Diagnostic, Error};
+use zygvm_vm::host::HostFunction;
+use zygvm_vm::program::{Program, SourceFile, Span, StructDef};
+
+/// Reads an imported file. The default reads from the file system.
+pub type Loader<'a> = &'a dyn Fn(&Path) -> std::io::Result<String>;
+
+/// The input of one compilation.
+pub struct Source<'a> {
+    /// The name diagnostics use (`script.zy`, `<-e>`, `<stdin>`).
+    pub name: &'a str,
+    pub text: &'a str,
+    /// The folder imports are relative to.
+    pub dir: PathBuf,
+}
+
+struct ParsedModule {
+    file: u32,
+    ast: ast::Module,
+    /// `(offset of the import statement, imported module)`.
+    imports: Vec<(Span, usize)>,
+}
+
+struct Driver<'a> {
+    files: Vec<SourceFile>,
+    modules: Vec<ParsedModule>,
+    loaded: HashMap<PathBuf, usize>,
+    diags: Diags,
+    loader: Loader<'a>,
+}
+
+impl<'a> Driver<'a> {
+    /// Lexes and parses one file, then (depth first) every file it imports.
+    fn load(&mut self, name: String, text: String, dir: PathBuf, stack: &mut Vec<PathBuf>) -> usize {
+        let file = self.files.len() as u32;
+        let tokens = lexer::lex(&text, file, &mut self.diags);
+        self.files.push(SourceFile { name, text });
+        let ast = parser::parse(tokens, &mut self.diags);
+        let idx = self.modules.len();
+        self.modules.push(ParsedModule { file, ast, imports: vec![] });
+        let imports: Vec<(String, Span)> = self.modules[idx]
+            .ast
+            .stmts
+            .iter()
+            .filter_map(|s| match s {
+                ast::Stmt::Import(p, span) => Some((p.clone(), *span)),
+                _ => None,
+            })
+            .collect();
+        for (path, span) in imports {
+            let joined = dir.join(&path);
+            let key = std::fs::canonicalize(&joined).unwrap_or_else(|_| joined.clone());
+            if let Some(pos) = stack.iter().position(|k| *k == key) {
+                let cycle: Vec<String> = stack[pos..]
+                    .iter()
+                    .chain(std::iter::once(&key))
+                    .map(|p| p.file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or_default())
+                    .collect();
+                self.diags.error(format!("import cycle: {}", cycle.join(" -> ")), span);
+                continue;
+            }
+            if let Some(&m) = self.loaded.get(&key) {
+                self.modules[idx].imports.push((span, m));
+                continue;
+            }
+            match (self.loader)(&joined) {
+                Ok(text) => {
+                    let child_dir = joined.parent().map(Path::to_path_buf).unwrap_or_default();
+                    stack.push(key.clone());
+                    let display = joined.to_string_lossy().into_owned();
+                    let m = self.load(display, text, child_dir, stack);
+                    stack.pop();
+                    self.loaded.insert(key, m);
+                    self.modules[idx].imports.push((span, m));
+                }
+                Err(e) => self.diags.error(format!("cannot import \"{path}\": {e}"), span),
+            }
+        }
+        idx
+    }
+}
+
+fn pattern_names<'p>(p: &'p ast::Pattern, out: &mut Vec<&'p ast::Ident>) {
+    match p {
+        ast::Pattern::Name(id) => out.push(id),
+        ast::Pattern::Tuple(items, _) => items.iter().for_each(|q| pattern_names(q, out)),
+    }
+}
+
+/// Compiles a program with the given built-in table (standard library, then host functions).
+pub fn compile(
+    source: Source<'_>,
+    builtins: Arc<[Builtin]>,
+    host_functions: Vec<HostFunction>,
+    loader: Loader<'_>,
+) -> Result<Program, Error> {
+    let mut d = Driver { files: vec![], modules: vec![], loaded: HashMap::new(), diags: Diags::default(), loader };
+    let entry_key = source.dir.join(source.name);
+    let mut stack = vec![std::fs::canonicalize(&entry_key).unwrap_or(entry_key)];
+    d.load(source.name.to_string(), source.text.to_string(), source.dir.clone(), &mut stack);
+
+    let mut pools = Pools::default();
+    let builtin_map: HashMap<String, BuiltinInfo> = builtins
+        .iter()
+        .enumerate()
+        .map(|(i, b)| {
+            let info = BuiltinInfo {
+                id: BuiltinId(i as u32),
+                min_args: b.min_args,
+                max_args: b.max_args,
+                scalar: b.scalar.is_some(),
+            };
+            (b.name.clone(), info)
+        })
+        .collect();
+
+    // Each file's own top-level declarations.
+    let mut own: Vec<ModuleScope> = vec![];
+    let mut fn_decls: Vec<(usize, std::rc::Rc<ast::FnDecl>, FuncId)> = vec![];
+    for (m, module) in d.modules.iter().enumerate() {
+        let mut scope = ModuleScope::default();
+        for stmt in &module.ast.stmts {
+            match stmt {
+                ast::Stmt::Fn(decl) => {
+                    if scope.names.contains_key(&decl.name) {
+                        d.diags.error(format!("'{}' is defined twice", decl.name), decl.name_span);
+                        continue;
+                    }
+                    let id = pools.reserve_function();
+                    scope.names.insert(decl.name.clone(), ModuleName::Func { id, arity: decl.params.len() });
+                    fn_decls.push((m, decl.clone(), id));
+                }
+                ast::Stmt::Struct(s) => {
+                    if scope.names.contains_key(&s.name.name) {
+                        d.diags.error(format!("'{}' is defined twice", s.name.name), s.name.span);
+                        continue;
+                    }
+                    let mut fields = vec![];
+                    for f in &s.fields {
+                        let sym = pools.symbol(&f.name);
+                        if fields.contains(&sym) {
+                            d.diags.error(format!("field '{}' is declared twice", f.name), f.span);
+                        }
+                        fields.push(sym);
+                    }
+                    let id = StructId(pools.structs.len() as u32);
+                    pools.structs.push(StructDef { name: s.name.name.clone(), fields });
+                    scope.names.insert(s.name.name.clone(), ModuleName::Struct { id, fields: s.fields.len() });
+                }
+                ast::Stmt::Let(pat, _) => {
+                    let mut names = vec![];
+                    pattern_names(pat, &mut names);
+                    for id in names {
+                        match scope.names.get(&id.name) {
+                            Some(ModuleName::Global { .. }) => {}
+                            Some(_) => d.diags.error(format!("'{}' is defined twice", id.name), id.span),
+                            None => {
+                                let g = pools.global(&id.name);
+                                scope.names.insert(id.name.clone(), ModuleName::Global { id: g, module: m });
+                            }
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+        own.push(scope);
+    }
+
+    // What each file sees: its own names plus those of the files it imports directly.
+    let mut scopes: Vec<ModuleScope> = vec![];
+    for (m, module) in d.modules.iter().enumerate() {
+        let mut names = own[m].names.clone();
+        let mut seen = vec![];
+        for &(span, child) in &module.imports {
+            if seen.contains(&child) || child == m {
+                continue;
+            }
+            seen.push(child);
+            for (name, meaning) in &own[child].names {
+                match names.get(name) {
+                    Some(existing) if existing != meaning => d.diags.error(
+                        format!("'{name}' is defined twice (also by the import of \"{}\")", d.files[d.modules[child].file as usize].name),
+                        span,
+                    ),
+                    _ => {
+                        names.insert(name.clone(), *meaning);
+                    }
+                }
+            }
+        }
+        scopes.push(ModuleScope { names });
+    }
+
+    let mains: Vec<FuncId> = d.modules.iter().map(|_| pools.reserve_function()).collect();
+    for (m, module) in d.modules.iter().enumerate() {
+        let imports: HashMap<u32, FuncId> = module.imports.iter().map(|(s, c)| (s.lo, mains[*c])).collect();
+        let mut lw = Lowerer::new(&mut pools, &scopes[m], &builtin_map, &mut d.diags, m, &imports);
+        lw.lower_main(&module.ast, mains[m]);
+        for (fm, decl, id) in &fn_decls {
+            if *fm == m {
+                lw.lower_function(decl, *id);
+            }
+        }
+    }
+
+    let files = d.files;
+    if !d.diags.is_empty() {
+        let mut list = d.diags.into_vec();
+        list.sort_by_key(|x| (x.span.file, x.span.lo));
+        let diagnostics = list
+            .into_iter()
+            .map(|x| {
+                let file = &files[x.span.file as usize];
+                let (line, col) = file.line_col(x.span.lo);
+                Diagnostic {
+                    message: x.message,
+                    location: Some(zygvm_vm::error::Location { file: file.name.clone(), line, col, span: x.span }),
+                }
+            })
+            .collect();
+        return Err(Error::compile(diagnostics));
+    }
+    let program = Program {
+        files,
+        functions: pools.functions.into_iter().map(|f| f.expect("every function is lowered")).collect(),
+        consts: pools.consts,
+        structs: pools.structs,
+        symbols: pools.symbols,
+        global_names: pools.global_names,
+        main: mains[0],
+        builtins,
+        host_functions,
+    };
+    if let Err(e) = zygvm_vm::verify::verify_program(&program) {
+        return Err(Error::compile(vec![Diagnostic { message: format!("internal compiler error: {e}"), location: None }]));
+    }
+    Ok(program)
+}

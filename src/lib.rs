@@ -1,0 +1,312 @@
+//! # zygvm: embed the Zy language in a Rust program
+//!
+//! Compile once into an immutable, thread-shareable [`Program`]; run it in any number of
+//! independent [`Vm`]s; call its functions with Rust values and get Rust values back.
+//!
+//! ```
+//! use zygvm::{Program, Vm};
+//!
+//! let program = Program::compile("demo.zy", "fn square(x) { x * x }\nprint(\"loaded\")")?;
+//! let mut vm = Vm::new(&program);
+//! vm.set_output(Vec::new()); // keep `print` quiet in this example
+//! vm.run()?;                 // runs the main program once
+//! let y: f64 = vm.call("square", (3.0,))?;
+//! assert_eq!(y, 9.0);
+//! # Ok::<(), zygvm::Error>(())
+//! ```
+//!
+//! Every failure is one [`Error`] (message, location, Zy stack); the VM stays usable after
+//! it, and no panic crosses the API.
+//!
+//! The crate is a facade: the compiler lives in `zygvm-compiler`, the interpreter and values
+//! in `zygvm-vm`, the standard library in `zygvm-stdlib` (see ARCHITECTURE.md).
+
+pub mod convert;
+pub mod diagnostics;
+pub mod memory;
+
+pub use convert::{FromValue, IntoArgs, IntoValue};
+pub use zygvm_vm::error::{Error, ErrorKind, Location, StackFrame};
+pub use zygvm_vm::host::HostValue as Value;
+pub use zygvm_vm::interp::{InterruptHandle, Limits};
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use zygvm_vm::builtin::{Builtin, BuiltinImpl};
+use zygvm_vm::host::HostFunction;
+
+/// A compiled program: immutable, `Send + Sync`, cheap to clone (shared).
+#[derive(Clone)]
+pub struct Program {
+    inner: Arc<zygvm_vm::Program>,
+}
+
+/// Collects host functions before compiling (the compiler resolves their names).
+#[derive(Default)]
+pub struct ProgramBuilder {
+    hosts: Vec<HostFunction>,
+    dir: Option<PathBuf>,
+}
+
+impl ProgramBuilder {
+    /// Registers a Rust closure callable from Zy as `name(...)`. `arity: None` accepts any
+    /// number of arguments. An `Err(message)` becomes a Zy runtime error naming the function.
+    ///
+    /// ```
+    /// use zygvm::{Program, Value, Vm};
+    ///
+    /// let program = Program::builder()
+    ///     .host_function("twice", Some(1), |args| match args[0] {
+    ///         Value::Float(x) => Ok(Value::Float(2.0 * x)),
+    ///         _ => Err("expects a float".to_string()),
+    ///     })
+    ///     .compile("host.zy", "fn f(x) { twice(x) + 1.0 }")?;
+    /// let mut vm = Vm::new(&program);
+    /// let y: f64 = vm.call("f", (2.0,))?;
+    /// assert_eq!(y, 5.0);
+    /// # Ok::<(), zygvm::Error>(())
+    /// ```
+    pub fn host_function<F>(mut self, name: &str, arity: Option<usize>, f: F) -> ProgramBuilder
+    where
+        F: Fn(&[Value]) -> Result<Value, String> + Send + Sync + 'static,
+    {
+        self.hosts.push(HostFunction { name: name.to_string(), arity, func: Arc::new(f) });
+        self
+    }
+
+    /// The folder that `import` paths are relative to (default: the working directory).
+    pub fn import_dir(mut self, dir: impl Into<PathBuf>) -> ProgramBuilder {
+        self.dir = Some(dir.into());
+        self
+    }
+
+    /// Compiles source text; `name` is the file name diagnostics use.
+    pub fn compile(self, name: &str, source: &str) -> Result<Program, Error> {
+        let dir = self.dir.clone().unwrap_or_default();
+        self.compile_in(name, source, dir)
+    }
+
+    /// Compiles a file; its imports are relative to its folder.
+    pub fn compile_file(self, path: impl AsRef<Path>) -> Result<Program, Error> {
+        let path = path.as_ref();
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| Error::compile(vec![zygvm_vm::error::Diagnostic { message: format!("cannot read {}: {e}", path.display()), location: None }]))?;
+        let dir = path.parent().map(Path::to_path_buf).unwrap_or_default();
+        let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        self.compile_in(&name, &text, dir)
+    }
+
+    fn compile_in(self, name: &str, source: &str, dir: PathBuf) -> Result<Program, Error> {
+        let mut table: Vec<Builtin> = zygvm_stdlib::builtins();
+        for (i, h) in self.hosts.iter().enumerate() {
+            let (min, max) = match h.arity {
+                Some(n) => (n, n),
+                None => (0, usize::MAX),
+            };
+            // A host function shadows a standard one of the same name.
+            table.retain(|b| b.name != h.name);
+            table.push(Builtin { name: h.name.clone(), min_args: min, max_args: max, imp: BuiltinImpl::Host(i), scalar: None });
+        }
+        let source = zygvm_compiler::Source { name, text: source, dir };
+        let loader = |p: &Path| std::fs::read_to_string(p);
+        let inner = guard(|| zygvm_compiler::compile(source, table.into(), self.hosts, &loader))?;
+        Ok(Program { inner: Arc::new(inner) })
+    }
+}
+
+/// Runs `f`, turning a panic (a bug in zygvm) into an error rather than unwinding into the host.
+fn guard<T>(f: impl FnOnce() -> Result<T, Error>) -> Result<T, Error> {
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
+        Ok(r) => r,
+        Err(p) => {
+            let msg = p
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_default();
+            Err(Error::runtime(format!("internal error in zygvm (please report): {msg}")))
+        }
+    }
+}
+
+impl Program {
+    pub fn builder() -> ProgramBuilder {
+        ProgramBuilder::default()
+    }
+
+    /// Compiles source text with the standard library only.
+    pub fn compile(name: &str, source: &str) -> Result<Program, Error> {
+        ProgramBuilder::default().compile(name, source)
+    }
+
+    /// Compiles a file with the standard library only.
+    pub fn compile_file(path: impl AsRef<Path>) -> Result<Program, Error> {
+        ProgramBuilder::default().compile_file(path)
+    }
+
+    /// The bytecode listing of every function (or of those named `only`).
+    pub fn disassemble(&self, only: Option<&str>) -> String {
+        zygvm_vm::disasm::program_listing(&self.inner, only)
+    }
+
+    /// The source files, for rendering diagnostics.
+    pub fn sources(&self) -> &[zygvm_vm::program::SourceFile] {
+        &self.inner.files
+    }
+
+    /// The underlying bytecode program.
+    pub fn bytecode(&self) -> &zygvm_vm::Program {
+        &self.inner
+    }
+}
+
+/// One VM instance running a program. `Send`: it can move to another thread.
+///
+/// ```
+/// use zygvm::{Limits, Program, Vm};
+///
+/// let program = Program::compile("spin.zy", "fn spin() { while true { } }")?;
+/// let mut vm = Vm::new(&program);
+/// vm.set_limits(Limits { fuel: Some(100_000), ..Limits::default() });
+/// let err = vm.call::<()>("spin", ()).unwrap_err();
+/// assert!(err.message.contains("fuel"));
+/// // The VM is still usable after an error.
+/// vm.set_limits(Limits::default());
+/// # Ok::<(), zygvm::Error>(())
+/// ```
+pub struct Vm {
+    inner: zygvm_vm::Vm,
+}
+
+impl Vm {
+    pub fn new(program: &Program) -> Vm {
+        let mut inner = zygvm_vm::Vm::new(program.inner.clone());
+        inner.set_memory_probe(memory::bytes_in_use);
+        Vm { inner }
+    }
+
+    /// Runs the main program (the file's top-level code) and returns its value.
+    pub fn run(&mut self) -> Result<Value, Error> {
+        let inner = &mut self.inner;
+        let program = inner.program().clone();
+        guard(|| {
+            let v = inner.run_main().map_err(|e| e.locate(&program))?;
+            Ok(Value::from_value(&v, &program))
+        })
+    }
+
+    /// Calls a named top-level function with Rust arguments, converting the result.
+    ///
+    /// ```
+    /// use zygvm::{Program, Vm};
+    ///
+    /// let program = Program::compile("m.zy", "fn stats(xs) { (sum(xs), len(xs)) }")?;
+    /// let mut vm = Vm::new(&program);
+    /// let (total, n): (f64, i64) = vm.call("stats", (vec![1.0, 2.5],))?;
+    /// assert_eq!((total, n), (3.5, 2));
+    /// # Ok::<(), zygvm::Error>(())
+    /// ```
+    pub fn call<R: FromValue>(&mut self, name: &str, args: impl IntoArgs) -> Result<R, Error> {
+        let v = self.call_value(name, args.into_args())?;
+        R::from_value(v).map_err(Error::runtime)
+    }
+
+    /// Calls a named top-level function with `Value` arguments.
+    pub fn call_value(&mut self, name: &str, args: Vec<Value>) -> Result<Value, Error> {
+        let program = self.inner.program().clone();
+        let f = program
+            .find_function(name)
+            .ok_or_else(|| Error::runtime(format!("no function named '{name}'")))?;
+        let args = args
+            .iter()
+            .map(|a| a.to_value(&program))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(Error::runtime)?;
+        let inner = &mut self.inner;
+        guard(|| {
+            let v = inner
+                .call_value(&zygvm_vm::Value::Func(f), &args)
+                .map_err(|e| e.locate(&program))?;
+            Ok(Value::from_value(&v, &program))
+        })
+    }
+
+    /// Reads a module variable of the entry file.
+    pub fn global(&self, name: &str) -> Option<Value> {
+        let program = self.inner.program().clone();
+        self.inner.global(name).map(|v| Value::from_value(&v, &program))
+    }
+
+    /// Sends `print` output to `out` instead of standard output.
+    ///
+    /// ```
+    /// use std::sync::{Arc, Mutex};
+    /// use zygvm::{Program, Vm};
+    ///
+    /// #[derive(Clone, Default)]
+    /// struct Shared(Arc<Mutex<Vec<u8>>>);
+    /// impl std::io::Write for Shared {
+    ///     fn write(&mut self, b: &[u8]) -> std::io::Result<usize> { self.0.lock().unwrap().write(b) }
+    ///     fn flush(&mut self) -> std::io::Result<()> { Ok(()) }
+    /// }
+    ///
+    /// let buf = Shared::default();
+    /// let mut vm = Vm::new(&Program::compile("p.zy", "print(1 + 1, [0.5])")?);
+    /// vm.set_output(buf.clone());
+    /// vm.run()?;
+    /// assert_eq!(String::from_utf8(buf.0.lock().unwrap().clone()).unwrap(), "2 [0.5]\n");
+    /// # Ok::<(), zygvm::Error>(())
+    /// ```
+    pub fn set_output(&mut self, out: impl Write + Send + 'static) {
+        self.inner.set_output(Box::new(out));
+    }
+
+    /// Sets fuel, depth, memory and time limits for later runs and calls.
+    pub fn set_limits(&mut self, limits: Limits) {
+        self.inner.limits = limits;
+    }
+
+    /// The command-line arguments `args()` returns.
+    pub fn set_args(&mut self, args: Vec<String>) {
+        self.inner.set_args(args);
+    }
+
+    /// A handle that stops a running call from another thread (`interrupted` error).
+    ///
+    /// ```
+    /// use zygvm::{Program, Vm};
+    ///
+    /// let program = Program::compile("loop.zy", "fn spin() { while true { } }")?;
+    /// let mut vm = Vm::new(&program);
+    /// let handle = vm.interrupt_handle();
+    /// let t = std::thread::spawn(move || {
+    ///     std::thread::sleep(std::time::Duration::from_millis(50));
+    ///     handle.interrupt();
+    /// });
+    /// let err = vm.call::<()>("spin", ()).unwrap_err();
+    /// assert!(err.message.contains("interrupted"));
+    /// t.join().unwrap();
+    /// # Ok::<(), zygvm::Error>(())
+    /// ```
+    pub fn interrupt_handle(&self) -> InterruptHandle {
+        self.inner.interrupt_handle()
+    }
+
+    /// Flushes `print` output.
+    pub fn flush(&mut self) {
+        let _ = self.inner.output().flush();
+    }
+
+    /// Execution statistics (`--stats`).
+    pub fn stats(&self) -> zygvm_vm::interp::Stats {
+        self.inner.stats()
+    }
+}
+
+const _: fn() = || {
+    fn send_sync<T: Send + Sync>() {}
+    fn send<T: Send>() {}
+    send_sync::<Program>();
+    send::<Vm>();
+};

@@ -1,0 +1,193 @@
+//! The `zygvm` command line (see `../shared/spec/zygvm-interfaces.md`).
+
+mod repl;
+
+use clap::{Parser, ValueEnum};
+use std::io::{IsTerminal, Read, Write};
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+use zygvm::diagnostics::report;
+use zygvm::{ErrorKind, Limits, Program, Vm};
+
+#[global_allocator]
+static ALLOC: zygvm::memory::CountingAlloc = zygvm::memory::CountingAlloc;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum Dump {
+    /// The register bytecode of each function.
+    Bytecode,
+    /// Also the primal-with-tape and adjoint routines (needs the differentiator).
+    Adjoint,
+}
+
+/// Run Zy programs: a differentiable scripting language on an SSA-block bytecode VM.
+#[derive(Parser, Debug)]
+#[command(name = "zygvm", version, about, trailing_var_arg = true)]
+struct Cli {
+    /// Run CODE instead of a script file.
+    #[arg(short = 'e', value_name = "CODE")]
+    code: Option<String>,
+    /// Compile only: report every error found, exit 0 when there is none.
+    #[arg(long)]
+    check: bool,
+    /// Print the bytecode instead of running.
+    #[arg(long, value_enum, value_name = "WHAT")]
+    dump: Option<Dump>,
+    /// With --dump: only the function named NAME.
+    #[arg(long = "fn", value_name = "NAME")]
+    only: Option<String>,
+    /// At exit, print statistics to standard error.
+    #[arg(long)]
+    stats: bool,
+    /// Maximum call depth (default 10000).
+    #[arg(long, value_name = "N")]
+    max_depth: Option<usize>,
+    /// Maximum number of bytecode instructions to run.
+    #[arg(long, value_name = "N")]
+    fuel: Option<u64>,
+    /// Maximum heap bytes in use.
+    #[arg(long, value_name = "BYTES")]
+    max_memory: Option<usize>,
+    /// Maximum wall time in seconds.
+    #[arg(long, value_name = "SECONDS")]
+    timeout: Option<f64>,
+    /// The script (`-` reads it from standard input) and its arguments.
+    #[arg(value_name = "SCRIPT [ARGS]", allow_hyphen_values = true)]
+    rest: Vec<String>,
+}
+
+fn limits(cli: &Cli) -> Result<Limits, String> {
+    let timeout = match cli.timeout {
+        Some(t) if !(t.is_finite() && t > 0.0) => return Err(format!("--timeout must be a positive number of seconds, got {t}")),
+        Some(t) => Some(Duration::from_secs_f64(t)),
+        None => None,
+    };
+    Ok(Limits {
+        max_depth: cli.max_depth.unwrap_or(10_000),
+        fuel: cli.fuel,
+        max_memory: cli.max_memory,
+        timeout,
+    })
+}
+
+fn usage_error(msg: &str) -> ExitCode {
+    eprintln!("error: {msg}");
+    eprintln!("usage: zygvm [OPTIONS] SCRIPT.zy [ARGS...] | -e CODE | - (see zygvm --help)");
+    ExitCode::from(2)
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    // Deep Zy recursion never touches the Rust stack, but built-ins that call back into Zy
+    // (map, reduce, ...) and deeply nested values do: give the interpreter a large stack.
+    let worker = std::thread::Builder::new().stack_size(1 << 29).spawn(move || run(cli));
+    match worker.map(|h| h.join()) {
+        Ok(Ok(code)) => code,
+        _ => {
+            eprintln!("error: internal error in zygvm (please report)");
+            ExitCode::from(1)
+        }
+    }
+}
+
+fn run(cli: Cli) -> ExitCode {
+    let limits = match limits(&cli) {
+        Ok(l) => l,
+        Err(m) => return usage_error(&m),
+    };
+    if cli.dump == Some(Dump::Adjoint) {
+        return usage_error("--dump adjoint needs the differentiator, which is not built yet (only --dump bytecode works)");
+    }
+    let (name, text, dir, args) = if let Some(code) = &cli.code {
+        ("<-e>".to_string(), code.clone(), std::path::PathBuf::new(), cli.rest.clone())
+    } else if let Some(script) = cli.rest.first() {
+        let args = cli.rest[1..].to_vec();
+        if script == "-" {
+            let mut text = String::new();
+            if let Err(e) = std::io::stdin().read_to_string(&mut text) {
+                return usage_error(&format!("cannot read standard input: {e}"));
+            }
+            ("<stdin>".to_string(), text, std::path::PathBuf::new(), args)
+        } else {
+            let bytes = match std::fs::read(script) {
+                Ok(b) => b,
+                Err(e) => return usage_error(&format!("cannot read {script}: {e}")),
+            };
+            let text = match String::from_utf8(bytes) {
+                Ok(t) => t,
+                Err(_) => {
+                    eprintln!("error: {script} is not valid UTF-8 text");
+                    return ExitCode::from(2);
+                }
+            };
+            let dir = std::path::Path::new(script).parent().map(|p| p.to_path_buf()).unwrap_or_default();
+            (script.clone(), text, dir, args)
+        }
+    } else if std::io::stdin().is_terminal() && !cli.check && cli.dump.is_none() {
+        return repl::run(limits);
+    } else {
+        return usage_error("no script given");
+    };
+
+    let started = Instant::now();
+    let program = match Program::builder().import_dir(dir).compile(&name, &text) {
+        Ok(p) => p,
+        Err(e) => {
+            report(&e, &e_sources(&e, &name, &text));
+            return ExitCode::from(2);
+        }
+    };
+    if cli.check {
+        return ExitCode::SUCCESS;
+    }
+    if let Some(Dump::Bytecode) = cli.dump {
+        let listing = program.disassemble(cli.only.as_deref());
+        if cli.only.is_some() && listing.is_empty() {
+            return usage_error(&format!("no function named '{}'", cli.only.unwrap()));
+        }
+        print!("{listing}");
+        return ExitCode::SUCCESS;
+    }
+    let mut vm = Vm::new(&program);
+    vm.set_limits(limits);
+    vm.set_args(args);
+    vm.set_output(std::io::BufWriter::with_capacity(1 << 16, std::io::stdout()));
+    let result = vm.run();
+    vm.flush();
+    let code = match result {
+        Ok(_) => ExitCode::SUCCESS,
+        Err(e) => {
+            report(&e, program.sources());
+            if e.kind == ErrorKind::Compile { ExitCode::from(2) } else { ExitCode::from(1) }
+        }
+    };
+    if cli.stats {
+        let s = vm.stats();
+        let _ = writeln!(
+            std::io::stderr(),
+            "stats: wall time {:.6} s\nstats: bytecode instructions interpreted {}\nstats: functions compiled by the JIT 0 (0.000000 s compiling; no JIT yet)\nstats: peak tape bytes {}",
+            started.elapsed().as_secs_f64(),
+            s.instructions,
+            s.peak_tape_bytes
+        );
+    }
+    code
+}
+
+/// The sources a compile error refers to: the entry file plus any file it imported.
+fn e_sources(e: &zygvm::Error, name: &str, text: &str) -> Vec<zygvm_vm::program::SourceFile> {
+    let mut files = vec![zygvm_vm::program::SourceFile { name: name.to_string(), text: text.to_string() }];
+    for d in &e.diagnostics {
+        if let Some(loc) = &d.location {
+            while files.len() <= loc.span.file as usize {
+                files.push(zygvm_vm::program::SourceFile { name: String::new(), text: String::new() });
+            }
+            let f = &mut files[loc.span.file as usize];
+            if f.name.is_empty() {
+                f.name = loc.file.clone();
+                f.text = std::fs::read_to_string(&loc.file).unwrap_or_default();
+            }
+        }
+    }
+    files
+}

@@ -1,0 +1,163 @@
+//! `zygvm-stdlib`: the built-in functions of section 6 of the language reference.
+//!
+//! `builtins()` is the table the compiler resolves names against and the interpreter calls
+//! through (`zygvm_vm::builtin::Builtin`). One module per family: `core` (output, checks,
+//! conversions, dicts), `math`, `arrays`, `matrices`, `strings`, `io`, `random`.
+
+pub mod args;
+pub mod arrays;
+pub mod core;
+pub mod io;
+pub mod math;
+pub mod matrices;
+pub mod random;
+pub mod strings;
+
+use zygvm_vm::builtin::{Builtin, BuiltinImpl};
+use zygvm_vm::value::Value;
+use zygvm_vm::{Vm, VmResult};
+
+const ANY: usize = usize::MAX;
+
+/// A one-argument float function as a built-in: scalars take the `Math1` fast path, arrays and
+/// matrices go elementwise through this native entry.
+macro_rules! scalar_entry {
+    ($($name:ident)*) => {
+        fn scalar_builtin(name: &str) -> Option<fn(&mut Vm, &[Value]) -> VmResult<Value>> {
+            $(
+                fn $name(_: &mut Vm, a: &[Value]) -> VmResult<Value> {
+                    let f = math::FLOAT_FNS.iter().find(|(n, _)| *n == stringify!($name)).unwrap().1;
+                    math::map_float(stringify!($name), &a[0], f)
+                }
+            )*
+            match name {
+                $( stringify!($name) => Some($name), )*
+                _ => None,
+            }
+        }
+    };
+}
+
+scalar_entry!(sin cos tan asin acos atan sinh cosh tanh exp expm1 log log1p log2 log10 sqrt cbrt sigmoid softplus erf);
+
+/// The standard library, in `BuiltinId` order.
+pub fn builtins() -> Vec<Builtin> {
+    let mut t: Vec<Builtin> = vec![];
+    let mut add = |name: &str, min: usize, max: usize, f: zygvm_vm::builtin::NativeFn| {
+        t.push(Builtin::native(name, min, max, f));
+    };
+    add("print", 0, ANY, core::print);
+    add("assert", 1, 2, core::assert);
+    add("assert_close", 2, 3, core::assert_close);
+    add("error", 1, 1, core::error);
+    add("args", 0, 0, core::args);
+    add("clock", 0, 0, core::clock);
+    add("int", 1, 1, core::int);
+    add("float", 1, 1, core::float);
+    add("str", 1, 1, core::str_);
+    add("type", 1, 1, core::type_);
+    add("parse_float", 1, 1, core::parse_float);
+    add("parse_int", 1, 1, core::parse_int);
+    add("abs", 1, 1, math::abs);
+    add("sign", 1, 1, math::sign);
+    add("floor", 1, 1, math::floor);
+    add("ceil", 1, 1, math::ceil);
+    add("round", 1, 1, math::round);
+    add("relu", 1, 1, math::relu);
+    add("atan2", 2, 2, math::atan2);
+    add("pow", 2, 2, math::pow);
+    add("hypot", 2, 2, math::hypot);
+    add("min", 2, 2, math::min);
+    add("max", 2, 2, math::max);
+    add("pi", 0, 0, math::pi);
+    add("e", 0, 0, math::e);
+    add("inf", 0, 0, math::inf);
+    add("nan", 0, 0, math::nan);
+    add("isnan", 1, 1, math::isnan);
+    add("isinf", 1, 1, math::isinf);
+    add("len", 1, 1, arrays::len);
+    add("push", 2, 2, arrays::push);
+    add("pop", 1, 1, arrays::pop);
+    add("insert", 3, 3, arrays::insert);
+    add("remove", 2, 2, arrays::remove);
+    add("copy", 1, 1, arrays::copy);
+    add("slice", 3, 3, arrays::slice);
+    add("concat", 2, 2, arrays::concat);
+    add("reverse", 1, 1, arrays::reverse);
+    add("sort", 1, 1, arrays::sort);
+    add("range", 2, 2, arrays::range);
+    add("zeros", 1, 2, arrays::zeros);
+    add("ones", 1, 2, arrays::ones);
+    add("fill", 2, 2, arrays::fill);
+    add("linspace", 3, 3, arrays::linspace);
+    add("sum", 1, 1, arrays::sum);
+    add("prod", 1, 1, arrays::prod);
+    add("mean", 1, 1, arrays::mean);
+    add("maximum", 1, 1, arrays::maximum);
+    add("minimum", 1, 1, arrays::minimum);
+    add("argmax", 1, 1, arrays::argmax);
+    add("argmin", 1, 1, arrays::argmin);
+    add("dot", 2, 2, arrays::dot);
+    add("norm", 1, 1, arrays::norm);
+    add("logsumexp", 1, 1, arrays::logsumexp);
+    add("softmax", 1, 1, arrays::softmax);
+    add("cumsum", 1, 1, arrays::cumsum);
+    add("map", 2, 2, arrays::map);
+    add("filter", 2, 2, arrays::filter);
+    add("reduce", 3, 3, arrays::reduce);
+    add("zip", 2, 2, arrays::zip);
+    add("enumerate", 1, 1, arrays::enumerate);
+    add("any", 1, 1, arrays::any);
+    add("all", 1, 1, arrays::all);
+    add("eye", 1, 1, matrices::eye);
+    add("matrix", 1, 1, matrices::matrix_from_rows);
+    add("shape", 1, 1, matrices::shape);
+    add("rows", 1, 1, matrices::rows);
+    add("cols", 1, 1, matrices::cols);
+    add("transpose", 1, 1, matrices::transpose);
+    add("row", 2, 2, matrices::row);
+    add("col", 2, 2, matrices::col);
+    add("reshape", 3, 3, matrices::reshape);
+    add("flatten", 1, 1, matrices::flatten);
+    add("outer", 2, 2, matrices::outer);
+    add("trace", 1, 1, matrices::trace);
+    add("det", 1, 1, matrices::det);
+    add("inv", 1, 1, matrices::inv);
+    add("solve", 2, 2, matrices::solve);
+    add("dict", 0, 0, core::dict);
+    add("has", 2, 2, core::has);
+    add("keys", 1, 1, core::keys);
+    add("values", 1, 1, core::values);
+    add("delete", 2, 2, core::delete);
+    add("substr", 3, 3, strings::substr);
+    add("split", 2, 2, strings::split);
+    add("join", 2, 2, strings::join);
+    add("trim", 1, 1, strings::trim);
+    add("lines", 1, 1, strings::lines);
+    add("contains", 2, 2, strings::contains);
+    add("starts_with", 2, 2, strings::starts_with);
+    add("ends_with", 2, 2, strings::ends_with);
+    add("replace", 3, 3, strings::replace);
+    add("find", 2, 2, strings::find);
+    add("upper", 1, 1, strings::upper);
+    add("lower", 1, 1, strings::lower);
+    add("read_line", 0, 0, io::read_line);
+    add("read_file", 1, 1, io::read_file);
+    add("write_file", 2, 2, io::write_file);
+    add("file_exists", 1, 1, io::file_exists);
+    add("json_parse", 1, 1, io::json_parse);
+    add("json_str", 1, 1, io::json_str);
+    add("rand", 2, 3, random::rand);
+    add("randn", 2, 3, random::randn);
+    for (name, f) in math::FLOAT_FNS {
+        let native = scalar_builtin(name).expect("every float function has an entry");
+        t.push(Builtin {
+            name: name.to_string(),
+            min_args: 1,
+            max_args: 1,
+            imp: BuiltinImpl::Native(native),
+            scalar: Some(*f),
+        });
+    }
+    t
+}

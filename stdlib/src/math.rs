@@ -1,0 +1,198 @@
+//! Scalar math, applied elementwise to arrays and matrices (section 6, "Scalar math").
+
+use crate::args::{err, num};
+use zygvm_vm::value::{Array, Value};
+use zygvm_vm::{Vm, VmResult};
+
+pub fn sigmoid(x: f64) -> f64 {
+    if x >= 0.0 {
+        1.0 / (1.0 + (-x).exp())
+    } else {
+        let e = x.exp();
+        e / (1.0 + e)
+    }
+}
+
+pub fn softplus(x: f64) -> f64 {
+    (-x.abs()).exp().ln_1p() + x.max(0.0)
+}
+
+/// Applies `f` to a number, or to every element of an array or matrix (giving floats).
+pub fn map_float(name: &str, v: &Value, f: fn(f64) -> f64) -> VmResult<Value> {
+    match v {
+        Value::Float(x) => Ok(Value::Float(f(*x))),
+        Value::Int(i) => Ok(Value::Float(f(*i as f64))),
+        Value::Array(a) => match &*a.borrow() {
+            Array::Floats(xs) => Ok(Value::float_array(xs.iter().map(|&x| f(x)).collect())),
+            other => match other.to_f64s() {
+                Some(xs) => Ok(Value::float_array(xs.into_iter().map(f).collect())),
+                None => err(format!("{name} expects numbers, got an array with non-numbers")),
+            },
+        },
+        Value::Matrix(m) => {
+            let m = m.borrow();
+            Ok(Value::matrix(m.rows, m.cols, m.data.iter().map(|&x| f(x)).collect()))
+        }
+        other => err(format!("{name} expects a number, array or matrix, got {}", other.type_name())),
+    }
+}
+
+macro_rules! float_fns {
+    ($($name:ident => $f:expr;)*) => {
+        /// `(name, scalar function)` for every one-argument math built-in that returns floats.
+        pub const FLOAT_FNS: &[(&str, fn(f64) -> f64)] = &[$((stringify!($name), $f)),*];
+    };
+}
+
+float_fns! {
+    sin => f64::sin;
+    cos => f64::cos;
+    tan => f64::tan;
+    asin => f64::asin;
+    acos => f64::acos;
+    atan => f64::atan;
+    sinh => f64::sinh;
+    cosh => f64::cosh;
+    tanh => f64::tanh;
+    exp => f64::exp;
+    expm1 => f64::exp_m1;
+    log => f64::ln;
+    log1p => f64::ln_1p;
+    log2 => f64::log2;
+    log10 => f64::log10;
+    sqrt => f64::sqrt;
+    cbrt => f64::cbrt;
+    sigmoid => sigmoid;
+    softplus => softplus;
+    erf => libm::erf;
+}
+
+/// `abs sign floor ceil round relu`: ints stay ints, floats stay floats.
+pub fn typed_unary(
+    name: &str,
+    v: &Value,
+    fi: fn(i64) -> Option<i64>,
+    ff: fn(f64) -> f64,
+) -> VmResult<Value> {
+    match v {
+        Value::Int(i) => fi(*i)
+            .map(Value::Int)
+            .ok_or_else(|| zygvm_vm::VmError::new(format!("integer overflow in {name}({i})"))),
+        other => map_float(name, other, ff),
+    }
+}
+
+fn round_half_away(x: f64) -> f64 {
+    x.round()
+}
+
+fn sign_f(x: f64) -> f64 {
+    if x > 0.0 {
+        1.0
+    } else if x < 0.0 {
+        -1.0
+    } else {
+        x
+    }
+}
+
+pub fn abs(_: &mut Vm, a: &[Value]) -> VmResult<Value> {
+    typed_unary("abs", &a[0], i64::checked_abs, f64::abs)
+}
+pub fn sign(_: &mut Vm, a: &[Value]) -> VmResult<Value> {
+    typed_unary("sign", &a[0], |i| Some(i.signum()), sign_f)
+}
+pub fn floor(_: &mut Vm, a: &[Value]) -> VmResult<Value> {
+    typed_unary("floor", &a[0], Some, f64::floor)
+}
+pub fn ceil(_: &mut Vm, a: &[Value]) -> VmResult<Value> {
+    typed_unary("ceil", &a[0], Some, f64::ceil)
+}
+pub fn round(_: &mut Vm, a: &[Value]) -> VmResult<Value> {
+    typed_unary("round", &a[0], Some, round_half_away)
+}
+pub fn relu(_: &mut Vm, a: &[Value]) -> VmResult<Value> {
+    typed_unary("relu", &a[0], |i| Some(i.max(0)), |x| if x > 0.0 { x } else { 0.0 })
+}
+
+/// Two-argument math: numbers, or elementwise over equal-length arrays / a scalar.
+fn binary_math(name: &str, a: &Value, b: &Value, f: fn(f64, f64) -> f64) -> VmResult<Value> {
+    match (a, b) {
+        (Value::Array(_), _) | (_, Value::Array(_)) => {
+            let len = |v: &Value| match v {
+                Value::Array(x) => Some(x.borrow().len()),
+                _ => None,
+            };
+            let n = len(a).or(len(b)).unwrap();
+            if let (Some(p), Some(q)) = (len(a), len(b)) {
+                if p != q {
+                    return err(format!("{name}: shape mismatch: array of length {p} and array of length {q}"));
+                }
+            }
+            let get = |v: &Value| -> VmResult<Vec<f64>> {
+                match v {
+                    Value::Array(_) => crate::args::floats(name, v),
+                    other => Ok(vec![num(name, other)?; n]),
+                }
+            };
+            let (x, y) = (get(a)?, get(b)?);
+            Ok(Value::float_array(x.iter().zip(&y).map(|(&p, &q)| f(p, q)).collect()))
+        }
+        _ => Ok(Value::Float(f(num(name, a)?, num(name, b)?))),
+    }
+}
+
+pub fn atan2(_: &mut Vm, a: &[Value]) -> VmResult<Value> {
+    binary_math("atan2", &a[0], &a[1], f64::atan2)
+}
+pub fn hypot(_: &mut Vm, a: &[Value]) -> VmResult<Value> {
+    binary_math("hypot", &a[0], &a[1], f64::hypot)
+}
+pub fn pow(_: &mut Vm, a: &[Value]) -> VmResult<Value> {
+    match (&a[0], &a[1]) {
+        (Value::Int(_), Value::Int(_)) => zygvm_vm::ops::binary(zygvm_vm::ops::BinOp::Pow, &a[0], &a[1]),
+        _ => binary_math("pow", &a[0], &a[1], f64::powf),
+    }
+}
+
+fn min_max(name: &str, a: &Value, b: &Value, pick_first: fn(f64, f64) -> bool) -> VmResult<Value> {
+    match (a, b) {
+        (Value::Int(x), Value::Int(y)) => {
+            Ok(Value::Int(if pick_first(*x as f64, *y as f64) || x == y { *x } else { *y }))
+        }
+        (Value::Array(_), _) | (_, Value::Array(_)) => {
+            binary_math(name, a, b, if name == "min" { |p, q| if q < p { q } else { p } } else { |p, q| if q > p { q } else { p } })
+        }
+        _ => {
+            let (x, y) = (num(name, a)?, num(name, b)?);
+            // The first argument wins ties; the result keeps the selected operand's value.
+            Ok(if pick_first(x, y) || x == y { Value::Float(x) } else { Value::Float(y) })
+        }
+    }
+}
+
+pub fn min(_: &mut Vm, a: &[Value]) -> VmResult<Value> {
+    min_max("min", &a[0], &a[1], |x, y| x <= y)
+}
+pub fn max(_: &mut Vm, a: &[Value]) -> VmResult<Value> {
+    min_max("max", &a[0], &a[1], |x, y| x >= y)
+}
+
+pub fn pi(_: &mut Vm, _: &[Value]) -> VmResult<Value> {
+    Ok(Value::Float(std::f64::consts::PI))
+}
+pub fn e(_: &mut Vm, _: &[Value]) -> VmResult<Value> {
+    Ok(Value::Float(std::f64::consts::E))
+}
+pub fn inf(_: &mut Vm, _: &[Value]) -> VmResult<Value> {
+    Ok(Value::Float(f64::INFINITY))
+}
+pub fn nan(_: &mut Vm, _: &[Value]) -> VmResult<Value> {
+    Ok(Value::Float(f64::NAN))
+}
+pub fn isnan(_: &mut Vm, a: &[Value]) -> VmResult<Value> {
+    Ok(Value::Bool(num("isnan", &a[0])?.is_nan()))
+}
+pub fn isinf(_: &mut Vm, a: &[Value]) -> VmResult<Value> {
+    Ok(Value::Bool(num("isinf", &a[0])?.is_infinite()))
+}

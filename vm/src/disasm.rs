@@ -1,0 +1,89 @@
+//! The disassembler: the listing `zygvm --dump bytecode` prints, generated from the opcode
+//! table (every operand is printed by its kind).
+
+use crate::bytecode::{Instr, Operand};
+use crate::program::{Const, Function, Program};
+use std::fmt::Write;
+
+fn operand_text(out: &mut String, f: &Function, p: &Program, o: Operand) {
+    let _ = match o {
+        Operand::Def(r) | Operand::Use(r) => write!(out, "{r}"),
+        Operand::Const(k) => match &p.consts[k.index()] {
+            Const::Int(i) => write!(out, "{k}({i})"),
+            Const::Float(x) => write!(out, "{k}({x:?})"),
+            Const::Str(s) => write!(out, "{k}({s:?})"),
+        },
+        Operand::Block(b) => write!(out, "{b}"),
+        Operand::List(l) => {
+            out.push('(');
+            for (i, r) in f.list(l).iter().enumerate() {
+                if i > 0 {
+                    out.push_str(", ");
+                }
+                let _ = write!(out, "{r}");
+            }
+            write!(out, ")")
+        }
+        Operand::Func(g) => write!(out, "{g}<{}>", p.function(g).trace_name()),
+        Operand::Global(g) => write!(out, "{g}<{}>", p.global_names[g.index()]),
+        Operand::Builtin(b) => write!(out, "{b}<{}>", p.builtins[b.index()].name),
+        Operand::Sym(s) => write!(out, "{s}<{}>", p.symbols[s.index()]),
+        Operand::Struct(s) => write!(out, "{s}<{}>", p.structs[s.index()].name),
+        Operand::Imm(i) => write!(out, "{i}"),
+    };
+}
+
+/// One instruction: `r3 = Add r1, r2` or `Jump B2 (r4, r5)`.
+pub fn instr_text(f: &Function, p: &Program, i: &Instr) -> String {
+    let mut defs = String::new();
+    let mut rest = String::new();
+    i.for_each_operand(|o| {
+        if let Operand::Def(r) = o {
+            let _ = write!(defs, "{r} = ");
+        } else {
+            if !rest.is_empty() {
+                rest.push_str(", ");
+            }
+            operand_text(&mut rest, f, p, o);
+        }
+    });
+    format!("{defs}{} {rest}", i.name()).trim_end().to_string()
+}
+
+/// The listing of one function: a header, then each block with its parameters and code.
+pub fn function_listing(p: &Program, f: &Function) -> String {
+    let mut out = String::new();
+    let loc = p.location(f.span);
+    let _ = writeln!(
+        out,
+        "function {} ({}:{}) arity={} captures={} regs={}",
+        f.trace_name(),
+        loc.file,
+        loc.line,
+        f.arity,
+        f.num_captures,
+        f.num_regs
+    );
+    for (b, block) in f.blocks.iter().enumerate() {
+        let end = f.blocks.get(b + 1).map(|n| n.start as usize).unwrap_or(f.code.len());
+        let params: Vec<String> = f.list(block.params).iter().map(|r| r.to_string()).collect();
+        let _ = writeln!(out, "  B{b}({}):", params.join(", "));
+        for pc in block.start as usize..end {
+            let (line, _) = p.files[f.spans[pc].file as usize].line_col(f.spans[pc].lo);
+            let _ = writeln!(out, "    {pc:4}  [{line:3}]  {}", instr_text(f, p, &f.code[pc]));
+        }
+    }
+    out
+}
+
+/// Listings of every function of the program, or only those named `only`.
+pub fn program_listing(p: &Program, only: Option<&str>) -> String {
+    let mut out = String::new();
+    for f in &p.functions {
+        if only.is_none_or(|n| f.name == n || f.trace_name() == n) {
+            out.push_str(&function_listing(p, f));
+            out.push('\n');
+        }
+    }
+    out
+}

@@ -1,0 +1,136 @@
+//! How `print` and `str` write values (section 8 of the language reference).
+
+use crate::program::Program;
+use crate::value::{Array, Value};
+use std::fmt::Write;
+
+/// Formats `v` as `print` does: strings raw at top level, quoted inside containers.
+pub fn to_display(v: &Value, program: &Program) -> String {
+    let mut s = String::new();
+    write_value(&mut s, v, program, true);
+    s
+}
+
+pub fn write_float(out: &mut String, x: f64) {
+    let _ = write!(out, "{x:?}");
+}
+
+fn write_quoted(out: &mut String, s: &str) {
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\t' => out.push_str("\\t"),
+            '\r' => out.push_str("\\r"),
+            '\0' => out.push_str("\\0"),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+}
+
+pub fn write_value(out: &mut String, v: &Value, program: &Program, top: bool) {
+    match v {
+        Value::Nil => out.push_str("nil"),
+        Value::Bool(b) => out.push_str(if *b { "true" } else { "false" }),
+        Value::Int(i) => {
+            let _ = write!(out, "{i}");
+        }
+        Value::Float(x) => write_float(out, *x),
+        Value::Str(s) => {
+            if top {
+                out.push_str(&s.0)
+            } else {
+                write_quoted(out, &s.0)
+            }
+        }
+        Value::Tuple(items) => {
+            out.push('(');
+            write_seq(out, items.iter(), program);
+            if items.len() == 1 {
+                out.push(',');
+            }
+            out.push(')');
+        }
+        Value::Array(a) => {
+            out.push('[');
+            match &*a.borrow() {
+                Array::Floats(xs) => {
+                    for (i, x) in xs.iter().enumerate() {
+                        if i > 0 {
+                            out.push_str(", ");
+                        }
+                        write_float(out, *x);
+                    }
+                }
+                Array::Values(xs) => write_seq(out, xs.iter(), program),
+            }
+            out.push(']');
+        }
+        Value::Matrix(m) => {
+            let m = m.borrow();
+            out.push('[');
+            for r in 0..m.rows {
+                if r > 0 {
+                    out.push_str(", ");
+                }
+                out.push('[');
+                for c in 0..m.cols {
+                    if c > 0 {
+                        out.push_str(", ");
+                    }
+                    write_float(out, m.data[r * m.cols + c]);
+                }
+                out.push(']');
+            }
+            out.push(']');
+        }
+        Value::Dict(d) => {
+            out.push('{');
+            for (i, (k, v)) in d.borrow().map.iter().enumerate() {
+                if i > 0 {
+                    out.push_str(", ");
+                }
+                write_value(out, &k.to_value(), program, false);
+                out.push_str(": ");
+                write_value(out, v, program, false);
+            }
+            out.push('}');
+        }
+        Value::Struct(s) => {
+            let def = &program.structs[s.def.index()];
+            out.push_str(&def.name);
+            out.push('(');
+            for (i, (f, v)) in def.fields.iter().zip(s.fields.iter()).enumerate() {
+                if i > 0 {
+                    out.push_str(", ");
+                }
+                out.push_str(&program.symbols[f.index()]);
+                out.push('=');
+                write_value(out, v, program, false);
+            }
+            out.push(')');
+        }
+        Value::Func(f) => {
+            let _ = write!(out, "<fn {}>", program.function(*f).name);
+        }
+        Value::Closure(_) => out.push_str("<closure>"),
+        Value::Builtin(b) => {
+            let _ = write!(out, "<fn {}>", program.builtins[b.index()].name);
+        }
+        Value::StructCtor(s) => {
+            let _ = write!(out, "<fn {}>", program.structs[s.index()].name);
+        }
+    }
+}
+
+fn write_seq<'a>(out: &mut String, items: impl Iterator<Item = &'a Value>, program: &Program) {
+    for (i, x) in items.enumerate() {
+        if i > 0 {
+            out.push_str(", ");
+        }
+        write_value(out, x, program, false);
+    }
+}

@@ -1,0 +1,882 @@
+//! The interpreter: a register machine over SSA-block bytecode.
+//!
+//! All Zy frames live on one value stack (`Vm::stack`); a frame's registers are the slice
+//! `stack[base .. base + num_regs]`. Zy-to-Zy calls push a `Frame` and continue in the same
+//! dispatch loop (no Rust recursion), so deep Zy recursion is bounded by `max_depth`, never by
+//! the Rust stack. Built-ins that call back into Zy (`map`, `reduce`, …) re-enter `execute`
+//! through `call_value`; such a frame is marked as a boundary and returns to Rust.
+
+use crate::builtin::BuiltinImpl;
+use crate::bytecode::*;
+use crate::dict::{Dict, Key};
+use crate::error::{TraceEntry, VmError, VmResult};
+use crate::host::HostValue;
+use crate::ops::{self, BinOp};
+use crate::program::{Const, Program};
+use crate::value::{Array, Closure, StructObj, Value};
+use std::cell::RefCell;
+use std::io::Write;
+use std::rc::Rc;
+use std::sync::atomic::{AtomicBool, Ordering as AtomicOrdering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Resource limits of a VM. Exceeding one is a runtime error that names it.
+#[derive(Clone, Debug)]
+pub struct Limits {
+    /// Maximum number of live Zy frames (`stack overflow` beyond it).
+    pub max_depth: usize,
+    /// Maximum number of bytecode instructions to execute.
+    pub fuel: Option<u64>,
+    /// Maximum heap bytes in use, as reported by the installed memory probe.
+    pub max_memory: Option<usize>,
+    /// Maximum wall time of one run or call.
+    pub timeout: Option<Duration>,
+}
+
+impl Default for Limits {
+    fn default() -> Limits {
+        Limits { max_depth: 10_000, fuel: None, max_memory: None, timeout: None }
+    }
+}
+
+/// Sets a flag that makes the VM stop with an `interrupted` error at its next check.
+#[derive(Clone, Debug)]
+pub struct InterruptHandle(Arc<AtomicBool>);
+
+impl InterruptHandle {
+    pub fn interrupt(&self) {
+        self.0.store(true, AtomicOrdering::Relaxed);
+    }
+}
+
+/// The value `ret` takes when a frame's result is discarded (imported modules' mains).
+const DISCARD: u32 = u32::MAX;
+/// How many instructions run between two checks of the time, interrupt and memory limits.
+const CHECK_INTERVAL: u64 = 1 << 14;
+
+struct Frame {
+    func: FuncId,
+    /// The next instruction to execute.
+    pc: u32,
+    base: u32,
+    /// The caller's register that receives the result (`DISCARD` for none).
+    ret: u32,
+    /// The closure being run, for `LoadSelf`.
+    closure: Option<Rc<Closure>>,
+    /// Returning from this frame returns from `execute` to Rust.
+    boundary: bool,
+}
+
+/// Statistics reported by `--stats`.
+#[derive(Clone, Debug, Default)]
+pub struct Stats {
+    pub instructions: u64,
+    pub peak_tape_bytes: usize,
+}
+
+/// One VM instance: the mutable state of running a `Program`.
+pub struct Vm {
+    program: Arc<Program>,
+    consts: Vec<Value>,
+    globals: Vec<Option<Value>>,
+    modules_run: Vec<bool>,
+    stack: Vec<Value>,
+    frames: Vec<Frame>,
+    out: Box<dyn Write + Send>,
+    args: Vec<String>,
+    pub limits: Limits,
+    interrupt: Arc<AtomicBool>,
+    deadline: Option<Instant>,
+    /// Instructions executed so far.
+    steps: u64,
+    next_check: u64,
+    memory_probe: Option<fn() -> usize>,
+    scratch: Vec<Value>,
+}
+
+// SAFETY: a `Vm` owns every `Rc` reachable from it: the program holds plain data only, host
+// functions receive and return owned `HostValue`s, and the public API converts every value at
+// the boundary, so no reference count is ever shared with state outside this `Vm`. Moving the
+// whole `Vm` to another thread therefore moves every owner of those counts together, and no two
+// threads can touch one count. `Vm` is deliberately not `Sync`.
+unsafe impl Send for Vm {}
+
+fn materialise(c: &Const) -> Value {
+    match c {
+        Const::Int(i) => Value::Int(*i),
+        Const::Float(x) => Value::Float(*x),
+        Const::Str(s) => Value::str(s),
+    }
+}
+
+impl Vm {
+    pub fn new(program: Arc<Program>) -> Vm {
+        let consts = program.consts.iter().map(materialise).collect();
+        Vm {
+            globals: vec![None; program.global_names.len()],
+            modules_run: vec![false; program.functions.len()],
+            consts,
+            program,
+            stack: Vec::with_capacity(1024),
+            frames: Vec::with_capacity(64),
+            out: Box::new(std::io::stdout()),
+            args: vec![],
+            limits: Limits::default(),
+            interrupt: Arc::new(AtomicBool::new(false)),
+            deadline: None,
+            steps: 0,
+            next_check: CHECK_INTERVAL,
+            memory_probe: None,
+            scratch: vec![],
+        }
+    }
+
+    pub fn program(&self) -> &Arc<Program> {
+        &self.program
+    }
+
+    pub fn set_output(&mut self, out: Box<dyn Write + Send>) {
+        self.out = out;
+    }
+
+    pub fn output(&mut self) -> &mut dyn Write {
+        &mut *self.out
+    }
+
+    pub fn set_args(&mut self, args: Vec<String>) {
+        self.args = args;
+    }
+
+    pub fn args(&self) -> &[String] {
+        &self.args
+    }
+
+    pub fn interrupt_handle(&self) -> InterruptHandle {
+        InterruptHandle(self.interrupt.clone())
+    }
+
+    /// Installs a function that reports the heap bytes in use (for `max_memory`).
+    pub fn set_memory_probe(&mut self, probe: fn() -> usize) {
+        self.memory_probe = Some(probe);
+    }
+
+    pub fn stats(&self) -> Stats {
+        Stats { instructions: self.steps, peak_tape_bytes: 0 }
+    }
+
+    /// Fails when allocating `bytes` more would pass the memory limit.
+    pub fn reserve(&mut self, bytes: usize) -> VmResult<()> {
+        if let (Some(max), Some(probe)) = (self.limits.max_memory, self.memory_probe) {
+            if probe().saturating_add(bytes) > max {
+                return Err(VmError::new(format!("memory limit exceeded (--max-memory {max} bytes)")));
+            }
+        } else if let Some(max) = self.limits.max_memory {
+            if bytes > max {
+                return Err(VmError::new(format!("memory limit exceeded (--max-memory {max} bytes)")));
+            }
+        }
+        Ok(())
+    }
+
+    fn check_limits(&mut self) -> VmResult<()> {
+        self.next_check = self.steps + CHECK_INTERVAL;
+        if let Some(fuel) = self.limits.fuel {
+            if self.steps >= fuel {
+                return Err(VmError::new(format!("fuel exhausted (--fuel {fuel})")));
+            }
+            self.next_check = self.next_check.min(fuel);
+        }
+        if self.interrupt.swap(false, AtomicOrdering::Relaxed) {
+            return Err(VmError::new("interrupted"));
+        }
+        if let Some(deadline) = self.deadline {
+            if Instant::now() >= deadline {
+                let t = self.limits.timeout.unwrap_or_default().as_secs_f64();
+                return Err(VmError::new(format!("timeout: ran longer than {t} seconds (--timeout)")));
+            }
+        }
+        self.reserve(0)
+    }
+
+    /// Runs the entry file's main program.
+    pub fn run_main(&mut self) -> VmResult<Value> {
+        let main = self.program.main;
+        self.modules_run[main.index()] = true;
+        self.call_value(&Value::Func(main), &[])
+    }
+
+    /// Reads a module variable by name (for embedding and the prompt).
+    pub fn global(&self, name: &str) -> Option<Value> {
+        let i = self.program.global_names.iter().rposition(|n| n == name)?;
+        self.globals[i].clone()
+    }
+
+    /// Calls any callable value with arguments: the entry point for built-ins and the host.
+    pub fn call_value(&mut self, f: &Value, args: &[Value]) -> VmResult<Value> {
+        let outermost = self.frames.is_empty();
+        if outermost {
+            self.deadline = self.limits.timeout.map(|t| Instant::now() + t);
+            self.next_check = self.steps;
+            self.interrupt.store(false, AtomicOrdering::Relaxed);
+        }
+        let result = match f {
+            Value::Func(id) => {
+                let depth = self.frames.len();
+                self.push_frame(*id, None, args, DISCARD, true)?;
+                self.execute(depth)
+            }
+            Value::Closure(c) => {
+                let depth = self.frames.len();
+                let c = c.clone();
+                self.push_frame(c.func, Some(c), args, DISCARD, true)?;
+                self.execute(depth)
+            }
+            Value::Builtin(b) => self.call_builtin(*b, args),
+            Value::StructCtor(s) => self.construct(*s, args),
+            other => Err(VmError::new(format!("cannot call a value of type {}", other.type_name()))),
+        };
+        if outermost {
+            self.stack.clear();
+            self.frames.clear();
+        }
+        result
+    }
+
+    fn construct(&mut self, s: StructId, args: &[Value]) -> VmResult<Value> {
+        let def = &self.program.structs[s.index()];
+        if def.fields.len() != args.len() {
+            return Err(VmError::new(format!(
+                "struct {} takes {} fields, got {}",
+                def.name,
+                def.fields.len(),
+                args.len()
+            )));
+        }
+        Ok(Value::Struct(Rc::new(StructObj { def: s, fields: args.to_vec().into_boxed_slice() })))
+    }
+
+    pub fn call_builtin(&mut self, b: BuiltinId, args: &[Value]) -> VmResult<Value> {
+        let program = self.program.clone();
+        let builtin = &program.builtins[b.index()];
+        if !builtin.accepts(args.len()) {
+            return Err(VmError::new(format!(
+                "{} takes {}, got {}",
+                builtin.name,
+                builtin.arity_text(),
+                args.len()
+            )));
+        }
+        match builtin.imp {
+            BuiltinImpl::Native(f) => f(self, args),
+            BuiltinImpl::Host(i) => {
+                let host = &program.host_functions[i];
+                let hargs: Vec<HostValue> =
+                    args.iter().map(|a| HostValue::from_value(a, &program)).collect();
+                let r = (host.func)(&hargs).map_err(|m| VmError::new(format!("{}: {m}", host.name)))?;
+                r.to_value(&program).map_err(|m| VmError::new(format!("{}: {m}", host.name)))
+            }
+        }
+    }
+
+    fn push_frame(
+        &mut self,
+        func: FuncId,
+        closure: Option<Rc<Closure>>,
+        args: &[Value],
+        ret: u32,
+        boundary: bool,
+    ) -> VmResult<()> {
+        if self.frames.len() >= self.limits.max_depth {
+            return Err(VmError::new("stack overflow"));
+        }
+        let f = &self.program.functions[func.index()];
+        if args.len() != f.arity as usize {
+            return Err(arity_error(f, args.len()));
+        }
+        let base = self.stack.len();
+        self.stack.extend_from_slice(args);
+        if let Some(c) = &closure {
+            self.stack.extend(c.captures.iter().cloned());
+        }
+        self.stack.resize(base + f.num_regs as usize, Value::Nil);
+        self.frames.push(Frame { func, pc: 0, base: base as u32, ret, closure, boundary });
+        Ok(())
+    }
+
+    /// Records the frames above `depth` in the error's trace and pops them.
+    fn unwind(&mut self, mut e: VmError, depth: usize) -> VmError {
+        while self.frames.len() > depth {
+            let fr = self.frames.pop().unwrap();
+            e.trace.push(TraceEntry { func: fr.func, pc: fr.pc.saturating_sub(1) });
+            self.stack.truncate(fr.base as usize);
+        }
+        e
+    }
+
+    /// The dispatch loop: runs until the frame pushed at `depth` returns.
+    fn execute(&mut self, depth: usize) -> VmResult<Value> {
+        let program = self.program.clone();
+        'frames: loop {
+            let frame = self.frames.last().expect("execute without a frame");
+            let func = &program.functions[frame.func.index()];
+            let code = &func.code[..];
+            let base = frame.base as usize;
+            let mut pc = frame.pc as usize;
+
+            macro_rules! reg {
+                ($r:expr) => {
+                    self.stack[base + $r.index()]
+                };
+            }
+            macro_rules! throw {
+                ($e:expr) => {{
+                    let e: VmError = $e;
+                    self.frames.last_mut().unwrap().pc = pc as u32;
+                    return Err(self.unwind(e, depth));
+                }};
+            }
+            macro_rules! tri {
+                ($e:expr) => {
+                    match $e {
+                        Ok(v) => v,
+                        Err(e) => throw!(e),
+                    }
+                };
+            }
+            macro_rules! arith {
+                ($dst:expr, $a:expr, $b:expr, $op:expr, $iop:ident, $fop:tt) => {{
+                    let v = match (&reg!($a), &reg!($b)) {
+                        (Value::Int(x), Value::Int(y)) => match x.$iop(*y) {
+                            Some(r) => Value::Int(r),
+                            None => tri!($op.int(*x, *y)),
+                        },
+                        (Value::Float(x), Value::Float(y)) => Value::Float(x $fop y),
+                        (Value::Float(x), Value::Int(y)) => Value::Float(x $fop (*y as f64)),
+                        (Value::Int(x), Value::Float(y)) => Value::Float((*x as f64) $fop y),
+                        (a, b) => tri!(ops::binary($op, a, b)),
+                    };
+                    reg!($dst) = v;
+                }};
+            }
+            macro_rules! compare {
+                ($dst:expr, $a:expr, $b:expr, $sym:literal, $test:expr) => {{
+                    let r = match (&reg!($a), &reg!($b)) {
+                        (Value::Float(x), Value::Float(y)) => x.partial_cmp(y),
+                        (Value::Int(x), Value::Int(y)) => Some(x.cmp(y)),
+                        (a, b) => tri!(ops::compare(a, b, $sym)),
+                    };
+                    reg!($dst) = Value::Bool(r.is_some_and($test));
+                }};
+            }
+
+            loop {
+                let instr = code[pc];
+                pc += 1;
+                self.steps += 1;
+                match instr {
+                    Instr::LoadNil { dst } => reg!(dst) = Value::Nil,
+                    Instr::LoadBool { dst, value } => reg!(dst) = Value::Bool(value != 0),
+                    Instr::LoadK { dst, k } => reg!(dst) = self.consts[k.index()].clone(),
+                    Instr::LoadFunc { dst, func } => reg!(dst) = Value::Func(func),
+                    Instr::LoadBuiltin { dst, builtin } => reg!(dst) = Value::Builtin(builtin),
+                    Instr::LoadStruct { dst, strukt } => reg!(dst) = Value::StructCtor(strukt),
+                    Instr::LoadSelf { dst } => {
+                        let c = self.frames.last().unwrap().closure.clone();
+                        reg!(dst) = c.map(Value::Closure).unwrap_or(Value::Nil);
+                    }
+                    Instr::GetGlobal { dst, slot } => match &self.globals[slot.index()] {
+                        Some(v) => reg!(dst) = v.clone(),
+                        None => throw!(VmError::new(format!(
+                            "module variable '{}' is read before it is set",
+                            program.global_names[slot.index()]
+                        ))),
+                    },
+                    Instr::SetGlobal { slot, src } => {
+                        self.globals[slot.index()] = Some(reg!(src).clone())
+                    }
+                    Instr::RunModule { func } => {
+                        if !self.modules_run[func.index()] {
+                            self.modules_run[func.index()] = true;
+                            self.frames.last_mut().unwrap().pc = pc as u32;
+                            tri!(self.push_frame(func, None, &[], DISCARD, false));
+                            continue 'frames;
+                        }
+                    }
+                    Instr::Add { dst, a, b } => arith!(dst, a, b, BinOp::Add, checked_add, +),
+                    Instr::Sub { dst, a, b } => arith!(dst, a, b, BinOp::Sub, checked_sub, -),
+                    Instr::Mul { dst, a, b } => arith!(dst, a, b, BinOp::Mul, checked_mul, *),
+                    Instr::Div { dst, a, b } => {
+                        let v = match (&reg!(a), &reg!(b)) {
+                            (Value::Float(x), Value::Float(y)) => Value::Float(x / y),
+                            (x, y) => tri!(ops::binary(BinOp::Div, x, y)),
+                        };
+                        reg!(dst) = v;
+                    }
+                    Instr::Mod { dst, a, b } => {
+                        let v = tri!(ops::binary(BinOp::Mod, &reg!(a), &reg!(b)));
+                        reg!(dst) = v;
+                    }
+                    Instr::Pow { dst, a, b } => {
+                        let v = match (&reg!(a), &reg!(b)) {
+                            (Value::Float(x), Value::Float(y)) => Value::Float(x.powf(*y)),
+                            (Value::Float(x), Value::Int(y)) if i32::try_from(*y).is_ok() => {
+                                Value::Float(x.powi(*y as i32))
+                            }
+                            (x, y) => tri!(ops::binary(BinOp::Pow, x, y)),
+                        };
+                        reg!(dst) = v;
+                    }
+                    Instr::MatMul { dst, a, b } => {
+                        let v = tri!(ops::matmul(&reg!(a), &reg!(b)));
+                        reg!(dst) = v;
+                    }
+                    Instr::Neg { dst, src } => {
+                        let v = match &reg!(src) {
+                            Value::Float(x) => Value::Float(-x),
+                            other => tri!(ops::negate(other)),
+                        };
+                        reg!(dst) = v;
+                    }
+                    Instr::Not { dst, src } => match reg!(src) {
+                        Value::Bool(b) => reg!(dst) = Value::Bool(!b),
+                        ref other => throw!(VmError::new(format!(
+                            "operand of 'not' must be bool, got {}",
+                            other.type_name()
+                        ))),
+                    },
+                    Instr::CheckBool { src } => {
+                        if !matches!(reg!(src), Value::Bool(_)) {
+                            throw!(VmError::new(format!(
+                                "operands of 'and'/'or' must be bool, got {}",
+                                reg!(src).type_name()
+                            )))
+                        }
+                    }
+                    Instr::Eq { dst, a, b } => {
+                        let r = reg!(a).equals(&reg!(b));
+                        reg!(dst) = Value::Bool(r)
+                    }
+                    Instr::Ne { dst, a, b } => {
+                        let r = !reg!(a).equals(&reg!(b));
+                        reg!(dst) = Value::Bool(r)
+                    }
+                    Instr::Lt { dst, a, b } => compare!(dst, a, b, "<", |o| o.is_lt()),
+                    Instr::Le { dst, a, b } => compare!(dst, a, b, "<=", |o| o.is_le()),
+                    Instr::Gt { dst, a, b } => compare!(dst, a, b, ">", |o| o.is_gt()),
+                    Instr::Ge { dst, a, b } => compare!(dst, a, b, ">=", |o| o.is_ge()),
+                    Instr::Math1 { dst, src, builtin } => {
+                        let v = match reg!(src) {
+                            Value::Float(x) => Value::Float((program.builtins[builtin.index()]
+                                .scalar
+                                .unwrap())(x)),
+                            Value::Int(i) => Value::Float((program.builtins[builtin.index()]
+                                .scalar
+                                .unwrap())(i as f64)),
+                            ref other => {
+                                let arg = [other.clone()];
+                                self.frames.last_mut().unwrap().pc = pc as u32;
+                                tri!(self.call_builtin(builtin, &arg))
+                            }
+                        };
+                        reg!(dst) = v;
+                    }
+                    Instr::NewArray { dst, items } => {
+                        let vals: Vec<Value> =
+                            func.list(items).iter().map(|r| reg!(r).clone()).collect();
+                        reg!(dst) = Value::array(vals);
+                    }
+                    Instr::NewTuple { dst, items } => {
+                        let vals: Vec<Value> =
+                            func.list(items).iter().map(|r| reg!(r).clone()).collect();
+                        reg!(dst) = Value::tuple(vals);
+                    }
+                    Instr::Index { dst, obj, idx } => {
+                        let v = match (&reg!(obj), &reg!(idx)) {
+                            (Value::Array(a), Value::Int(i)) => {
+                                let r = {
+                                    let a = a.borrow();
+                                    match usize::try_from(*i) {
+                                        Ok(u) if u < a.len() => Ok(a.get(u)),
+                                        _ => Err(index_error(*i, a.len(), "array")),
+                                    }
+                                };
+                                tri!(r)
+                            }
+                            (o, i) => tri!(index_value(o, i)),
+                        };
+                        reg!(dst) = v;
+                    }
+                    Instr::Index2 { dst, obj, ij } => {
+                        let l = func.list(ij);
+                        let v = tri!(index2(&reg!(obj), &reg!(l[0]), &reg!(l[1])));
+                        reg!(dst) = v;
+                    }
+                    Instr::SetIndex { obj, idx, src } => {
+                        let v = reg!(src).clone();
+                        tri!(set_index(&reg!(obj), &reg!(idx), v));
+                    }
+                    Instr::SetIndex2 { obj, ijv } => {
+                        let l = func.list(ijv);
+                        tri!(set_index2(&reg!(obj), &reg!(l[0]), &reg!(l[1]), &reg!(l[2])));
+                    }
+                    Instr::GetField { dst, obj, field } => {
+                        let v = tri!(get_field(&program, &reg!(obj), field));
+                        reg!(dst) = v;
+                    }
+                    Instr::TupleGet { dst, src, idx } => {
+                        let v = match &reg!(src) {
+                            Value::Tuple(t) => t[idx as usize].clone(),
+                            _ => Value::Nil,
+                        };
+                        reg!(dst) = v;
+                    }
+                    Instr::Unpack { src, len } => match &reg!(src) {
+                        Value::Tuple(t) if t.len() == len as usize => {}
+                        Value::Tuple(t) => throw!(VmError::new(format!(
+                            "cannot destructure a tuple of length {} into {} names",
+                            t.len(),
+                            len
+                        ))),
+                        other => throw!(VmError::new(format!(
+                            "cannot destructure {} into {} names (a tuple is needed)",
+                            other.type_name(),
+                            len
+                        ))),
+                    },
+                    Instr::IterPrep { dst, src } => {
+                        let v = match &reg!(src) {
+                            v @ (Value::Array(_) | Value::Tuple(_)) => v.clone(),
+                            Value::Dict(d) => Value::array(d.borrow().keys()),
+                            other => throw!(VmError::new(format!(
+                                "cannot iterate over a value of type {}",
+                                other.type_name()
+                            ))),
+                        };
+                        reg!(dst) = v;
+                    }
+                    Instr::Len { dst, src } => {
+                        let n = tri!(length(&reg!(src)));
+                        reg!(dst) = Value::Int(n as i64);
+                    }
+                    Instr::CheckInt { src } => {
+                        if !matches!(reg!(src), Value::Int(_)) {
+                            throw!(VmError::new(format!(
+                                "range bounds must be ints, got {}",
+                                reg!(src).type_name()
+                            )))
+                        }
+                    }
+                    Instr::MakeClosure { dst, func: f, captures } => {
+                        let caps: Vec<Value> =
+                            func.list(captures).iter().map(|r| reg!(r).clone()).collect();
+                        reg!(dst) = Value::Closure(Rc::new(Closure {
+                            func: f,
+                            captures: caps.into_boxed_slice(),
+                        }));
+                    }
+                    Instr::CallDirect { dst, func: f, args } => {
+                        self.frames.last_mut().unwrap().pc = pc as u32;
+                        if self.steps >= self.next_check {
+                            tri!(self.check_limits());
+                        }
+                        tri!(self.push_call(f, None, base, func.list(args), dst.0));
+                        continue 'frames;
+                    }
+                    Instr::Call { dst, callee, args } => {
+                        self.frames.last_mut().unwrap().pc = pc as u32;
+                        if self.steps >= self.next_check {
+                            tri!(self.check_limits());
+                        }
+                        match reg!(callee).clone() {
+                            Value::Func(f) => {
+                                tri!(self.push_call(f, None, base, func.list(args), dst.0));
+                                continue 'frames;
+                            }
+                            Value::Closure(c) => {
+                                tri!(self.push_call(c.func, Some(c), base, func.list(args), dst.0));
+                                continue 'frames;
+                            }
+                            Value::Builtin(b) => {
+                                let v = tri!(self.call_builtin_regs(b, base, func.list(args)));
+                                reg!(dst) = v;
+                            }
+                            Value::StructCtor(s) => {
+                                let vals: Vec<Value> =
+                                    func.list(args).iter().map(|r| reg!(r).clone()).collect();
+                                let v = tri!(self.construct(s, &vals));
+                                reg!(dst) = v;
+                            }
+                            other => throw!(VmError::new(format!(
+                                "cannot call a value of type {}",
+                                other.type_name()
+                            ))),
+                        }
+                    }
+                    Instr::CallBuiltin { dst, builtin, args } => {
+                        self.frames.last_mut().unwrap().pc = pc as u32;
+                        let v = tri!(self.call_builtin_regs(builtin, base, func.list(args)));
+                        reg!(dst) = v;
+                    }
+                    Instr::NewStruct { dst, strukt, args } => {
+                        let vals: Vec<Value> =
+                            func.list(args).iter().map(|r| reg!(r).clone()).collect();
+                        reg!(dst) = Value::Struct(Rc::new(StructObj {
+                            def: strukt,
+                            fields: vals.into_boxed_slice(),
+                        }));
+                    }
+                    Instr::Jump { target, args } => {
+                        let block = func.blocks[target.index()];
+                        let params = func.list(block.params);
+                        for (p, a) in params.iter().zip(func.list(args)) {
+                            reg!(p) = reg!(a).clone();
+                        }
+                        pc = block.start as usize;
+                        if self.steps >= self.next_check {
+                            tri!(self.check_limits());
+                        }
+                    }
+                    Instr::JumpPar { target, args } => {
+                        let block = func.blocks[target.index()];
+                        let params = func.list(block.params);
+                        self.scratch.clear();
+                        for a in func.list(args) {
+                            let v = reg!(a).clone();
+                            self.scratch.push(v);
+                        }
+                        for (p, v) in params.iter().zip(self.scratch.drain(..)) {
+                            self.stack[base + p.index()] = v;
+                        }
+                        pc = block.start as usize;
+                        if self.steps >= self.next_check {
+                            tri!(self.check_limits());
+                        }
+                    }
+                    Instr::Branch { cond, then_blk, else_blk } => {
+                        let target = match reg!(cond) {
+                            Value::Bool(true) => then_blk,
+                            Value::Bool(false) => else_blk,
+                            ref other => throw!(VmError::new(format!(
+                                "condition must be bool, got {}",
+                                other.type_name()
+                            ))),
+                        };
+                        pc = func.blocks[target.index()].start as usize;
+                    }
+                    Instr::Return { src } => {
+                        let v = std::mem::take(&mut reg!(src));
+                        let fr = self.frames.pop().unwrap();
+                        self.stack.truncate(fr.base as usize);
+                        if fr.boundary {
+                            return Ok(v);
+                        }
+                        if fr.ret != DISCARD {
+                            let caller = self.frames.last().unwrap();
+                            let i = caller.base as usize + fr.ret as usize;
+                            self.stack[i] = v;
+                        }
+                        continue 'frames;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Pushes a frame for a Zy call whose arguments are registers of the frame at `base`.
+    fn push_call(
+        &mut self,
+        func: FuncId,
+        closure: Option<Rc<Closure>>,
+        base: usize,
+        args: &[Reg],
+        ret: u32,
+    ) -> VmResult<()> {
+        if self.frames.len() >= self.limits.max_depth {
+            return Err(VmError::new("stack overflow"));
+        }
+        let f = &self.program.functions[func.index()];
+        if args.len() != f.arity as usize {
+            return Err(arity_error(f, args.len()));
+        }
+        let new_base = self.stack.len();
+        for r in args {
+            let v = self.stack[base + r.index()].clone();
+            self.stack.push(v);
+        }
+        if let Some(c) = &closure {
+            self.stack.extend(c.captures.iter().cloned());
+        }
+        self.stack.resize(new_base + f.num_regs as usize, Value::Nil);
+        self.frames.push(Frame { func, pc: 0, base: new_base as u32, ret, closure, boundary: false });
+        Ok(())
+    }
+
+    fn call_builtin_regs(&mut self, b: BuiltinId, base: usize, args: &[Reg]) -> VmResult<Value> {
+        let mut buf = std::mem::take(&mut self.scratch);
+        buf.clear();
+        buf.extend(args.iter().map(|r| self.stack[base + r.index()].clone()));
+        let r = self.call_builtin(b, &buf);
+        buf.clear();
+        self.scratch = buf;
+        r
+    }
+}
+
+fn arity_error(f: &crate::program::Function, got: usize) -> VmError {
+    let name = match f.trace_name() {
+        "<closure>" => "closure".to_string(),
+        n => format!("function {n}"),
+    };
+    VmError::new(format!(
+        "{name} expects {} argument{}, got {got}",
+        f.arity,
+        if f.arity == 1 { "" } else { "s" }
+    ))
+}
+
+pub fn index_error(i: i64, len: usize, what: &str) -> VmError {
+    VmError::new(format!("index {i} out of range for {what} of length {len}"))
+}
+
+fn int_index(i: &Value, what: &str) -> VmResult<i64> {
+    match i {
+        Value::Int(i) => Ok(*i),
+        other => Err(VmError::new(format!("{what} index must be int, got {}", other.type_name()))),
+    }
+}
+
+fn checked(i: i64, len: usize, what: &str) -> VmResult<usize> {
+    match usize::try_from(i) {
+        Ok(u) if u < len => Ok(u),
+        _ => Err(index_error(i, len, what)),
+    }
+}
+
+/// `obj[idx]` for every indexable type.
+pub fn index_value(obj: &Value, idx: &Value) -> VmResult<Value> {
+    match obj {
+        Value::Array(a) => {
+            let a = a.borrow();
+            Ok(a.get(checked(int_index(idx, "array")?, a.len(), "array")?))
+        }
+        Value::Tuple(t) => Ok(t[checked(int_index(idx, "tuple")?, t.len(), "tuple")?].clone()),
+        Value::Dict(d) => {
+            let key = Key::from_value(idx)?;
+            match d.borrow().get(&key) {
+                Some(v) => Ok(v.clone()),
+                None => Err(VmError::new(format!("key {} not found in dict", key_text(&key)))),
+            }
+        }
+        Value::Matrix(_) => Err(VmError::new("a matrix needs two indices: m[i, j] (or row(m, i))")),
+        Value::Str(_) => Err(VmError::new("strings cannot be indexed (use substr)")),
+        other => Err(VmError::new(format!("cannot index a value of type {}", other.type_name()))),
+    }
+}
+
+fn key_text(k: &Key) -> String {
+    match k {
+        Key::Str(s) => format!("{:?}", &*s.0),
+        Key::Int(i) => i.to_string(),
+        Key::Bool(b) => b.to_string(),
+    }
+}
+
+fn matrix_pos(m: &crate::value::Matrix, i: &Value, j: &Value) -> VmResult<usize> {
+    let (i, j) = (int_index(i, "matrix")?, int_index(j, "matrix")?);
+    match (usize::try_from(i), usize::try_from(j)) {
+        (Ok(r), Ok(c)) if r < m.rows && c < m.cols => Ok(r * m.cols + c),
+        _ => Err(VmError::new(format!(
+            "index ({i}, {j}) out of range for matrix of shape ({}, {})",
+            m.rows, m.cols
+        ))),
+    }
+}
+
+pub fn index2(obj: &Value, i: &Value, j: &Value) -> VmResult<Value> {
+    match obj {
+        Value::Matrix(m) => {
+            let m = m.borrow();
+            Ok(Value::Float(m.data[matrix_pos(&m, i, j)?]))
+        }
+        other => Err(VmError::new(format!("cannot index a value of type {} with two indices", other.type_name()))),
+    }
+}
+
+pub fn set_index(obj: &Value, idx: &Value, v: Value) -> VmResult<()> {
+    match obj {
+        Value::Array(a) => {
+            let mut a = a.borrow_mut();
+            let len = a.len();
+            let i = checked(int_index(idx, "array")?, len, "array")?;
+            a.set(i, v);
+            Ok(())
+        }
+        Value::Dict(d) => {
+            let key = Key::from_value(idx)?;
+            d.borrow_mut().insert(key, v);
+            Ok(())
+        }
+        Value::Tuple(_) => Err(VmError::new("tuples are immutable")),
+        Value::Matrix(_) => Err(VmError::new("a matrix needs two indices: m[i, j] = v")),
+        other => Err(VmError::new(format!("cannot assign into a value of type {}", other.type_name()))),
+    }
+}
+
+pub fn set_index2(obj: &Value, i: &Value, j: &Value, v: &Value) -> VmResult<()> {
+    match obj {
+        Value::Matrix(m) => {
+            let x = v.as_f64().ok_or_else(|| {
+                VmError::new(format!("matrix elements must be numbers, got {}", v.type_name()))
+            })?;
+            let mut m = m.borrow_mut();
+            let p = matrix_pos(&m, i, j)?;
+            m.data[p] = x;
+            Ok(())
+        }
+        other => Err(VmError::new(format!("cannot index a value of type {} with two indices", other.type_name()))),
+    }
+}
+
+pub fn get_field(program: &Program, obj: &Value, field: SymId) -> VmResult<Value> {
+    match obj {
+        Value::Struct(s) => {
+            let def = &program.structs[s.def.index()];
+            match def.fields.iter().position(|f| *f == field) {
+                Some(i) => Ok(s.fields[i].clone()),
+                None => Err(VmError::new(format!(
+                    "struct {} has no field '{}'",
+                    def.name,
+                    program.symbols[field.index()]
+                ))),
+            }
+        }
+        other => Err(VmError::new(format!(
+            "cannot read field '{}' of a value of type {}",
+            program.symbols[field.index()],
+            other.type_name()
+        ))),
+    }
+}
+
+/// `len(x)`.
+pub fn length(v: &Value) -> VmResult<usize> {
+    match v {
+        Value::Array(a) => Ok(a.borrow().len()),
+        Value::Tuple(t) => Ok(t.len()),
+        Value::Dict(d) => Ok(d.borrow().len()),
+        Value::Str(s) => Ok(s.0.chars().count()),
+        Value::Matrix(m) => Ok(m.borrow().rows),
+        other => Err(VmError::new(format!("len of a value of type {}", other.type_name()))),
+    }
+}
+
+/// A new empty dict value.
+pub fn new_dict() -> Value {
+    Value::Dict(Rc::new(RefCell::new(Dict::new())))
+}
+
+/// A new array value from a `Vec<Value>`.
+pub fn new_array(v: Vec<Value>) -> Value {
+    Value::Array(Rc::new(RefCell::new(Array::from_values(v))))
+}

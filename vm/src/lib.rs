@@ -1,0 +1,22 @@
+//! `zygvm-vm`: runtime values, the bytecode instruction set, compiled programs and the
+//! interpreter. It depends on no other zygvm crate: the compiler produces its `Program`s and
+//! the standard library plugs in through `builtin::Builtin`.
+
+pub mod builtin;
+pub mod bytecode;
+pub mod dict;
+pub mod disasm;
+pub mod error;
+pub mod format;
+pub mod host;
+pub mod interp;
+pub mod kernels;
+pub mod ops;
+pub mod program;
+pub mod value;
+pub mod verify;
+
+pub use error::{Error, ErrorKind, VmError, VmResult};
+pub use interp::{InterruptHandle, Limits, Vm};
+pub use program::Program;
+pub use value::Value;

@@ -1,0 +1,180 @@
+//! A compiled program: immutable, `Send + Sync`, shared by any number of VM instances.
+//!
+//! It holds plain data only (no reference-counted runtime values), so one `Arc<Program>` can be
+//! used from many threads while each `Vm` materialises its own runtime constants.
+
+use crate::bytecode::*;
+use crate::host::HostFunction;
+use std::sync::Arc;
+
+/// A byte range in one source file.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct Span {
+    pub file: u32,
+    pub lo: u32,
+    pub hi: u32,
+}
+
+impl Span {
+    pub fn new(file: u32, lo: usize, hi: usize) -> Span {
+        Span { file, lo: lo as u32, hi: hi as u32 }
+    }
+    pub fn to(self, other: Span) -> Span {
+        Span { file: self.file, lo: self.lo.min(other.lo), hi: self.hi.max(other.hi) }
+    }
+}
+
+/// One source file, as named on the command line or in an `import`.
+#[derive(Clone, Debug)]
+pub struct SourceFile {
+    pub name: String,
+    pub text: String,
+}
+
+impl SourceFile {
+    /// 1-based line and column (in characters) of a byte offset.
+    pub fn line_col(&self, offset: u32) -> (usize, usize) {
+        let offset = (offset as usize).min(self.text.len());
+        let before = &self.text[..floor_char_boundary(&self.text, offset)];
+        let line_start = before.rfind('\n').map(|i| i + 1).unwrap_or(0);
+        let line = before.matches('\n').count() + 1;
+        let col = before[line_start..].chars().count() + 1;
+        (line, col)
+    }
+}
+
+fn floor_char_boundary(s: &str, mut i: usize) -> usize {
+    while i > 0 && !s.is_char_boundary(i) {
+        i -= 1;
+    }
+    i
+}
+
+/// A compile-time constant. Strings become runtime strings once per VM.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Const {
+    Int(i64),
+    Float(f64),
+    Str(String),
+}
+
+/// A basic block: where its instructions start in `Function::code`, and its parameters.
+#[derive(Clone, Copy, Debug)]
+pub struct BlockInfo {
+    pub start: u32,
+    pub params: ListId,
+}
+
+/// What kind of function this is; it names the frame in stack traces.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum FuncKind {
+    /// A file's top-level code (`<main>` in traces).
+    Main,
+    /// A named top-level function.
+    Named,
+    /// A closure (`<closure>` in traces) or a nested named function.
+    Closure,
+}
+
+/// One function's bytecode.
+///
+/// Invariants (checked by `verify`):
+/// - registers `0..arity` are the parameters and `arity..arity+captures` the captured values,
+///   all defined on entry; every other register is defined by exactly one instruction or is a
+///   parameter of exactly one block;
+/// - every block ends with exactly one terminator and contains no other;
+/// - the entry block is block 0 and has no parameters;
+/// - `Branch` targets have no parameters; a `Jump` passes exactly as many registers as its
+///   target has parameters;
+/// - every register index is below `num_regs`.
+#[derive(Clone, Debug)]
+pub struct Function {
+    pub name: String,
+    pub kind: FuncKind,
+    pub arity: u32,
+    pub num_captures: u32,
+    pub num_regs: u32,
+    pub code: Vec<Instr>,
+    /// The source span of each instruction (parallel to `code`).
+    pub spans: Vec<Span>,
+    pub blocks: Vec<BlockInfo>,
+    /// `(start, len)` of each register list in `list_regs`.
+    pub lists: Vec<(u32, u32)>,
+    pub list_regs: Vec<Reg>,
+    /// Where the function was declared.
+    pub span: Span,
+}
+
+impl Function {
+    #[inline(always)]
+    pub fn list(&self, l: ListId) -> &[Reg] {
+        let (start, len) = self.lists[l.index()];
+        &self.list_regs[start as usize..(start + len) as usize]
+    }
+
+    /// The name shown in stack traces.
+    pub fn trace_name(&self) -> &str {
+        match self.kind {
+            FuncKind::Main => "<main>",
+            FuncKind::Closure if self.name.is_empty() => "<closure>",
+            _ => &self.name,
+        }
+    }
+
+    /// The block an instruction index belongs to.
+    pub fn block_of(&self, pc: usize) -> BlockId {
+        let i = self.blocks.partition_point(|b| (b.start as usize) <= pc);
+        BlockId(i.saturating_sub(1) as u32)
+    }
+}
+
+/// A struct declaration.
+#[derive(Clone, Debug)]
+pub struct StructDef {
+    pub name: String,
+    pub fields: Vec<SymId>,
+}
+
+/// A whole compiled program.
+#[derive(Clone)]
+pub struct Program {
+    pub files: Vec<SourceFile>,
+    pub functions: Vec<Function>,
+    pub consts: Vec<Const>,
+    pub structs: Vec<StructDef>,
+    pub symbols: Vec<String>,
+    pub global_names: Vec<String>,
+    /// The main function of the entry file.
+    pub main: FuncId,
+    /// Built-in functions, indexed by `BuiltinId`: standard library first, then host functions.
+    pub builtins: Arc<[crate::builtin::Builtin]>,
+    pub host_functions: Vec<HostFunction>,
+}
+
+impl Program {
+    pub fn function(&self, f: FuncId) -> &Function {
+        &self.functions[f.index()]
+    }
+
+    /// Finds a named top-level function of the entry file (or one it imports).
+    pub fn find_function(&self, name: &str) -> Option<FuncId> {
+        self.functions
+            .iter()
+            .position(|f| f.kind == FuncKind::Named && f.name == name)
+            .map(|i| FuncId(i as u32))
+    }
+
+    /// `FILE:LINE:COL` of a span.
+    pub fn location(&self, span: Span) -> crate::error::Location {
+        let file = &self.files[span.file as usize];
+        let (line, col) = file.line_col(span.lo);
+        crate::error::Location { file: file.name.clone(), line, col, span }
+    }
+}
+
+// SAFETY-free note: Program holds only plain data and `Arc`s of `Send + Sync` closures, so the
+// compiler derives `Send + Sync` for it; this assertion keeps it that way.
+const _: fn() = || {
+    fn assert_send_sync<T: Send + Sync>() {}
+    assert_send_sync::<Program>();
+};

@@ -1,0 +1,270 @@
+//! Runtime values: a 16-byte enum with unboxed nil/bool/int/float and thin `Rc` pointers to
+//! heap objects. Arrays of floats are stored as contiguous `f64` (see `Array`).
+
+use crate::bytecode::{BuiltinId, FuncId, StructId};
+use crate::dict::Dict;
+use std::cell::RefCell;
+use std::rc::Rc;
+
+/// An immutable string. Boxed once more so that `Value` stays 16 bytes (a thin pointer).
+#[derive(Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Str(pub Box<str>);
+
+/// A growable array. Arrays whose elements are all floats use the `Floats` representation
+/// (contiguous `f64`, what the kernels and the differentiator want); storing any other value
+/// turns the array into `Values`.
+#[derive(Debug, Clone)]
+pub enum Array {
+    Floats(Vec<f64>),
+    Values(Vec<Value>),
+}
+
+/// A dense row-major matrix of floats.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Matrix {
+    pub rows: usize,
+    pub cols: usize,
+    pub data: Vec<f64>,
+}
+
+/// An instance of a declared struct.
+#[derive(Debug)]
+pub struct StructObj {
+    pub def: StructId,
+    pub fields: Box<[Value]>,
+}
+
+/// A closure: a function plus the values it captured when it was created.
+#[derive(Debug)]
+pub struct Closure {
+    pub func: FuncId,
+    pub captures: Box<[Value]>,
+}
+
+#[derive(Debug, Clone, Default)]
+pub enum Value {
+    #[default]
+    Nil,
+    Bool(bool),
+    Int(i64),
+    Float(f64),
+    Str(Rc<Str>),
+    Tuple(Rc<Vec<Value>>),
+    Array(Rc<RefCell<Array>>),
+    Matrix(Rc<RefCell<Matrix>>),
+    Dict(Rc<RefCell<Dict>>),
+    Struct(Rc<StructObj>),
+    /// A named top-level function (no captures).
+    Func(FuncId),
+    Closure(Rc<Closure>),
+    Builtin(BuiltinId),
+    /// A struct's name used as a value: calling it constructs an instance.
+    StructCtor(StructId),
+}
+
+const _: () = assert!(std::mem::size_of::<Value>() == 16);
+
+impl Value {
+    pub fn str(s: &str) -> Value {
+        Value::Str(Rc::new(Str(s.into())))
+    }
+    pub fn string(s: String) -> Value {
+        Value::Str(Rc::new(Str(s.into_boxed_str())))
+    }
+    pub fn float_array(v: Vec<f64>) -> Value {
+        Value::Array(Rc::new(RefCell::new(Array::Floats(v))))
+    }
+    pub fn array(v: Vec<Value>) -> Value {
+        Value::Array(Rc::new(RefCell::new(Array::from_values(v))))
+    }
+    pub fn tuple(v: Vec<Value>) -> Value {
+        Value::Tuple(Rc::new(v))
+    }
+    pub fn matrix(rows: usize, cols: usize, data: Vec<f64>) -> Value {
+        debug_assert_eq!(rows * cols, data.len());
+        Value::Matrix(Rc::new(RefCell::new(Matrix { rows, cols, data })))
+    }
+
+    /// The name `type(x)` returns (struct instances give their struct's name elsewhere).
+    pub fn type_name(&self) -> &'static str {
+        match self {
+            Value::Nil => "nil",
+            Value::Bool(_) => "bool",
+            Value::Int(_) => "int",
+            Value::Float(_) => "float",
+            Value::Str(_) => "string",
+            Value::Tuple(_) => "tuple",
+            Value::Array(_) => "array",
+            Value::Matrix(_) => "matrix",
+            Value::Dict(_) => "dict",
+            Value::Struct(_) => "struct",
+            Value::Func(_) | Value::Closure(_) | Value::Builtin(_) | Value::StructCtor(_) => {
+                "function"
+            }
+        }
+    }
+
+    /// A number as f64 (ints widen), or `None`.
+    #[inline]
+    pub fn as_f64(&self) -> Option<f64> {
+        match *self {
+            Value::Float(x) => Some(x),
+            Value::Int(i) => Some(i as f64),
+            _ => None,
+        }
+    }
+
+    pub fn is_callable(&self) -> bool {
+        matches!(self, Value::Func(_) | Value::Closure(_) | Value::Builtin(_) | Value::StructCtor(_))
+    }
+
+    /// Structural equality as `==` defines it (numbers by value, containers element by element,
+    /// functions by identity).
+    pub fn equals(&self, other: &Value) -> bool {
+        use Value::*;
+        match (self, other) {
+            (Nil, Nil) => true,
+            (Bool(a), Bool(b)) => a == b,
+            (Int(a), Int(b)) => a == b,
+            (Float(a), Float(b)) => a == b,
+            (Int(a), Float(b)) | (Float(b), Int(a)) => (*a as f64) == *b && int_float_exact(*a, *b),
+            (Str(a), Str(b)) => a.0 == b.0,
+            (Tuple(a), Tuple(b)) => seq_equal(a, b),
+            (Array(a), Array(b)) => {
+                if Rc::ptr_eq(a, b) {
+                    return true;
+                }
+                let (a, b) = (a.borrow(), b.borrow());
+                a.len() == b.len() && (0..a.len()).all(|i| a.get(i).equals(&b.get(i)))
+            }
+            (Matrix(a), Matrix(b)) => {
+                let (a, b) = (a.borrow(), b.borrow());
+                a.rows == b.rows && a.cols == b.cols && a.data == b.data
+            }
+            (Dict(a), Dict(b)) => {
+                if Rc::ptr_eq(a, b) {
+                    return true;
+                }
+                a.borrow().equals(&b.borrow())
+            }
+            (Struct(a), Struct(b)) => a.def == b.def && seq_equal(&a.fields, &b.fields),
+            (Func(a), Func(b)) => a == b,
+            (Closure(a), Closure(b)) => Rc::ptr_eq(a, b),
+            (Builtin(a), Builtin(b)) => a == b,
+            (StructCtor(a), StructCtor(b)) => a == b,
+            _ => false,
+        }
+    }
+}
+
+/// `1 == 1.0` but not `2^53 + 1 == 2^53 as float`: compare exactly.
+fn int_float_exact(i: i64, f: f64) -> bool {
+    f.fract() == 0.0 && f >= -9.223372036854776e18 && f < 9.223372036854776e18 && f as i64 == i
+}
+
+fn seq_equal(a: &[Value], b: &[Value]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.equals(y))
+}
+
+impl Array {
+    /// Chooses the float representation when every element is a float.
+    pub fn from_values(v: Vec<Value>) -> Array {
+        if !v.is_empty() && v.iter().all(|x| matches!(x, Value::Float(_))) {
+            Array::Floats(v.iter().map(|x| x.as_f64().unwrap()).collect())
+        } else {
+            Array::Values(v)
+        }
+    }
+
+    #[inline]
+    pub fn len(&self) -> usize {
+        match self {
+            Array::Floats(v) => v.len(),
+            Array::Values(v) => v.len(),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The element at `i` (the caller has checked the bound).
+    #[inline]
+    pub fn get(&self, i: usize) -> Value {
+        match self {
+            Array::Floats(v) => Value::Float(v[i]),
+            Array::Values(v) => v[i].clone(),
+        }
+    }
+
+    /// Stores `x` at `i` (bound checked by the caller), switching representation if needed.
+    #[inline]
+    pub fn set(&mut self, i: usize, x: Value) {
+        match (self as &mut Array, x) {
+            (Array::Floats(v), Value::Float(f)) => v[i] = f,
+            (Array::Values(v), x) => v[i] = x,
+            (_, x) => {
+                self.make_generic();
+                if let Array::Values(v) = self {
+                    v[i] = x
+                }
+            }
+        }
+    }
+
+    pub fn push(&mut self, x: Value) {
+        match (self as &mut Array, x) {
+            (Array::Floats(v), Value::Float(f)) => v.push(f),
+            (Array::Values(v), Value::Float(f)) if v.is_empty() => *self = Array::Floats(vec![f]),
+            (Array::Values(v), x) => v.push(x),
+            (_, x) => {
+                self.make_generic();
+                if let Array::Values(v) = self {
+                    v.push(x)
+                }
+            }
+        }
+    }
+
+    pub fn insert(&mut self, i: usize, x: Value) {
+        match (self as &mut Array, x) {
+            (Array::Floats(v), Value::Float(f)) => v.insert(i, f),
+            (Array::Values(v), x) => v.insert(i, x),
+            (_, x) => {
+                self.make_generic();
+                if let Array::Values(v) = self {
+                    v.insert(i, x)
+                }
+            }
+        }
+    }
+
+    pub fn remove(&mut self, i: usize) -> Value {
+        match self {
+            Array::Floats(v) => Value::Float(v.remove(i)),
+            Array::Values(v) => v.remove(i),
+        }
+    }
+
+    pub fn make_generic(&mut self) {
+        if let Array::Floats(v) = self {
+            *self = Array::Values(v.iter().map(|&f| Value::Float(f)).collect());
+        }
+    }
+
+    /// All elements as values.
+    pub fn to_values(&self) -> Vec<Value> {
+        match self {
+            Array::Floats(v) => v.iter().map(|&f| Value::Float(f)).collect(),
+            Array::Values(v) => v.clone(),
+        }
+    }
+
+    /// The elements as f64 when every element is a number.
+    pub fn to_f64s(&self) -> Option<Vec<f64>> {
+        match self {
+            Array::Floats(v) => Some(v.clone()),
+            Array::Values(v) => v.iter().map(|x| x.as_f64()).collect(),
+        }
+    }
+}

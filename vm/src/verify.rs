@@ -1,0 +1,95 @@
+//! The bytecode verifier: checks the invariants `program::Function` documents. The compiler
+//! runs it on everything it emits (in debug builds and tests), and so will the differentiator
+//! on the routines it generates.
+
+use crate::bytecode::{Instr, Operand};
+use crate::program::{Function, Program};
+
+/// Checks one function; returns a description of the first violation.
+pub fn verify_function(p: &Program, f: &Function) -> Result<(), String> {
+    let n = f.num_regs as usize;
+    let err = |m: String| Err(format!("{}: {m}", f.trace_name()));
+    if f.blocks.is_empty() || f.blocks[0].start != 0 || !f.list(f.blocks[0].params).is_empty() {
+        return err("entry block must be block 0, start at 0 and have no parameters".into());
+    }
+    if f.spans.len() != f.code.len() {
+        return err("spans and code differ in length".into());
+    }
+    let mut defined = vec![0u32; n];
+    for r in 0..(f.arity + f.num_captures) as usize {
+        if r >= n {
+            return err("parameters exceed the frame".into());
+        }
+        defined[r] += 1;
+    }
+    for (b, block) in f.blocks.iter().enumerate() {
+        for r in f.list(block.params) {
+            if r.index() >= n {
+                return err(format!("block B{b} parameter {r} outside the frame"));
+            }
+            defined[r.index()] += 1;
+        }
+        let end = f.blocks.get(b + 1).map(|x| x.start as usize).unwrap_or(f.code.len());
+        if end <= block.start as usize {
+            return err(format!("block B{b} is empty"));
+        }
+        for pc in block.start as usize..end {
+            let i = &f.code[pc];
+            if i.is_terminator() != (pc == end - 1) {
+                return err(format!("block B{b}: terminator misplaced at {pc}"));
+            }
+            let mut bad = None;
+            i.for_each_operand(|o| match o {
+                Operand::Def(r) => {
+                    if r.index() >= n {
+                        bad = Some(format!("{pc}: {r} outside the frame"));
+                    } else {
+                        defined[r.index()] += 1;
+                    }
+                }
+                Operand::Use(r) if r.index() >= n => bad = Some(format!("{pc}: {r} outside the frame")),
+                Operand::Block(t) if t.index() >= f.blocks.len() => bad = Some(format!("{pc}: no block {t}")),
+                Operand::List(l) => {
+                    if l.index() >= f.lists.len() {
+                        bad = Some(format!("{pc}: no list {l}"))
+                    } else if f.list(l).iter().any(|r| r.index() >= n) {
+                        bad = Some(format!("{pc}: list {l} names a register outside the frame"))
+                    }
+                }
+                Operand::Func(g) if g.index() >= p.functions.len() => bad = Some(format!("{pc}: no function {g}")),
+                Operand::Const(k) if k.index() >= p.consts.len() => bad = Some(format!("{pc}: no constant {k}")),
+                Operand::Global(g) if g.index() >= p.global_names.len() => bad = Some(format!("{pc}: no global {g}")),
+                Operand::Builtin(g) if g.index() >= p.builtins.len() => bad = Some(format!("{pc}: no builtin {g}")),
+                _ => {}
+            });
+            if let Some(m) = bad {
+                return err(m);
+            }
+            match *i {
+                Instr::Jump { target, args } | Instr::JumpPar { target, args } => {
+                    let want = f.list(f.blocks[target.index()].params).len();
+                    if f.list(args).len() != want {
+                        return err(format!("{pc}: jump passes {} arguments to {target} which takes {want}", f.list(args).len()));
+                    }
+                }
+                Instr::Branch { then_blk, else_blk, .. } => {
+                    for t in [then_blk, else_blk] {
+                        if !f.list(f.blocks[t.index()].params).is_empty() {
+                            return err(format!("{pc}: branch to {t}, which has parameters"));
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+    if let Some(r) = defined.iter().position(|&d| d > 1) {
+        return err(format!("r{r} is defined more than once"));
+    }
+    Ok(())
+}
+
+/// Checks every function of a program.
+pub fn verify_program(p: &Program) -> Result<(), String> {
+    p.functions.iter().try_for_each(|f| verify_function(p, f))
+}
