@@ -94,10 +94,16 @@ impl<'a> Parser<'a> {
 
     /// Skips to the start of the next statement after an error.
     fn synchronize(&mut self) {
+        let start = self.pos;
         let mut depth = 0i32;
         loop {
             match self.peek() {
                 Tok::Eof => return,
+                Tok::RParen | Tok::RBracket if depth <= 0 => {
+                    // A stray closer: skip it, so that recovery always makes progress.
+                    self.bump();
+                    continue;
+                }
                 Tok::Newline | Tok::Semi if depth <= 0 => {
                     self.bump();
                     return;
@@ -105,6 +111,9 @@ impl<'a> Parser<'a> {
                 Tok::LBrace | Tok::LParen | Tok::LBracket => depth += 1,
                 Tok::RBrace | Tok::RParen | Tok::RBracket => {
                     if depth <= 0 {
+                        if self.pos == start && !matches!(self.peek(), Tok::RBrace) {
+                            self.bump();
+                        }
                         return;
                     }
                     depth -= 1;
