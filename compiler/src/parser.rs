@@ -610,7 +610,7 @@ mod tests {
 
     #[test]
     fn reports_every_error() {
-        assert_eq!(errors("let = 1\nlet y = (\nprint(1 < 2 < 3)"), 3);
+        assert_eq!(errors("let = 1\nlet y = )\nprint(1 < 2 < 3)"), 3);
     }
 
     #[test]

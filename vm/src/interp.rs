@@ -93,7 +93,13 @@ pub struct Vm {
     next_check: u64,
     memory_probe: Option<fn() -> usize>,
     scratch: Vec<Value>,
+    /// How many `execute` activations are nested (built-ins calling back into Zy).
+    native_depth: usize,
 }
+
+/// Built-ins that call back into Zy (`map` inside `map` ...) nest Rust activations; this bounds
+/// them so hostile scripts get `stack overflow`, never a Rust stack overflow.
+const MAX_NATIVE_DEPTH: usize = 200;
 
 // SAFETY: a `Vm` owns every `Rc` reachable from it: the program holds plain data only, host
 // functions receive and return owned `HostValue`s, and the public API converts every value at
@@ -129,6 +135,7 @@ impl Vm {
             next_check: CHECK_INTERVAL,
             memory_probe: None,
             scratch: vec![],
+            native_depth: 0,
         }
     }
 
@@ -220,6 +227,10 @@ impl Vm {
             self.next_check = self.steps;
             self.interrupt.store(false, AtomicOrdering::Relaxed);
         }
+        if self.native_depth >= MAX_NATIVE_DEPTH {
+            return Err(VmError::new("stack overflow (calls nested through built-in functions)"));
+        }
+        self.native_depth += 1;
         let result = match f {
             Value::Func(id) => {
                 let depth = self.frames.len();
@@ -236,6 +247,7 @@ impl Vm {
             Value::StructCtor(s) => self.construct(*s, args),
             other => Err(VmError::new(format!("cannot call a value of type {}", other.type_name()))),
         };
+        self.native_depth -= 1;
         if outermost {
             self.stack.clear();
             self.frames.clear();

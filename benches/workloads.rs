@@ -1,0 +1,98 @@
+//! The forward pass of every workload of `../shared/spec/benchmarks.md` on zygvm's
+//! interpreter, beside Lua 5.4 (`lua5.4`) and LuaJIT (`luajit -joff`, `luajit`) running the same
+//! scalar workloads, timed in the same run. Lua is timed by its own loop (`benches/lua/driver.lua`,
+//! `os.clock` around N calls) through criterion's `iter_custom`, so process start-up is excluded.
+//!
+//! Run: `cargo bench --bench workloads` (a Lua column is skipped when its binary is absent).
+
+use criterion::{criterion_group, criterion_main, Criterion};
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+use zygvm::{Program, Value, Vm};
+
+const WORKLOADS: &[&str] =
+    &["sincos", "loop", "logsumexp", "logsumexp_loops", "logreg", "logreg_loops", "mlp", "mlp_loops"];
+/// The scalar workloads that have a Lua twin in `benches/lua/`.
+const LUA_WORKLOADS: &[&str] = &["sincos", "loop", "logsumexp_loops", "logreg_loops", "mlp_loops"];
+
+fn bench_dir() -> &'static Path {
+    Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/benches"))
+}
+
+/// A VM that has run the workload's setup (its main program), ready to call `bench()`.
+pub fn workload_vm(name: &str) -> Vm {
+    let program = Program::compile_file(bench_dir().join("zy").join(format!("{name}.zy")))
+        .unwrap_or_else(|e| panic!("{name}: {e}"));
+    let mut vm = Vm::new(&program);
+    vm.run().unwrap();
+    vm
+}
+
+fn lua_available(bin: &str) -> bool {
+    Command::new(bin).arg("-v").output().is_ok_and(|o| o.status.success())
+}
+
+/// Runs `iters` calls under a Lua binary and returns the time Lua measured.
+fn lua_time(bin: &[&str], name: &str, iters: u64) -> Duration {
+    let lua = bench_dir().join("lua");
+    let out = Command::new(bin[0])
+        .args(&bin[1..])
+        .arg(lua.join("driver.lua"))
+        .arg(lua.join(format!("{name}.lua")))
+        .arg(iters.to_string())
+        .output()
+        .expect("lua runs");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let secs: f64 = text.split_whitespace().next().and_then(|s| s.parse().ok()).unwrap_or_else(|| {
+        panic!("{name}: lua printed {text:?} {}", String::from_utf8_lossy(&out.stderr))
+    });
+    Duration::from_secs_f64(secs)
+}
+
+fn forward(c: &mut Criterion) {
+    let mut g = c.benchmark_group("forward");
+    g.sample_size(20).warm_up_time(Duration::from_millis(300)).measurement_time(Duration::from_secs(2));
+    for name in WORKLOADS {
+        let mut vm = workload_vm(name);
+        g.bench_function(format!("{name}/zygvm-interp"), |b| {
+            b.iter(|| vm.call_value("bench", vec![]).unwrap())
+        });
+    }
+    let luas: &[(&str, &[&str])] =
+        &[("lua5.4", &["lua5.4"]), ("luajit-joff", &["luajit", "-joff"]), ("luajit", &["luajit"])];
+    for (label, bin) in luas {
+        if !lua_available(bin[0]) {
+            eprintln!("{label}: not installed, column skipped");
+            continue;
+        }
+        for name in LUA_WORKLOADS {
+            g.bench_function(format!("{name}/{label}"), |b| b.iter_custom(|iters| lua_time(bin, name, iters)));
+        }
+    }
+    g.finish();
+}
+
+fn compile(c: &mut Criterion) {
+    // Compilation is linear: a generated 20,000-line script.
+    let mut src = String::new();
+    for i in 0..5_000 {
+        src.push_str(&format!(
+            "fn f{i}(x) {{\n  let y = x * {i} + 1\n  if y > 10 {{ y - 1 }} else {{ for k in 0..3 {{ y += k }}; y }}\n}}\n"
+        ));
+    }
+    assert_eq!(src.lines().count(), 20_000);
+    let mut g = c.benchmark_group("compile");
+    g.sample_size(10);
+    g.bench_function("generated_20k_lines", |b| b.iter(|| Program::compile("gen.zy", &src).unwrap()));
+    g.finish();
+}
+
+fn sanity(_: &mut Criterion) {
+    // The workloads compute what they should (guards against benchmarking an error path).
+    let mut vm = workload_vm("sincos");
+    assert_eq!(vm.call_value("bench", vec![]).unwrap(), Value::Float(0.5f64.cos().sin()));
+}
+
+criterion_group!(benches, sanity, forward, compile);
+criterion_main!(benches);
