@@ -50,6 +50,8 @@ struct FnCtx {
     /// For each capture, in order: the enclosing function's variable it copies.
     captures: Vec<Var>,
     is_main: bool,
+    /// Constants already loaded in the entry block.
+    consts: HashMap<ConstId, Reg>,
 }
 
 impl FnCtx {
@@ -60,6 +62,7 @@ impl FnCtx {
             loops: vec![],
             captures: vec![],
             is_main,
+            consts: HashMap::new(),
         }
     }
 }
@@ -292,7 +295,12 @@ impl<'a> Lowerer<'a> {
 
     fn konst(&mut self, c: Const, span: Span) -> Reg {
         let k = self.pools.constant(c);
-        self.b().emit_def(|dst| Instr::LoadK { dst, k }, span)
+        if let Some(&r) = self.ctx().consts.get(&k) {
+            return r;
+        }
+        let r = self.b().emit_def_in_entry(|dst| Instr::LoadK { dst, k }, span);
+        self.ctx().consts.insert(k, r);
+        r
     }
 
     fn lower_block(&mut self, block: &Block) -> Reg {

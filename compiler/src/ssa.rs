@@ -134,6 +134,18 @@ impl FnBuilder {
         b.spans.push(span);
     }
 
+    /// Defines a register in the entry block (before its terminator, if it has one yet), so
+    /// that it dominates the whole function: used for constants, loaded once per call rather
+    /// than once per loop iteration.
+    pub fn emit_def_in_entry(&mut self, f: impl FnOnce(Reg) -> Instr, span: Span) -> Reg {
+        let r = self.new_reg();
+        let entry = &mut self.blocks[0];
+        let at = if entry.code.last().is_some_and(|i| i.is_terminator()) { entry.code.len() - 1 } else { entry.code.len() };
+        entry.code.insert(at, f(r));
+        entry.spans.insert(at, span);
+        r
+    }
+
     pub fn emit_def(&mut self, f: impl FnOnce(Reg) -> Instr, span: Span) -> Reg {
         let r = self.new_reg();
         self.emit(f(r), span);
@@ -271,6 +283,76 @@ impl FnBuilder {
         }
     }
 
+    /// Removes jumps that do nothing: a block holding only `Jump X ()` is bypassed, and a
+    /// block entered only by an argument-less `Jump` from its one predecessor is appended to
+    /// that predecessor. (Both leave the block-argument invariants intact: an argument-less
+    /// jump targets a block without parameters.)
+    fn simplify_cfg(&mut self) {
+        let n = self.blocks.len();
+        let plain_target = |b: &BlockData| match b.code.last() {
+            Some(Instr::Jump { target, args }) if self.lists[args.index()].is_empty() => Some(*target),
+            _ => None,
+        };
+        // 1. Thread empty blocks.
+        let mut forward: Vec<BlockId> = (0..n as u32).map(BlockId).collect();
+        for b in 1..n {
+            if self.blocks[b].code.len() == 1 {
+                if let Some(t) = plain_target(&self.blocks[b]) {
+                    forward[b] = t;
+                }
+            }
+        }
+        let resolve = |mut b: BlockId| {
+            let mut steps = 0;
+            while forward[b.index()] != b && steps < n {
+                b = forward[b.index()];
+                steps += 1;
+            }
+            b
+        };
+        for block in &mut self.blocks {
+            if let Some(last) = block.code.last_mut() {
+                last.map_operands(|o| match o {
+                    Operand::Block(t) => Operand::Block(resolve(t)),
+                    o => o,
+                });
+            }
+        }
+        // 2. Merge single-predecessor blocks into their predecessor.
+        let mut preds = vec![0u32; n];
+        for block in &self.blocks {
+            if let Some(last) = block.code.last() {
+                last.for_each_operand(|o| {
+                    if let Operand::Block(t) = o {
+                        preds[t.index()] += 1;
+                    }
+                });
+            }
+        }
+        for b in 0..n {
+            while let Some(t) = plain_target(&self.blocks[b]) {
+                if t.index() == b || t.0 == 0 || preds[t.index()] != 1 {
+                    break;
+                }
+                let moved = std::mem::take(&mut self.blocks[t.index()].code);
+                let spans = std::mem::take(&mut self.blocks[t.index()].spans);
+                preds[t.index()] = 0;
+                let block = &mut self.blocks[b];
+                block.code.pop();
+                block.spans.pop();
+                block.code.extend(moved);
+                block.spans.extend(spans);
+            }
+        }
+        // Merged-away blocks are now empty: give them a terminator; they are unreachable.
+        for block in &mut self.blocks {
+            if block.code.is_empty() {
+                block.code.push(Instr::Return { src: self.undef });
+                block.spans.push(Span::default());
+            }
+        }
+    }
+
     /// Lays out the reachable blocks and produces the bytecode function.
     pub fn finish(mut self, name: String, kind: FuncKind, span: Span) -> Function {
         // Every block must end in a terminator (a dead block may be left open).
@@ -281,6 +363,7 @@ impl FnBuilder {
                 self.blocks[b].spans.push(span);
             }
         }
+        self.simplify_cfg();
         // Reachable blocks, in creation order.
         let mut reachable = vec![false; self.blocks.len()];
         let mut work = vec![0usize];

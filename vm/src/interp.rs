@@ -327,6 +327,7 @@ impl Vm {
     }
 
     /// The dispatch loop: runs until the frame pushed at `depth` returns.
+    #[allow(unused_assignments)] // `run_start` is reset by `account!` even where unread
     fn execute(&mut self, depth: usize) -> VmResult<Value> {
         let program = self.program.clone();
         'frames: loop {
@@ -335,15 +336,31 @@ impl Vm {
             let code = &func.code[..];
             let base = frame.base as usize;
             let mut pc = frame.pc as usize;
+            // Instructions are counted per straight-line run (at terminators and calls), not one
+            // by one: a memory increment per instruction would serialise the dispatch loop.
+            let mut run_start = pc;
+            macro_rules! account {
+                () => {{
+                    self.steps += (pc - run_start) as u64;
+                    run_start = pc;
+                }};
+            }
 
+            // SAFETY (for every `reg!`): the verifier (run on every compiled function) guarantees
+            // each register operand is below `num_regs`, and a frame's slice
+            // `stack[base .. base + num_regs]` is allocated when it is pushed and never truncated
+            // while the frame is live (callees only truncate down to their own base). The pointer
+            // is re-read from `self.stack` at each use, so a reallocation by a nested call cannot
+            // leave it dangling.
             macro_rules! reg {
                 ($r:expr) => {
-                    self.stack[base + $r.index()]
+                    *unsafe { &mut *self.stack.as_mut_ptr().add(base + $r.index()) }
                 };
             }
             macro_rules! throw {
                 ($e:expr) => {{
                     let e: VmError = $e;
+                    account!();
                     self.frames.last_mut().unwrap().pc = pc as u32;
                     return Err(self.unwind(e, depth));
                 }};
@@ -383,9 +400,11 @@ impl Vm {
             }
 
             loop {
-                let instr = code[pc];
+                debug_assert!(pc < code.len());
+                // SAFETY: every block ends with a terminator and every jump target is a block
+                // start (verifier), so `pc` never runs past the last instruction.
+                let instr = unsafe { *code.get_unchecked(pc) };
                 pc += 1;
-                self.steps += 1;
                 match instr {
                     Instr::LoadNil { dst } => reg!(dst) = Value::Nil,
                     Instr::LoadBool { dst, value } => reg!(dst) = Value::Bool(value != 0),
@@ -588,6 +607,7 @@ impl Vm {
                         }));
                     }
                     Instr::CallDirect { dst, func: f, args } => {
+                        account!();
                         self.frames.last_mut().unwrap().pc = pc as u32;
                         if self.steps >= self.next_check {
                             tri!(self.check_limits());
@@ -596,6 +616,7 @@ impl Vm {
                         continue 'frames;
                     }
                     Instr::Call { dst, callee, args } => {
+                        account!();
                         self.frames.last_mut().unwrap().pc = pc as u32;
                         if self.steps >= self.next_check {
                             tri!(self.check_limits());
@@ -626,6 +647,7 @@ impl Vm {
                         }
                     }
                     Instr::CallBuiltin { dst, builtin, args } => {
+                        account!();
                         self.frames.last_mut().unwrap().pc = pc as u32;
                         let v = tri!(self.call_builtin_regs(builtin, base, func.list(args)));
                         reg!(dst) = v;
@@ -639,17 +661,20 @@ impl Vm {
                         }));
                     }
                     Instr::Jump { target, args } => {
+                        account!();
                         let block = func.blocks[target.index()];
                         let params = func.list(block.params);
                         for (p, a) in params.iter().zip(func.list(args)) {
                             reg!(p) = reg!(a).clone();
                         }
                         pc = block.start as usize;
+                        run_start = pc;
                         if self.steps >= self.next_check {
                             tri!(self.check_limits());
                         }
                     }
                     Instr::JumpPar { target, args } => {
+                        account!();
                         let block = func.blocks[target.index()];
                         let params = func.list(block.params);
                         self.scratch.clear();
@@ -661,11 +686,13 @@ impl Vm {
                             self.stack[base + p.index()] = v;
                         }
                         pc = block.start as usize;
+                        run_start = pc;
                         if self.steps >= self.next_check {
                             tri!(self.check_limits());
                         }
                     }
                     Instr::Branch { cond, then_blk, else_blk } => {
+                        account!();
                         let target = match reg!(cond) {
                             Value::Bool(true) => then_blk,
                             Value::Bool(false) => else_blk,
@@ -675,8 +702,10 @@ impl Vm {
                             ))),
                         };
                         pc = func.blocks[target.index()].start as usize;
+                        run_start = pc;
                     }
                     Instr::Return { src } => {
+                        account!();
                         let v = std::mem::take(&mut reg!(src));
                         let fr = self.frames.pop().unwrap();
                         self.stack.truncate(fr.base as usize);

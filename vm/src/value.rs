@@ -41,7 +41,7 @@ pub struct Closure {
     pub captures: Box<[Value]>,
 }
 
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Default)]
 pub enum Value {
     #[default]
     Nil,
@@ -63,6 +63,43 @@ pub enum Value {
 }
 
 const _: () = assert!(std::mem::size_of::<Value>() == 16);
+
+impl Clone for Value {
+    /// Inlined so that copying a number (the interpreter's commonest move) is a plain copy
+    /// rather than a call.
+    #[inline(always)]
+    fn clone(&self) -> Value {
+        match self {
+            Value::Nil => Value::Nil,
+            Value::Bool(b) => Value::Bool(*b),
+            Value::Int(i) => Value::Int(*i),
+            Value::Float(x) => Value::Float(*x),
+            other => other.clone_heap(),
+        }
+    }
+}
+
+impl Value {
+    #[inline(never)]
+    fn clone_heap(&self) -> Value {
+        match self {
+            Value::Str(s) => Value::Str(s.clone()),
+            Value::Tuple(t) => Value::Tuple(t.clone()),
+            Value::Array(a) => Value::Array(a.clone()),
+            Value::Matrix(m) => Value::Matrix(m.clone()),
+            Value::Dict(d) => Value::Dict(d.clone()),
+            Value::Struct(s) => Value::Struct(s.clone()),
+            Value::Func(f) => Value::Func(*f),
+            Value::Closure(c) => Value::Closure(c.clone()),
+            Value::Builtin(b) => Value::Builtin(*b),
+            Value::StructCtor(s) => Value::StructCtor(*s),
+            Value::Nil => Value::Nil,
+            Value::Bool(b) => Value::Bool(*b),
+            Value::Int(i) => Value::Int(*i),
+            Value::Float(x) => Value::Float(*x),
+        }
+    }
+}
 
 impl Value {
     pub fn str(s: &str) -> Value {
