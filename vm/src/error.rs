@@ -102,21 +102,42 @@ pub struct TraceEntry {
     pub pc: u32,
 }
 
-/// The error the interpreter and built-ins return internally: cheap to create, located later.
+/// The contents of a `VmError`.
 #[derive(Clone, Debug)]
-pub struct VmError {
+pub struct VmErrorInner {
     pub message: String,
     pub trace: Vec<TraceEntry>,
 }
 
+/// The error the interpreter and built-ins return internally: cheap to create, located later.
+/// Boxed so that `VmResult<Value>` stays 16 bytes and the hot paths return it in registers.
+#[derive(Clone, Debug)]
+pub struct VmError(Box<VmErrorInner>);
+
+const _: () = assert!(std::mem::size_of::<VmResult<crate::value::Value>>() == 16);
+
+impl std::ops::Deref for VmError {
+    type Target = VmErrorInner;
+    fn deref(&self) -> &VmErrorInner {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for VmError {
+    fn deref_mut(&mut self) -> &mut VmErrorInner {
+        &mut self.0
+    }
+}
+
 impl VmError {
     pub fn new(message: impl Into<String>) -> VmError {
-        VmError { message: message.into(), trace: Vec::new() }
+        VmError(Box::new(VmErrorInner { message: message.into(), trace: Vec::new() }))
     }
 
     /// Turns the recorded trace into a located public error.
     pub fn locate(self, program: &Program) -> Error {
-        let stack: Vec<StackFrame> = self
+        let inner = *self.0;
+        let stack: Vec<StackFrame> = inner
             .trace
             .iter()
             .map(|t| {
@@ -127,7 +148,7 @@ impl VmError {
             .collect();
         Error {
             kind: ErrorKind::Runtime,
-            message: self.message,
+            message: inner.message,
             location: stack.first().map(|s| s.location.clone()),
             stack,
             diagnostics: vec![],

@@ -357,6 +357,12 @@ impl Vm {
                     *unsafe { &mut *self.stack.as_mut_ptr().add(base + $r.index()) }
                 };
             }
+            macro_rules! set {
+                ($r:expr, $v:expr) => {{
+                    let v: Value = $v;
+                    store(unsafe { &mut *self.stack.as_mut_ptr().add(base + $r.index()) }, v)
+                }};
+            }
             macro_rules! throw {
                 ($e:expr) => {{
                     let e: VmError = $e;
@@ -406,18 +412,18 @@ impl Vm {
                 let instr = unsafe { *code.get_unchecked(pc) };
                 pc += 1;
                 match instr {
-                    Instr::LoadNil { dst } => reg!(dst) = Value::Nil,
-                    Instr::LoadBool { dst, value } => reg!(dst) = Value::Bool(value != 0),
-                    Instr::LoadK { dst, k } => reg!(dst) = self.consts[k.index()].clone(),
-                    Instr::LoadFunc { dst, func } => reg!(dst) = Value::Func(func),
-                    Instr::LoadBuiltin { dst, builtin } => reg!(dst) = Value::Builtin(builtin),
-                    Instr::LoadStruct { dst, strukt } => reg!(dst) = Value::StructCtor(strukt),
+                    Instr::LoadNil { dst } => set!(dst, Value::Nil),
+                    Instr::LoadBool { dst, value } => set!(dst, Value::Bool(value != 0)),
+                    Instr::LoadK { dst, k } => set!(dst, self.consts[k.index()].clone()),
+                    Instr::LoadFunc { dst, func } => set!(dst, Value::Func(func)),
+                    Instr::LoadBuiltin { dst, builtin } => set!(dst, Value::Builtin(builtin)),
+                    Instr::LoadStruct { dst, strukt } => set!(dst, Value::StructCtor(strukt)),
                     Instr::LoadSelf { dst } => {
                         let c = self.frames.last().unwrap().closure.clone();
-                        reg!(dst) = c.map(Value::Closure).unwrap_or(Value::Nil);
+                        set!(dst, c.map(Value::Closure).unwrap_or(Value::Nil));
                     }
                     Instr::GetGlobal { dst, slot } => match &self.globals[slot.index()] {
-                        Some(v) => reg!(dst) = v.clone(),
+                        Some(v) => set!(dst, v.clone()),
                         None => throw!(VmError::new(format!(
                             "module variable '{}' is read before it is set",
                             program.global_names[slot.index()]
@@ -442,11 +448,11 @@ impl Vm {
                             (Value::Float(x), Value::Float(y)) => Value::Float(x / y),
                             (x, y) => tri!(ops::binary(BinOp::Div, x, y)),
                         };
-                        reg!(dst) = v;
+                        set!(dst, v);
                     }
                     Instr::Mod { dst, a, b } => {
                         let v = tri!(ops::binary(BinOp::Mod, &reg!(a), &reg!(b)));
-                        reg!(dst) = v;
+                        set!(dst, v);
                     }
                     Instr::Pow { dst, a, b } => {
                         let v = match (&reg!(a), &reg!(b)) {
@@ -456,21 +462,21 @@ impl Vm {
                             }
                             (x, y) => tri!(ops::binary(BinOp::Pow, x, y)),
                         };
-                        reg!(dst) = v;
+                        set!(dst, v);
                     }
                     Instr::MatMul { dst, a, b } => {
                         let v = tri!(ops::matmul(&reg!(a), &reg!(b)));
-                        reg!(dst) = v;
+                        set!(dst, v);
                     }
                     Instr::Neg { dst, src } => {
                         let v = match &reg!(src) {
                             Value::Float(x) => Value::Float(-x),
                             other => tri!(ops::negate(other)),
                         };
-                        reg!(dst) = v;
+                        set!(dst, v);
                     }
                     Instr::Not { dst, src } => match reg!(src) {
-                        Value::Bool(b) => reg!(dst) = Value::Bool(!b),
+                        Value::Bool(b) => set!(dst, Value::Bool(!b)),
                         ref other => throw!(VmError::new(format!(
                             "operand of 'not' must be bool, got {}",
                             other.type_name()
@@ -510,38 +516,54 @@ impl Vm {
                                 tri!(self.call_builtin(builtin, &arg))
                             }
                         };
-                        reg!(dst) = v;
+                        set!(dst, v);
                     }
                     Instr::NewArray { dst, items } => {
                         let vals: Vec<Value> =
                             func.list(items).iter().map(|r| reg!(r).clone()).collect();
-                        reg!(dst) = Value::array(vals);
+                        set!(dst, Value::array(vals));
                     }
                     Instr::NewTuple { dst, items } => {
                         let vals: Vec<Value> =
                             func.list(items).iter().map(|r| reg!(r).clone()).collect();
-                        reg!(dst) = Value::tuple(vals);
+                        set!(dst, Value::tuple(vals));
                     }
                     Instr::Index { dst, obj, idx } => {
                         let v = match (&reg!(obj), &reg!(idx)) {
                             (Value::Array(a), Value::Int(i)) => {
-                                let r = {
-                                    let a = a.borrow();
-                                    match usize::try_from(*i) {
-                                        Ok(u) if u < a.len() => Ok(a.get(u)),
-                                        _ => Err(index_error(*i, a.len(), "array")),
+                                let r = match &*a.borrow() {
+                                    Array::Floats(v) if (*i as u64) < v.len() as u64 => {
+                                        Ok(Value::Float(v[*i as usize]))
                                     }
+                                    Array::Values(v) if (*i as u64) < v.len() as u64 => {
+                                        Ok(v[*i as usize].clone())
+                                    }
+                                    a => Err(index_error(*i, a.len(), "array")),
                                 };
                                 tri!(r)
                             }
                             (o, i) => tri!(index_value(o, i)),
                         };
-                        reg!(dst) = v;
+                        set!(dst, v);
                     }
                     Instr::Index2 { dst, obj, ij } => {
                         let l = func.list(ij);
-                        let v = tri!(index2(&reg!(obj), &reg!(l[0]), &reg!(l[1])));
-                        reg!(dst) = v;
+                        let fast = match (&reg!(obj), &reg!(l[0]), &reg!(l[1])) {
+                            (Value::Matrix(m), Value::Int(i), Value::Int(j)) => {
+                                let m = m.borrow();
+                                if (*i as u64) < m.rows as u64 && (*j as u64) < m.cols as u64 {
+                                    Some(m.data[*i as usize * m.cols + *j as usize])
+                                } else {
+                                    None
+                                }
+                            }
+                            _ => None,
+                        };
+                        let v = match fast {
+                            Some(x) => Value::Float(x),
+                            None => tri!(index2(&reg!(obj), &reg!(l[0]), &reg!(l[1]))),
+                        };
+                        set!(dst, v);
                     }
                     Instr::SetIndex { obj, idx, src } => {
                         let v = reg!(src).clone();
@@ -553,14 +575,14 @@ impl Vm {
                     }
                     Instr::GetField { dst, obj, field } => {
                         let v = tri!(get_field(&program, &reg!(obj), field));
-                        reg!(dst) = v;
+                        set!(dst, v);
                     }
                     Instr::TupleGet { dst, src, idx } => {
                         let v = match &reg!(src) {
                             Value::Tuple(t) => t[idx as usize].clone(),
                             _ => Value::Nil,
                         };
-                        reg!(dst) = v;
+                        set!(dst, v);
                     }
                     Instr::Unpack { src, len } => match &reg!(src) {
                         Value::Tuple(t) if t.len() == len as usize => {}
@@ -584,11 +606,11 @@ impl Vm {
                                 other.type_name()
                             ))),
                         };
-                        reg!(dst) = v;
+                        set!(dst, v);
                     }
                     Instr::Len { dst, src } => {
                         let n = tri!(length(&reg!(src)));
-                        reg!(dst) = Value::Int(n as i64);
+                        set!(dst, Value::Int(n as i64));
                     }
                     Instr::CheckInt { src } => {
                         if !matches!(reg!(src), Value::Int(_)) {
@@ -632,13 +654,13 @@ impl Vm {
                             }
                             Value::Builtin(b) => {
                                 let v = tri!(self.call_builtin_regs(b, base, func.list(args)));
-                                reg!(dst) = v;
+                                set!(dst, v);
                             }
                             Value::StructCtor(s) => {
                                 let vals: Vec<Value> =
                                     func.list(args).iter().map(|r| reg!(r).clone()).collect();
                                 let v = tri!(self.construct(s, &vals));
-                                reg!(dst) = v;
+                                set!(dst, v);
                             }
                             other => throw!(VmError::new(format!(
                                 "cannot call a value of type {}",
@@ -650,7 +672,7 @@ impl Vm {
                         account!();
                         self.frames.last_mut().unwrap().pc = pc as u32;
                         let v = tri!(self.call_builtin_regs(builtin, base, func.list(args)));
-                        reg!(dst) = v;
+                        set!(dst, v);
                     }
                     Instr::NewStruct { dst, strukt, args } => {
                         let vals: Vec<Value> =
@@ -665,7 +687,7 @@ impl Vm {
                         let block = func.blocks[target.index()];
                         let params = func.list(block.params);
                         for (p, a) in params.iter().zip(func.list(args)) {
-                            reg!(p) = reg!(a).clone();
+                            set!(p, reg!(a).clone());
                         }
                         pc = block.start as usize;
                         run_start = pc;
@@ -761,6 +783,19 @@ impl Vm {
         buf.clear();
         self.scratch = buf;
         r
+    }
+}
+
+/// Stores into a register, skipping the drop call when the old value holds no heap object
+/// (the common case: a loop overwriting a number).
+#[inline(always)]
+fn store(slot: &mut Value, v: Value) {
+    if matches!(slot, Value::Nil | Value::Bool(_) | Value::Int(_) | Value::Float(_)) {
+        // SAFETY: the old value owns no heap memory, so overwriting it without dropping it
+        // leaks nothing; `slot` is a valid, exclusive reference.
+        unsafe { std::ptr::write(slot, v) }
+    } else {
+        *slot = v;
     }
 }
 

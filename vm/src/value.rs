@@ -41,7 +41,11 @@ pub struct Closure {
     pub captures: Box<[Value]>,
 }
 
+/// `repr(C, u8)`: the tag is byte 0 and every payload starts at byte 8, so moving a value
+/// of unknown variant is two aligned word copies (the default layout put `Bool` at byte 1,
+/// which made every generic move a sequence of overlapping byte copies).
 #[derive(Debug, Default)]
+#[repr(C, u8)]
 pub enum Value {
     #[default]
     Nil,
