@@ -11,6 +11,7 @@ pub mod diag;
 pub mod lexer;
 pub mod lower;
 pub mod parser;
+pub mod regalloc;
 pub mod scope;
 pub mod ssa;
 
@@ -245,9 +246,12 @@ pub fn compile(
             .collect();
         return Err(Error::compile(diagnostics));
     }
+    let ssa_functions: Vec<_> = pools.functions.into_iter().map(|f| f.expect("every function is lowered")).collect();
+    let functions = ssa_functions.iter().map(regalloc::allocate).collect();
     let program = Program {
         files,
-        functions: pools.functions.into_iter().map(|f| f.expect("every function is lowered")).collect(),
+        functions,
+        ssa_functions,
         consts: pools.consts,
         structs: pools.structs,
         symbols: pools.symbols,

@@ -283,6 +283,39 @@ impl FnBuilder {
         }
     }
 
+    /// Drops constant loads whose register is never read (for example the `nil` register of a
+    /// function that never needs it).
+    fn remove_unused_loads(&mut self) {
+        let mut used = hashbrown::HashSet::new();
+        for block in &self.blocks {
+            for i in &block.code {
+                i.for_each_operand(|o| match o {
+                    Operand::Use(r) => {
+                        used.insert(self.find(r));
+                    }
+                    Operand::List(l) => used.extend(self.lists[l.index()].iter().map(|&r| self.find(r))),
+                    _ => {}
+                });
+            }
+        }
+        for block in &mut self.blocks {
+            let mut k = 0;
+            while k < block.code.len() {
+                let pure_load = matches!(
+                    block.code[k],
+                    Instr::LoadNil { .. } | Instr::LoadK { .. } | Instr::LoadBool { .. } | Instr::LoadFunc { .. }
+                        | Instr::LoadBuiltin { .. } | Instr::LoadStruct { .. }
+                );
+                if pure_load && !used.contains(&block.code[k].def().unwrap()) {
+                    block.code.remove(k);
+                    block.spans.remove(k);
+                } else {
+                    k += 1;
+                }
+            }
+        }
+    }
+
     /// Removes jumps that do nothing: a block holding only `Jump X ()` is bypassed, and a
     /// block entered only by an argument-less `Jump` from its one predecessor is appended to
     /// that predecessor. (Both leave the block-argument invariants intact: an argument-less
@@ -364,6 +397,7 @@ impl FnBuilder {
             }
         }
         self.simplify_cfg();
+        self.remove_unused_loads();
         // Reachable blocks, in creation order.
         let mut reachable = vec![false; self.blocks.len()];
         let mut work = vec![0usize];

@@ -725,6 +725,10 @@ impl Vm {
                         };
                         pc = func.blocks[target.index()].start as usize;
                         run_start = pc;
+                        // A loop may close with a branch (an empty latch is threaded away).
+                        if self.steps >= self.next_check {
+                            tri!(self.check_limits());
+                        }
                     }
                     Instr::Return { src } => {
                         account!();

@@ -139,7 +139,11 @@ pub struct StructDef {
 #[derive(Clone)]
 pub struct Program {
     pub files: Vec<SourceFile>,
+    /// The executable functions (after register allocation), indexed by `FuncId`.
     pub functions: Vec<Function>,
+    /// The same functions in SSA form (before register allocation): what the differentiator
+    /// reads and `--dump ssa` shows.
+    pub ssa_functions: Vec<Function>,
     pub consts: Vec<Const>,
     pub structs: Vec<StructDef>,
     pub symbols: Vec<String>,

@@ -1,0 +1,372 @@
+//! Register allocation: maps a function's SSA values onto a compact frame, reusing a register
+//! once its value is dead, and coalescing block parameters with the arguments that flow into
+//! them so that most block-argument copies disappear.
+//!
+//! The algorithm is the SSA-based allocator of Hack et al.: in SSA form every value is defined
+//! in a block that dominates its uses, so visiting blocks in reverse postorder (dominators
+//! first) and, within a block, assigning each definition the lowest register not held by a live
+//! value colours the interference graph optimally (it is chordal). Liveness comes from the
+//! usual backward dataflow over blocks; the last use of each value inside a block frees its
+//! register. Hints carry coalescing: a value passed as a block argument prefers the register
+//! of the parameter it flows into, and a parameter prefers the register of an argument from an
+//! already-allocated predecessor. A jump whose copies are all identities after allocation
+//! carries no arguments at all.
+//!
+//! Input: a verified SSA function. Output: the executable function (registers reused, so no
+//! longer single-assignment; `verify_function(.., ssa = false)` checks it). Functions too large
+//! for dense liveness sets are left as they are (identity allocation).
+
+use zygvm_vm::bytecode::*;
+use zygvm_vm::program::{BlockInfo, Function};
+
+/// Above this many (blocks × values), dense liveness bit sets would be too large: keep SSA
+/// numbering (always correct, just a bigger frame).
+const MAX_DENSE: usize = 1 << 27;
+
+struct BitSet {
+    words: Vec<u64>,
+}
+
+impl BitSet {
+    fn new(n: usize) -> BitSet {
+        BitSet { words: vec![0; n.div_ceil(64)] }
+    }
+    fn insert(&mut self, i: usize) {
+        self.words[i / 64] |= 1 << (i % 64);
+    }
+    fn remove(&mut self, i: usize) {
+        self.words[i / 64] &= !(1 << (i % 64));
+    }
+    fn contains(&self, i: usize) -> bool {
+        self.words[i / 64] & (1 << (i % 64)) != 0
+    }
+    fn iter(&self) -> impl Iterator<Item = usize> + '_ {
+        self.words.iter().enumerate().flat_map(|(w, &bits)| {
+            (0..64).filter(move |b| bits & (1 << b) != 0).map(move |b| w * 64 + b)
+        })
+    }
+}
+
+fn block_end(f: &Function, b: usize) -> usize {
+    f.blocks.get(b + 1).map(|x| x.start as usize).unwrap_or(f.code.len())
+}
+
+fn successors(f: &Function, b: usize) -> Vec<usize> {
+    let mut out = vec![];
+    f.code[block_end(f, b) - 1].for_each_operand(|o| {
+        if let Operand::Block(t) = o {
+            out.push(t.index());
+        }
+    });
+    out
+}
+
+/// Registers an instruction reads, including those in its register lists.
+fn uses(f: &Function, i: &Instr, mut each: impl FnMut(Reg)) {
+    i.for_each_operand(|o| match o {
+        Operand::Use(r) => each(r),
+        Operand::List(l) => f.list(l).iter().for_each(|&r| each(r)),
+        _ => {}
+    });
+}
+
+fn reverse_postorder(f: &Function) -> Vec<usize> {
+    let n = f.blocks.len();
+    let mut seen = vec![false; n];
+    let mut post = Vec::with_capacity(n);
+    let mut stack = vec![(0usize, 0usize)];
+    seen[0] = true;
+    while let Some((b, k)) = stack.pop() {
+        let succ = successors(f, b);
+        if k < succ.len() {
+            stack.push((b, k + 1));
+            let s = succ[k];
+            if !seen[s] {
+                seen[s] = true;
+                stack.push((s, 0));
+            }
+        } else {
+            post.push(b);
+        }
+    }
+    post.reverse();
+    post
+}
+
+/// Allocates registers for one SSA function.
+pub fn allocate(f: &Function) -> Function {
+    let nvals = f.num_regs as usize;
+    let nblocks = f.blocks.len();
+    if nvals.saturating_mul(nblocks) > MAX_DENSE {
+        return f.clone();
+    }
+    let rpo = reverse_postorder(f);
+
+    // ---- liveness ----
+    let mut gen: Vec<BitSet> = (0..nblocks).map(|_| BitSet::new(nvals)).collect();
+    let mut kill: Vec<BitSet> = (0..nblocks).map(|_| BitSet::new(nvals)).collect();
+    for b in 0..nblocks {
+        for &p in f.list(f.blocks[b].params) {
+            kill[b].insert(p.index());
+        }
+        for pc in f.blocks[b].start as usize..block_end(f, b) {
+            let i = &f.code[pc];
+            uses(f, i, |r| {
+                if !kill[b].contains(r.index()) {
+                    gen[b].insert(r.index());
+                }
+            });
+            if let Some(d) = i.def() {
+                kill[b].insert(d.index());
+            }
+        }
+    }
+    let mut live_in: Vec<BitSet> = (0..nblocks).map(|_| BitSet::new(nvals)).collect();
+    let mut live_out: Vec<BitSet> = (0..nblocks).map(|_| BitSet::new(nvals)).collect();
+    let mut changed = true;
+    while changed {
+        changed = false;
+        for &b in rpo.iter().rev() {
+            for s in successors(f, b) {
+                for w in 0..live_out[b].words.len() {
+                    live_out[b].words[w] |= live_in[s].words[w];
+                }
+            }
+            for w in 0..live_in[b].words.len() {
+                let v = gen[b].words[w] | (live_out[b].words[w] & !kill[b].words[w]);
+                if v != live_in[b].words[w] {
+                    live_in[b].words[w] = v;
+                    changed = true;
+                }
+            }
+        }
+    }
+
+    // ---- hints: where each block argument flows ----
+    let mut flows_to: Vec<Option<(usize, usize)>> = vec![None; nvals];
+    for b in 0..nblocks {
+        if let Instr::Jump { target, args } | Instr::JumpPar { target, args } = f.code[block_end(f, b) - 1] {
+            for (k, a) in f.list(args).iter().enumerate() {
+                flows_to[a.index()].get_or_insert((target.index(), k));
+            }
+        }
+    }
+    let mut preds: Vec<Vec<(usize, ListId)>> = vec![vec![]; nblocks];
+    for b in 0..nblocks {
+        if let Instr::Jump { target, args } | Instr::JumpPar { target, args } = f.code[block_end(f, b) - 1] {
+            preds[target.index()].push((b, args));
+        }
+    }
+
+    // ---- assignment ----
+    const NONE: u32 = u32::MAX;
+    let mut reg_of = vec![NONE; nvals];
+    let fixed = (f.arity + f.num_captures) as usize;
+    for (r, slot) in reg_of.iter_mut().enumerate().take(fixed) {
+        *slot = r as u32;
+    }
+    let mut busy: Vec<bool> = vec![];
+    let take = |busy: &mut Vec<bool>, hint: Option<u32>| -> u32 {
+        if let Some(h) = hint {
+            if !busy.get(h as usize).copied().unwrap_or(false) {
+                if busy.len() <= h as usize {
+                    busy.resize(h as usize + 1, false);
+                }
+                busy[h as usize] = true;
+                return h;
+            }
+        }
+        let r = busy.iter().position(|b| !b).unwrap_or(busy.len());
+        if r == busy.len() {
+            busy.push(false);
+        }
+        busy[r] = true;
+        r as u32
+    };
+    for &b in &rpo {
+        busy.iter_mut().for_each(|x| *x = false);
+        for v in live_in[b].iter() {
+            let r = reg_of[v];
+            debug_assert!(r != NONE, "live-in value v{v} of B{b} not yet allocated");
+            if busy.len() <= r as usize {
+                busy.resize(r as usize + 1, false);
+            }
+            busy[r as usize] = true;
+        }
+        // Which values die where: walk the block backwards from its live-out set.
+        let (start, end) = (f.blocks[b].start as usize, block_end(f, b));
+        let mut live = BitSet { words: live_out[b].words.clone() };
+        let mut dying: Vec<Vec<Reg>> = vec![vec![]; end - start];
+        let mut dead_def = vec![false; end - start];
+        for pc in (start..end).rev() {
+            let i = &f.code[pc];
+            if let Some(d) = i.def() {
+                if !live.contains(d.index()) {
+                    dead_def[pc - start] = true;
+                }
+                live.remove(d.index());
+            }
+            uses(f, i, |r| {
+                if !live.contains(r.index()) {
+                    live.insert(r.index());
+                    dying[pc - start].push(r);
+                }
+            });
+        }
+        // Entry registers that are dead on entry to block 0 are free from the start.
+        if b == 0 {
+            for r in 0..fixed {
+                if busy.len() <= r {
+                    busy.resize(r + 1, false);
+                }
+                busy[r] = live.contains(r);
+            }
+        }
+        // Block parameters, preferring a register an allocated predecessor already uses.
+        let params = f.list(f.blocks[b].params);
+        for (k, &p) in params.iter().enumerate() {
+            let hint = preds[b].iter().find_map(|&(_, args)| {
+                let a = f.list(args)[k];
+                (reg_of[a.index()] != NONE).then(|| reg_of[a.index()])
+            });
+            reg_of[p.index()] = take(&mut busy, hint);
+        }
+        for &p in params {
+            if !live.contains(p.index()) {
+                busy[reg_of[p.index()] as usize] = false;
+            }
+        }
+        for pc in start..end {
+            let i = &f.code[pc];
+            for r in &dying[pc - start] {
+                busy[reg_of[r.index()] as usize] = false;
+            }
+            if let Some(d) = i.def() {
+                let hint = flows_to[d.index()].and_then(|(t, k)| {
+                    let p = f.list(f.blocks[t].params)[k];
+                    (reg_of[p.index()] != NONE).then(|| reg_of[p.index()])
+                });
+                let r = take(&mut busy, hint);
+                reg_of[d.index()] = r;
+                if dead_def[pc - start] {
+                    busy[r as usize] = false;
+                }
+            }
+        }
+    }
+    // Unreachable values (none after layout) would keep NONE: give them a register anyway.
+    let mut num_regs = fixed as u32;
+    for r in reg_of.iter_mut() {
+        if *r == NONE {
+            *r = 0;
+        }
+        num_regs = num_regs.max(*r + 1);
+    }
+
+    // ---- rewrite ----
+    let map = |r: Reg| Reg(reg_of[r.index()]);
+    let mut out = Function {
+        name: f.name.clone(),
+        kind: f.kind.clone(),
+        arity: f.arity,
+        num_captures: f.num_captures,
+        num_regs,
+        code: Vec::with_capacity(f.code.len()),
+        spans: f.spans.clone(),
+        blocks: vec![],
+        lists: vec![],
+        list_regs: vec![],
+        span: f.span,
+    };
+    let add_list = |out: &mut Function, regs: Vec<Reg>| -> ListId {
+        out.lists.push((out.list_regs.len() as u32, regs.len() as u32));
+        out.list_regs.extend(regs);
+        ListId(out.lists.len() as u32 - 1)
+    };
+    let params: Vec<Vec<Reg>> =
+        f.blocks.iter().map(|bl| f.list(bl.params).iter().map(|&p| map(p)).collect()).collect();
+    for (b, bl) in f.blocks.iter().enumerate() {
+        let l = add_list(&mut out, params[b].clone());
+        out.blocks.push(BlockInfo { start: bl.start, params: l });
+    }
+    for i in &f.code {
+        let mut i = *i;
+        match i {
+            Instr::Jump { target, args } | Instr::JumpPar { target, args } => {
+                let regs: Vec<Reg> = f.list(args).iter().map(|&a| map(a)).collect();
+                let ps = &params[target.index()];
+                let identity = regs.iter().zip(ps).all(|(a, p)| a == p);
+                let overlap = regs
+                    .iter()
+                    .enumerate()
+                    .any(|(k, a)| ps.iter().enumerate().any(|(j, p)| p == a && j != k));
+                let args = add_list(&mut out, if identity { vec![] } else { regs });
+                i = if overlap && !identity {
+                    Instr::JumpPar { target, args }
+                } else {
+                    Instr::Jump { target, args }
+                };
+            }
+            _ => {
+                let mut new_list = None;
+                i.for_each_operand(|o| {
+                    if let Operand::List(l) = o {
+                        new_list = Some(f.list(l).iter().map(|&r| map(r)).collect::<Vec<_>>());
+                    }
+                });
+                let nl = new_list.map(|regs| add_list(&mut out, regs));
+                i.map_operands(|o| match o {
+                    Operand::Def(r) => Operand::Def(map(r)),
+                    Operand::Use(r) => Operand::Use(map(r)),
+                    Operand::List(_) => Operand::List(nl.unwrap()),
+                    o => o,
+                });
+            }
+        }
+        out.code.push(i);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use zygvm_vm::bytecode::Instr;
+    use zygvm_vm::program::Program;
+
+    fn compile(src: &str) -> Program {
+        let loader = |_: &std::path::Path| Err(std::io::Error::other("no imports in tests"));
+        let source = crate::Source { name: "t.zy", text: src, dir: Default::default() };
+        crate::compile(source, Arc::from(Vec::new()), vec![], &loader).expect("compiles")
+    }
+
+    fn function<'p>(p: &'p Program, name: &str) -> (&'p zygvm_vm::program::Function, &'p zygvm_vm::program::Function) {
+        let i = p.functions.iter().position(|f| f.name == name).unwrap();
+        (&p.ssa_functions[i], &p.functions[i])
+    }
+
+    #[test]
+    fn loop_carried_values_need_no_copies() {
+        let p = compile("fn f(n) { let s = 0.0\n let i = 0\n while i < n { s = s + 1.5\n i = i + 1 }\n s }");
+        let (ssa, exe) = function(&p, "f");
+        let back_edges = exe.code.iter().filter(|i| matches!(i, Instr::Jump { args, .. } if exe.list(*args).is_empty()));
+        assert!(back_edges.count() >= 1, "{exe:#?}");
+        assert!(exe.num_regs < ssa.num_regs, "{} !< {}", exe.num_regs, ssa.num_regs);
+    }
+
+    #[test]
+    fn swapped_values_use_a_parallel_copy() {
+        let p = compile("fn f(n) { let a = 1\n let b = 2\n for i in 0..n { let t = a\n a = b\n b = t }\n (a, b) }");
+        let (_, exe) = function(&p, "f");
+        assert!(exe.code.iter().any(|i| matches!(i, Instr::JumpPar { .. })), "{exe:#?}");
+    }
+
+    #[test]
+    fn registers_are_reused_once_dead() {
+        let src = "fn f(x) {\n".to_string() + &"  let y = x * 2.0\n  x = y + 1.0\n".repeat(50) + "  x\n}";
+        let p = compile(&src);
+        let (ssa, exe) = function(&p, "f");
+        assert!(ssa.num_regs > 100);
+        assert!(exe.num_regs <= 6, "frame of {} registers", exe.num_regs);
+    }
+}
