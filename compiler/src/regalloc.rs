@@ -263,6 +263,31 @@ pub fn allocate(f: &Function) -> Function {
         num_regs = num_regs.max(*r + 1);
     }
 
+    // ---- compare-and-branch fusion ----
+    // `c = Lt a, b; Branch c, NEXT, E` where `c` has no other use and NEXT is the following
+    // block becomes one `BranchNotLt a, b, E` that falls through to NEXT.
+    let mut use_count = vec![0u32; nvals];
+    for i in &f.code {
+        uses(f, i, |r| use_count[r.index()] += 1);
+    }
+    let mut fused = vec![false; f.code.len()];
+    for b in 0..nblocks {
+        let end = block_end(f, b);
+        if end < 2 || end - 1 <= f.blocks[b].start as usize {
+            continue;
+        }
+        let (cmp, br) = (f.code[end - 2], f.code[end - 1]);
+        if let Instr::Branch { cond, then_blk, .. } = br {
+            let is_cmp = matches!(
+                cmp,
+                Instr::Lt { dst, .. } | Instr::Le { dst, .. } | Instr::Gt { dst, .. } | Instr::Ge { dst, .. } if dst == cond
+            );
+            if is_cmp && use_count[cond.index()] == 1 && then_blk.index() == b + 1 {
+                fused[end - 2] = true;
+            }
+        }
+    }
+
     // ---- rewrite ----
     let map = |r: Reg| Reg(reg_of[r.index()]);
     let mut out = Function {
@@ -272,7 +297,7 @@ pub fn allocate(f: &Function) -> Function {
         num_captures: f.num_captures,
         num_regs,
         code: Vec::with_capacity(f.code.len()),
-        spans: f.spans.clone(),
+        spans: vec![],
         blocks: vec![],
         lists: vec![],
         list_regs: vec![],
@@ -285,12 +310,39 @@ pub fn allocate(f: &Function) -> Function {
     };
     let params: Vec<Vec<Reg>> =
         f.blocks.iter().map(|bl| f.list(bl.params).iter().map(|&p| map(p)).collect()).collect();
+    // New index of each old instruction (fusion removes the fused branches).
+    let mut new_pc = Vec::with_capacity(f.code.len() + 1);
+    let mut n = 0u32;
+    for pc in 0..f.code.len() {
+        new_pc.push(n);
+        if !(pc > 0 && fused[pc - 1]) {
+            n += 1;
+        }
+    }
+    new_pc.push(n);
     for (b, bl) in f.blocks.iter().enumerate() {
         let l = add_list(&mut out, params[b].clone());
-        out.blocks.push(BlockInfo { start: bl.start, params: l });
+        out.blocks.push(BlockInfo { start: new_pc[bl.start as usize], params: l });
     }
-    for i in &f.code {
+    out.spans.clear();
+    for (pc, i) in f.code.iter().enumerate() {
+        if pc > 0 && fused[pc - 1] {
+            continue;
+        }
+        out.spans.push(f.spans[pc]);
         let mut i = *i;
+        if fused[pc] {
+            let Instr::Branch { else_blk, .. } = f.code[pc + 1] else { unreachable!() };
+            i = match i {
+                Instr::Lt { a, b, .. } => Instr::BranchNotLt { a: map(a), b: map(b), else_blk },
+                Instr::Le { a, b, .. } => Instr::BranchNotLe { a: map(a), b: map(b), else_blk },
+                Instr::Gt { a, b, .. } => Instr::BranchNotGt { a: map(a), b: map(b), else_blk },
+                Instr::Ge { a, b, .. } => Instr::BranchNotGe { a: map(a), b: map(b), else_blk },
+                _ => unreachable!(),
+            };
+            out.code.push(i);
+            continue;
+        }
         match i {
             Instr::Jump { target, args } | Instr::JumpPar { target, args } => {
                 let regs: Vec<Reg> = f.list(args).iter().map(|&a| map(a)).collect();

@@ -226,6 +226,12 @@ opcodes! {
     JumpPar { target: block, args: list } => "B[target].params := L[args] (parallel copy); goto B[target]";
     Branch { cond: reg, then_blk: block, else_blk: block } => "goto R[cond] ? B[then_blk] : B[else_blk] (R[cond] must be bool)";
     Return { src: reg } => "return R[src]";
+    // Fused compare-and-branch of the executable form (never in SSA form): the then-target is
+    // the next block in layout, reached by falling through.
+    BranchNotLt { a: reg, b: reg, else_blk: block } => "if not R[a] < R[b] goto B[else_blk], else fall through";
+    BranchNotLe { a: reg, b: reg, else_blk: block } => "if not R[a] <= R[b] goto B[else_blk], else fall through";
+    BranchNotGt { a: reg, b: reg, else_blk: block } => "if not R[a] > R[b] goto B[else_blk], else fall through";
+    BranchNotGe { a: reg, b: reg, else_blk: block } => "if not R[a] >= R[b] goto B[else_blk], else fall through";
 }
 
 impl Instr {
@@ -233,7 +239,14 @@ impl Instr {
     pub fn is_terminator(&self) -> bool {
         matches!(
             self,
-            Instr::Jump { .. } | Instr::JumpPar { .. } | Instr::Branch { .. } | Instr::Return { .. }
+            Instr::Jump { .. }
+                | Instr::JumpPar { .. }
+                | Instr::Branch { .. }
+                | Instr::Return { .. }
+                | Instr::BranchNotLt { .. }
+                | Instr::BranchNotLe { .. }
+                | Instr::BranchNotGt { .. }
+                | Instr::BranchNotGe { .. }
         )
     }
 

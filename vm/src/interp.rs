@@ -351,16 +351,25 @@ impl Vm {
             // `stack[base .. base + num_regs]` is allocated when it is pushed and never truncated
             // while the frame is live (callees only truncate down to their own base). The pointer
             // is re-read from `self.stack` at each use, so a reallocation by a nested call cannot
-            // leave it dangling.
+            // leave it dangling: `regs` is refreshed after every call that can grow the stack.
+            // The frame's registers. Re-derived after anything that can grow (and so move)
+            // the stack: built-in calls, which may call back into Zy.
+            // SAFETY: `base + num_regs <= stack.len()` (see below).
+            let mut regs: *mut Value = unsafe { self.stack.as_mut_ptr().add(base) };
+            macro_rules! refresh {
+                () => {
+                    regs = unsafe { self.stack.as_mut_ptr().add(base) }
+                };
+            }
             macro_rules! reg {
                 ($r:expr) => {
-                    *unsafe { &mut *self.stack.as_mut_ptr().add(base + $r.index()) }
+                    *unsafe { &mut *regs.add($r.index()) }
                 };
             }
             macro_rules! set {
                 ($r:expr, $v:expr) => {{
                     let v: Value = $v;
-                    store(unsafe { &mut *self.stack.as_mut_ptr().add(base + $r.index()) }, v)
+                    store(unsafe { &mut *regs.add($r.index()) }, v)
                 }};
             }
             macro_rules! throw {
@@ -391,7 +400,25 @@ impl Vm {
                         (Value::Int(x), Value::Float(y)) => Value::Float((*x as f64) $fop y),
                         (a, b) => tri!(ops::binary($op, a, b)),
                     };
-                    reg!($dst) = v;
+                    set!($dst, v);
+                }};
+            }
+            macro_rules! fused_branch {
+                ($a:expr, $b:expr, $else_blk:expr, $sym:literal, $test:expr) => {{
+                    let r = match (&reg!($a), &reg!($b)) {
+                        (Value::Float(x), Value::Float(y)) => x.partial_cmp(y),
+                        (Value::Int(x), Value::Int(y)) => Some(x.cmp(y)),
+                        (a, b) => tri!(ops::compare(a, b, $sym)),
+                    };
+                    if !r.is_some_and($test) {
+                        account!();
+                        let dest = func.blocks[$else_blk.index()].start as usize;
+                        if dest < pc && self.steps >= self.next_check {
+                            tri!(self.check_limits());
+                        }
+                        pc = dest;
+                        run_start = pc;
+                    }
                 }};
             }
             macro_rules! compare {
@@ -401,7 +428,7 @@ impl Vm {
                         (Value::Int(x), Value::Int(y)) => Some(x.cmp(y)),
                         (a, b) => tri!(ops::compare(a, b, $sym)),
                     };
-                    reg!($dst) = Value::Bool(r.is_some_and($test));
+                    set!($dst, Value::Bool(r.is_some_and($test)));
                 }};
             }
 
@@ -513,7 +540,9 @@ impl Vm {
                             ref other => {
                                 let arg = [other.clone()];
                                 self.frames.last_mut().unwrap().pc = pc as u32;
-                                tri!(self.call_builtin(builtin, &arg))
+                                let r = tri!(self.call_builtin(builtin, &arg));
+                                refresh!();
+                                r
                             }
                         };
                         set!(dst, v);
@@ -531,7 +560,12 @@ impl Vm {
                     Instr::Index { dst, obj, idx } => {
                         let v = match (&reg!(obj), &reg!(idx)) {
                             (Value::Array(a), Value::Int(i)) => {
-                                let r = match &*a.borrow() {
+                                // SAFETY: no `RefMut` of any VM object is alive between
+                                // instructions (built-ins release theirs before returning), and
+                                // this reference is dropped before anything else runs.
+                                let r = match unsafe { a.try_borrow_unguarded() } {
+                                    Err(_) => Err(VmError::new("array is being modified")),
+                                    Ok(a) => match a {
                                     Array::Floats(v) if (*i as u64) < v.len() as u64 => {
                                         Ok(Value::Float(v[*i as usize]))
                                     }
@@ -539,6 +573,7 @@ impl Vm {
                                         Ok(v[*i as usize].clone())
                                     }
                                     a => Err(index_error(*i, a.len(), "array")),
+                                    },
                                 };
                                 tri!(r)
                             }
@@ -550,11 +585,14 @@ impl Vm {
                         let l = func.list(ij);
                         let fast = match (&reg!(obj), &reg!(l[0]), &reg!(l[1])) {
                             (Value::Matrix(m), Value::Int(i), Value::Int(j)) => {
-                                let m = m.borrow();
-                                if (*i as u64) < m.rows as u64 && (*j as u64) < m.cols as u64 {
-                                    Some(m.data[*i as usize * m.cols + *j as usize])
-                                } else {
-                                    None
+                                // SAFETY: as for `Index`: no `RefMut` is alive here.
+                                match unsafe { m.try_borrow_unguarded() } {
+                                    Err(_) => None,
+                                    Ok(m) => if (*i as u64) < m.rows as u64 && (*j as u64) < m.cols as u64 {
+                                        Some(m.data[*i as usize * m.cols + *j as usize])
+                                    } else {
+                                        None
+                                    },
                                 }
                             }
                             _ => None,
@@ -654,6 +692,7 @@ impl Vm {
                             }
                             Value::Builtin(b) => {
                                 let v = tri!(self.call_builtin_regs(b, base, func.list(args)));
+                                refresh!();
                                 set!(dst, v);
                             }
                             Value::StructCtor(s) => {
@@ -672,6 +711,7 @@ impl Vm {
                         account!();
                         self.frames.last_mut().unwrap().pc = pc as u32;
                         let v = tri!(self.call_builtin_regs(builtin, base, func.list(args)));
+                        refresh!();
                         set!(dst, v);
                     }
                     Instr::NewStruct { dst, strukt, args } => {
@@ -685,9 +725,11 @@ impl Vm {
                     Instr::Jump { target, args } => {
                         account!();
                         let block = func.blocks[target.index()];
-                        let params = func.list(block.params);
-                        for (p, a) in params.iter().zip(func.list(args)) {
-                            set!(p, reg!(a).clone());
+                        let args = func.list(args);
+                        if !args.is_empty() {
+                            for (p, a) in func.list(block.params).iter().zip(args) {
+                                set!(p, reg!(a).clone());
+                            }
                         }
                         pc = block.start as usize;
                         run_start = pc;
@@ -705,7 +747,7 @@ impl Vm {
                             self.scratch.push(v);
                         }
                         for (p, v) in params.iter().zip(self.scratch.drain(..)) {
-                            self.stack[base + p.index()] = v;
+                            store(unsafe { &mut *regs.add(p.index()) }, v);
                         }
                         pc = block.start as usize;
                         run_start = pc;
@@ -723,13 +765,18 @@ impl Vm {
                                 other.type_name()
                             ))),
                         };
-                        pc = func.blocks[target.index()].start as usize;
-                        run_start = pc;
+                        let dest = func.blocks[target.index()].start as usize;
                         // A loop may close with a branch (an empty latch is threaded away).
-                        if self.steps >= self.next_check {
+                        if dest < pc && self.steps >= self.next_check {
                             tri!(self.check_limits());
                         }
+                        pc = dest;
+                        run_start = pc;
                     }
+                    Instr::BranchNotLt { a, b, else_blk } => fused_branch!(a, b, else_blk, "<", |o| o.is_lt()),
+                    Instr::BranchNotLe { a, b, else_blk } => fused_branch!(a, b, else_blk, "<=", |o| o.is_le()),
+                    Instr::BranchNotGt { a, b, else_blk } => fused_branch!(a, b, else_blk, ">", |o| o.is_gt()),
+                    Instr::BranchNotGe { a, b, else_blk } => fused_branch!(a, b, else_blk, ">=", |o| o.is_ge()),
                     Instr::Return { src } => {
                         account!();
                         let v = std::mem::take(&mut reg!(src));

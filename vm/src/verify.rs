@@ -2,7 +2,7 @@
 //! runs it on everything it emits (in debug builds and tests), and so will the differentiator
 //! on the routines it generates.
 
-use crate::bytecode::{Instr, Operand};
+use crate::bytecode::{BlockId, Instr, Operand};
 use crate::program::{Function, Program};
 
 /// Checks one function; returns a description of the first violation. With `ssa`, also that
@@ -74,6 +74,20 @@ pub fn verify_function(p: &Program, f: &Function, ssa: bool) -> Result<(), Strin
                     let got = f.list(args).len();
                     if got != want && (ssa || got != 0) {
                         return err(format!("{pc}: jump passes {} arguments to {target} which takes {want}", f.list(args).len()));
+                    }
+                }
+                Instr::BranchNotLt { else_blk, .. }
+                | Instr::BranchNotLe { else_blk, .. }
+                | Instr::BranchNotGt { else_blk, .. }
+                | Instr::BranchNotGe { else_blk, .. } => {
+                    if ssa {
+                        return err(format!("{pc}: fused branch in SSA form"));
+                    }
+                    let next = BlockId(b as u32 + 1);
+                    for t in [next, else_blk] {
+                        if t.index() >= f.blocks.len() || !f.list(f.blocks[t.index()].params).is_empty() {
+                            return err(format!("{pc}: fused branch to {t}, which is missing or has parameters"));
+                        }
                     }
                 }
                 Instr::Branch { then_blk, else_blk, .. } => {
