@@ -130,6 +130,15 @@ fn guard<T>(f: impl FnOnce() -> Result<T, Error>) -> Result<T, Error> {
     }
 }
 
+impl std::fmt::Debug for Program {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Program")
+            .field("files", &self.inner.files.iter().map(|s| &s.name).collect::<Vec<_>>())
+            .field("functions", &self.inner.functions.len())
+            .finish()
+    }
+}
+
 impl Program {
     pub fn builder() -> ProgramBuilder {
         ProgramBuilder::default()

@@ -63,6 +63,8 @@ pub enum Tok {
     Ge,
     Newline,
     Eof,
+    /// A name or string the parser has already moved out of the token list.
+    Taken,
 }
 
 impl Tok {

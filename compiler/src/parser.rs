@@ -43,8 +43,14 @@ impl<'a> Parser<'a> {
     fn prev_span(&self) -> Span {
         self.tokens[self.pos.saturating_sub(1)].span
     }
+    /// Consumes the current token. Names and string literals are moved out (each is consumed
+    /// exactly once; the parser only ever backtracks over newlines), everything else is copied.
     fn bump(&mut self) -> Token {
-        let t = self.tokens[self.pos].clone();
+        let slot = &mut self.tokens[self.pos];
+        let t = match slot.tok {
+            Tok::Ident(_) | Tok::Str(_) => Token { tok: std::mem::replace(&mut slot.tok, Tok::Taken), span: slot.span },
+            _ => slot.clone(),
+        };
         if self.pos + 1 < self.tokens.len() {
             self.pos += 1;
         }
@@ -76,13 +82,13 @@ impl<'a> Parser<'a> {
         }
     }
     fn ident(&mut self, what: &str) -> PResult<Ident> {
-        match self.peek().clone() {
-            Tok::Ident(name) => {
-                let span = self.bump().span;
-                Ok(Ident { name, span })
-            }
-            other => self.fail(format!("expected {what}, found {}", other.describe()), self.span()),
+        if matches!(self.peek(), Tok::Ident(_)) {
+            let t = self.bump();
+            let Tok::Ident(name) = t.tok else { unreachable!() };
+            return Ok(Ident { name, span: t.span });
         }
+        let found = self.peek().describe();
+        self.fail(format!("expected {what}, found {found}"), self.span())
     }
     fn enter(&mut self) -> PResult<()> {
         self.depth += 1;
@@ -209,8 +215,9 @@ impl<'a> Parser<'a> {
             Tok::Import => {
                 self.bump();
                 match self.peek().clone() {
-                    Tok::Str(path) => {
-                        let sp = self.bump().span;
+                    Tok::Str(_) => {
+                        let t = self.bump();
+                        let (Tok::Str(path), sp) = (t.tok, t.span) else { unreachable!() };
                         if !top {
                             return self.fail("import is only allowed at the top level of a file", lo);
                         }
@@ -462,6 +469,15 @@ impl<'a> Parser<'a> {
 
     fn primary(&mut self) -> PResult<Expr> {
         let lo = self.span();
+        if matches!(self.peek(), Tok::Ident(_) | Tok::Str(_)) {
+            let t = self.bump();
+            let kind = match t.tok {
+                Tok::Ident(n) => ExprKind::Name(n),
+                Tok::Str(s) => ExprKind::Str(s),
+                _ => unreachable!(),
+            };
+            return Ok(Expr { kind, span: t.span });
+        }
         let kind = match self.peek().clone() {
             Tok::Int(i) => {
                 self.bump();
@@ -470,10 +486,6 @@ impl<'a> Parser<'a> {
             Tok::Float(x) => {
                 self.bump();
                 ExprKind::Float(x)
-            }
-            Tok::Str(s) => {
-                self.bump();
-                ExprKind::Str(s)
             }
             Tok::True => {
                 self.bump();
@@ -486,10 +498,6 @@ impl<'a> Parser<'a> {
             Tok::Nil => {
                 self.bump();
                 ExprKind::Nil
-            }
-            Tok::Ident(n) => {
-                self.bump();
-                ExprKind::Name(n)
             }
             Tok::LParen => {
                 self.bump();

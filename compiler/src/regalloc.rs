@@ -28,9 +28,6 @@ struct BitSet {
 }
 
 impl BitSet {
-    fn new(n: usize) -> BitSet {
-        BitSet { words: vec![0; n.div_ceil(64)] }
-    }
     fn insert(&mut self, i: usize) {
         self.words[i / 64] |= 1 << (i % 64);
     }
@@ -51,14 +48,17 @@ fn block_end(f: &Function, b: usize) -> usize {
     f.blocks.get(b + 1).map(|x| x.start as usize).unwrap_or(f.code.len())
 }
 
-fn successors(f: &Function, b: usize) -> Vec<usize> {
-    let mut out = vec![];
+/// The successors of a block (a terminator names at most two).
+fn successors(f: &Function, b: usize) -> impl Iterator<Item = usize> {
+    let mut out = [usize::MAX; 2];
+    let mut n = 0;
     f.code[block_end(f, b) - 1].for_each_operand(|o| {
         if let Operand::Block(t) = o {
-            out.push(t.index());
+            out[n] = t.index();
+            n += 1;
         }
     });
-    out
+    out.into_iter().take(n)
 }
 
 /// Registers an instruction reads, including those in its register lists.
@@ -77,10 +77,8 @@ fn reverse_postorder(f: &Function) -> Vec<usize> {
     let mut stack = vec![(0usize, 0usize)];
     seen[0] = true;
     while let Some((b, k)) = stack.pop() {
-        let succ = successors(f, b);
-        if k < succ.len() {
+        if let Some(s) = successors(f, b).nth(k) {
             stack.push((b, k + 1));
-            let s = succ[k];
             if !seen[s] {
                 seen[s] = true;
                 stack.push((s, 0));
@@ -102,40 +100,43 @@ pub fn allocate(f: &Function) -> Function {
     }
     let rpo = reverse_postorder(f);
 
-    // ---- liveness ----
-    let mut gen: Vec<BitSet> = (0..nblocks).map(|_| BitSet::new(nvals)).collect();
-    let mut kill: Vec<BitSet> = (0..nblocks).map(|_| BitSet::new(nvals)).collect();
+    // ---- liveness (one flat bit matrix per set: row b = block b) ----
+    let words = nvals.div_ceil(64).max(1);
+    let row = |b: usize| b * words..(b + 1) * words;
+    let bit = |set: &[u64], b: usize, v: usize| set[b * words + v / 64] & (1 << (v % 64)) != 0;
+    let mut gen = vec![0u64; nblocks * words];
+    let mut kill = vec![0u64; nblocks * words];
     for b in 0..nblocks {
         for &p in f.list(f.blocks[b].params) {
-            kill[b].insert(p.index());
+            kill[b * words + p.index() / 64] |= 1 << (p.index() % 64);
         }
         for pc in f.blocks[b].start as usize..block_end(f, b) {
             let i = &f.code[pc];
             uses(f, i, |r| {
-                if !kill[b].contains(r.index()) {
-                    gen[b].insert(r.index());
+                if !bit(&kill, b, r.index()) {
+                    gen[b * words + r.index() / 64] |= 1 << (r.index() % 64);
                 }
             });
             if let Some(d) = i.def() {
-                kill[b].insert(d.index());
+                kill[b * words + d.index() / 64] |= 1 << (d.index() % 64);
             }
         }
     }
-    let mut live_in: Vec<BitSet> = (0..nblocks).map(|_| BitSet::new(nvals)).collect();
-    let mut live_out: Vec<BitSet> = (0..nblocks).map(|_| BitSet::new(nvals)).collect();
+    let mut live_in = vec![0u64; nblocks * words];
+    let mut live_out = vec![0u64; nblocks * words];
     let mut changed = true;
     while changed {
         changed = false;
         for &b in rpo.iter().rev() {
             for s in successors(f, b) {
-                for w in 0..live_out[b].words.len() {
-                    live_out[b].words[w] |= live_in[s].words[w];
+                for w in 0..words {
+                    live_out[b * words + w] |= live_in[s * words + w];
                 }
             }
-            for w in 0..live_in[b].words.len() {
-                let v = gen[b].words[w] | (live_out[b].words[w] & !kill[b].words[w]);
-                if v != live_in[b].words[w] {
-                    live_in[b].words[w] = v;
+            for w in row(b) {
+                let v = gen[w] | (live_out[w] & !kill[w]);
+                if v != live_in[w] {
+                    live_in[w] = v;
                     changed = true;
                 }
             }
@@ -166,6 +167,8 @@ pub fn allocate(f: &Function) -> Function {
         *slot = r as u32;
     }
     let mut busy: Vec<bool> = vec![];
+    let mut dying: Vec<(usize, Reg)> = vec![];
+    let mut dead_def: Vec<bool> = vec![];
     let take = |busy: &mut Vec<bool>, hint: Option<u32>| -> u32 {
         if let Some(h) = hint {
             if !busy.get(h as usize).copied().unwrap_or(false) {
@@ -185,7 +188,8 @@ pub fn allocate(f: &Function) -> Function {
     };
     for &b in &rpo {
         busy.iter_mut().for_each(|x| *x = false);
-        for v in live_in[b].iter() {
+        let live_in_b = BitSet { words: live_in[row(b)].to_vec() };
+        for v in live_in_b.iter() {
             let r = reg_of[v];
             debug_assert!(r != NONE, "live-in value v{v} of B{b} not yet allocated");
             if busy.len() <= r as usize {
@@ -195,9 +199,11 @@ pub fn allocate(f: &Function) -> Function {
         }
         // Which values die where: walk the block backwards from its live-out set.
         let (start, end) = (f.blocks[b].start as usize, block_end(f, b));
-        let mut live = BitSet { words: live_out[b].words.clone() };
-        let mut dying: Vec<Vec<Reg>> = vec![vec![]; end - start];
-        let mut dead_def = vec![false; end - start];
+        let mut live = BitSet { words: live_out[row(b)].to_vec() };
+        // Values whose last use is at each instruction, as (instruction, value) pairs.
+        dying.clear();
+        dead_def.clear();
+        dead_def.resize(end - start, false);
         for pc in (start..end).rev() {
             let i = &f.code[pc];
             if let Some(d) = i.def() {
@@ -209,7 +215,7 @@ pub fn allocate(f: &Function) -> Function {
             uses(f, i, |r| {
                 if !live.contains(r.index()) {
                     live.insert(r.index());
-                    dying[pc - start].push(r);
+                    dying.push((pc, r));
                 }
             });
         }
@@ -236,10 +242,15 @@ pub fn allocate(f: &Function) -> Function {
                 busy[reg_of[p.index()] as usize] = false;
             }
         }
+        // `dying` was filled walking backwards: consume it from the end.
         for pc in start..end {
             let i = &f.code[pc];
-            for r in &dying[pc - start] {
+            while let Some(&(at, r)) = dying.last() {
+                if at != pc {
+                    break;
+                }
                 busy[reg_of[r.index()] as usize] = false;
+                dying.pop();
             }
             if let Some(d) = i.def() {
                 let hint = flows_to[d.index()].and_then(|(t, k)| {

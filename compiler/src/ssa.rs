@@ -421,34 +421,37 @@ impl FnBuilder {
             }
         }
         // Dense register numbering: entry registers first, then in order of definition.
-        let mut reg_map: HashMap<Reg, Reg> = HashMap::new();
+        const UNMAPPED: Reg = Reg(u32::MAX);
+        let mut reg_map: Vec<Reg> = vec![UNMAPPED; self.next_reg as usize];
         let mut next = 0u32;
         for &r in &self.entry_regs {
-            reg_map.insert(r, Reg(next));
+            reg_map[r.index()] = Reg(next);
             next += 1;
         }
         for (b, block) in self.blocks.iter().enumerate() {
             if !reachable[b] {
                 continue;
             }
-            for &p in &block.params {
-                reg_map.entry(p).or_insert_with(|| {
+            let mut number = |r: Reg| {
+                if reg_map[r.index()] == UNMAPPED {
+                    reg_map[r.index()] = Reg(next);
                     next += 1;
-                    Reg(next - 1)
-                });
+                }
+            };
+            for &p in &block.params {
+                number(p);
             }
             for i in &block.code {
                 if let Some(d) = i.def() {
-                    reg_map.entry(d).or_insert_with(|| {
-                        next += 1;
-                        Reg(next - 1)
-                    });
+                    number(d);
                 }
             }
         }
         let map_reg = |this: &FnBuilder, r: Reg| -> Reg {
             let r = this.find(r);
-            *reg_map.get(&r).unwrap_or_else(|| panic!("register {r} used but never defined"))
+            let m = reg_map[r.index()];
+            assert!(m != UNMAPPED, "register {r} used but never defined");
+            m
         };
 
         let mut f = Function {

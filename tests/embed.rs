@@ -1,0 +1,102 @@
+//! The embedding API end to end: values both ways, errors, limits, threads.
+
+use zygvm::{ErrorKind, Limits, Program, Value, Vm};
+
+const SRC: &str = r#"
+struct P { x, y }
+let SCALE = 2.0
+fn scale(v) { v * SCALE }
+fn point(a, b) { P(a, b) }
+fn sum_p(p) { p.x + p.y }
+fn table() { let d = dict(); d["a"] = 1; d[2] = [1.5]; d }
+fn mat() { matrix([[1.0, 2.0], [3.0, 4.0]]) }
+fn fail(n) { if n > 0 { fail(n - 1) } else { error("bottom reached") } }
+fn spin() { while true { } }
+"#;
+
+fn vm() -> Vm {
+    let program = Program::compile("api.zy", SRC).unwrap();
+    let mut vm = Vm::new(&program);
+    vm.run().unwrap();
+    vm
+}
+
+#[test]
+fn values_cross_in_both_directions() {
+    let mut vm = vm();
+    let v: Vec<f64> = vm.call("scale", (vec![1.0, 2.5],)).unwrap();
+    assert_eq!(v, vec![2.0, 5.0]);
+    let p = vm.call_value("point", vec![Value::Float(1.0), Value::Str("s".into())]).unwrap();
+    assert_eq!(p, Value::Struct { name: "P".into(), fields: vec![("x".into(), Value::Float(1.0)), ("y".into(), Value::Str("s".into()))] });
+    let back = vm.call_value("sum_p", vec![Value::Struct { name: "P".into(), fields: vec![("x".into(), Value::Int(2)), ("y".into(), Value::Int(3))] }]).unwrap();
+    assert_eq!(back, Value::Int(5));
+    assert_eq!(
+        vm.call_value("table", vec![]).unwrap(),
+        Value::Dict(vec![(Value::Str("a".into()), Value::Int(1)), (Value::Int(2), Value::Array(vec![Value::Float(1.5)]))])
+    );
+    assert_eq!(vm.call_value("mat", vec![]).unwrap(), Value::Matrix { rows: 2, cols: 2, data: vec![1.0, 2.0, 3.0, 4.0] });
+    assert_eq!(vm.global("SCALE"), Some(Value::Float(2.0)));
+}
+
+#[test]
+fn errors_carry_location_and_stack_and_leave_the_vm_usable() {
+    let mut vm = vm();
+    let e = vm.call::<f64>("fail", (3i64,)).unwrap_err();
+    assert_eq!(e.kind, ErrorKind::Runtime);
+    assert_eq!(e.message, "bottom reached");
+    assert_eq!(e.stack.len(), 4);
+    assert!(e.stack.iter().all(|f| f.function == "fail"));
+    assert_eq!(e.location.as_ref().unwrap().line, 9);
+    let ok: f64 = vm.call("scale", (1.0,)).unwrap();
+    assert_eq!(ok, 2.0);
+    let missing = vm.call::<f64>("nope", ()).unwrap_err();
+    assert!(missing.message.contains("no function named"));
+    let wrong = vm.call::<f64>("scale", (1.0, 2.0)).unwrap_err();
+    assert!(wrong.message.contains("expects 1 argument"), "{}", wrong.message);
+    let compile = Program::compile("bad.zy", "let x = )\nlet y = z").unwrap_err();
+    assert_eq!(compile.kind, ErrorKind::Compile);
+    assert!(compile.diagnostics.len() >= 2);
+}
+
+#[test]
+fn limits_apply_per_call() {
+    let mut vm = vm();
+    vm.set_limits(Limits { timeout: Some(std::time::Duration::from_millis(50)), ..Limits::default() });
+    let e = vm.call::<()>("spin", ()).unwrap_err();
+    assert!(e.message.contains("timeout"), "{}", e.message);
+    vm.set_limits(Limits { max_depth: 10, ..Limits::default() });
+    let e = vm.call::<f64>("fail", (100i64,)).unwrap_err();
+    assert!(e.message.contains("stack overflow"));
+}
+
+#[test]
+fn one_program_many_threads() {
+    let program = Program::compile("api.zy", SRC).unwrap();
+    let handles: Vec<_> = (0..4)
+        .map(|i| {
+            let p = program.clone();
+            std::thread::spawn(move || {
+                let mut vm = Vm::new(&p);
+                vm.run().unwrap();
+                vm.call::<f64>("scale", (i as f64,)).unwrap()
+            })
+        })
+        .collect();
+    let got: Vec<f64> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+    assert_eq!(got, vec![0.0, 2.0, 4.0, 6.0]);
+}
+
+#[test]
+fn host_function_errors_name_the_function() {
+    let program = Program::builder()
+        .host_function("picky", Some(1), |a| match a[0] {
+            Value::Int(_) => Ok(Value::Bool(true)),
+            _ => Err("wants an int".into()),
+        })
+        .compile("h.zy", "fn f(x) { picky(x) }")
+        .unwrap();
+    let mut vm = Vm::new(&program);
+    assert!(vm.call::<bool>("f", (3i64,)).unwrap());
+    let e = vm.call::<bool>("f", (3.0,)).unwrap_err();
+    assert!(e.message.contains("picky: wants an int"), "{}", e.message);
+}
