@@ -3,6 +3,10 @@
 //! scalar workloads, timed in the same run. Lua is timed by its own loop (`benches/lua/driver.lua`,
 //! `os.clock` around N calls) through criterion's `iter_custom`, so process start-up is excluded.
 //!
+//! zygvm is timed the same way: a Zy loop (`__bench_n`) calls `bench()` N times and the host
+//! times that one call, so neither side pays a host-to-VM call per iteration; the cost of such
+//! a call is measured separately (`host_call/sincos`).
+//!
 //! Run: `cargo bench --bench workloads` (a Lua column is skipped when its binary is absent).
 
 use criterion::{criterion_group, criterion_main, Criterion};
@@ -20,9 +24,16 @@ fn bench_dir() -> &'static Path {
     Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/benches"))
 }
 
+/// The in-VM timing loop appended to every workload.
+const BENCH_N: &str = "\nfn __bench_n(n) {\n  let s = 0.0\n  for i in 0..n { s += bench() }\n  s\n}\n";
+
 /// A VM that has run the workload's setup (its main program), ready to call `bench()`.
 pub fn workload_vm(name: &str) -> Vm {
-    let program = Program::compile_file(bench_dir().join("zy").join(format!("{name}.zy")))
+    let path = bench_dir().join("zy").join(format!("{name}.zy"));
+    let text = std::fs::read_to_string(&path).unwrap() + BENCH_N;
+    let program = Program::builder()
+        .import_dir(bench_dir().join("zy"))
+        .compile(&format!("{name}.zy"), &text)
         .unwrap_or_else(|e| panic!("{name}: {e}"));
     let mut vm = Vm::new(&program);
     vm.run().unwrap();
@@ -56,9 +67,15 @@ fn forward(c: &mut Criterion) {
     for name in WORKLOADS {
         let mut vm = workload_vm(name);
         g.bench_function(format!("{name}/zygvm-interp"), |b| {
-            b.iter(|| vm.call_value("bench", vec![]).unwrap())
+            b.iter_custom(|iters| {
+                let t = std::time::Instant::now();
+                vm.call_value("__bench_n", vec![Value::Int(iters as i64)]).unwrap();
+                t.elapsed()
+            })
         });
     }
+    let mut vm = workload_vm("sincos");
+    g.bench_function("sincos/zygvm-host-call", |b| b.iter(|| vm.call_value("bench", vec![]).unwrap()));
     let luas: &[(&str, &[&str])] =
         &[("lua5.4", &["lua5.4"]), ("luajit-joff", &["luajit", "-joff"]), ("luajit", &["luajit"])];
     for (label, bin) in luas {

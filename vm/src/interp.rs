@@ -291,6 +291,7 @@ impl Vm {
         }
     }
 
+    /// Pushes a frame whose arguments are host values (entry from Rust or a built-in).
     fn push_frame(
         &mut self,
         func: FuncId,
@@ -299,19 +300,52 @@ impl Vm {
         ret: u32,
         boundary: bool,
     ) -> VmResult<()> {
+        self.enter(func, closure, args.len(), ret, boundary, |stack| stack.extend_from_slice(args))
+    }
+
+    /// Pushes a frame for a Zy call whose arguments are registers of the frame at `base`.
+    fn push_call(
+        &mut self,
+        func: FuncId,
+        closure: Option<Rc<Closure>>,
+        base: usize,
+        args: &[Reg],
+        ret: u32,
+    ) -> VmResult<()> {
+        self.enter(func, closure, args.len(), ret, false, |stack| {
+            for r in args {
+                let v = stack[base + r.index()].clone();
+                stack.push(v);
+            }
+        })
+    }
+
+    /// The common frame push: checks depth and arity, lays out arguments (pushed by
+    /// `push_args`), captures and the rest of the frame on the value stack.
+    #[inline(always)]
+    fn enter(
+        &mut self,
+        func: FuncId,
+        closure: Option<Rc<Closure>>,
+        nargs: usize,
+        ret: u32,
+        boundary: bool,
+        push_args: impl FnOnce(&mut Vec<Value>),
+    ) -> VmResult<()> {
         if self.frames.len() >= self.limits.max_depth {
             return Err(VmError::new("stack overflow"));
         }
         let f = &self.program.functions[func.index()];
-        if args.len() != f.arity as usize {
-            return Err(arity_error(f, args.len()));
+        if nargs != f.arity as usize {
+            return Err(arity_error(f, nargs));
         }
+        let num_regs = f.num_regs as usize;
         let base = self.stack.len();
-        self.stack.extend_from_slice(args);
+        push_args(&mut self.stack);
         if let Some(c) = &closure {
             self.stack.extend(c.captures.iter().cloned());
         }
-        self.stack.resize(base + f.num_regs as usize, Value::Nil);
+        self.stack.resize(base + num_regs, Value::Nil);
         self.frames.push(Frame { func, pc: 0, base: base as u32, ret, closure, boundary });
         Ok(())
     }
@@ -335,14 +369,32 @@ impl Vm {
             let func = &program.functions[frame.func.index()];
             let code = &func.code[..];
             let base = frame.base as usize;
-            let mut pc = frame.pc as usize;
+            // `ip` points at the next instruction (a pointer rather than an index keeps one
+            // register free in the dispatch loop); `pc!()` recovers the index.
+            let code_ptr = code.as_ptr();
+            // SAFETY: a frame's saved pc is an instruction index of its function.
+            let mut ip: *const Instr = unsafe { code_ptr.add(frame.pc as usize) };
+            macro_rules! pc {
+                () => {
+                    // SAFETY: `ip` always points into (or one past an instruction of) `code`.
+                    unsafe { ip.offset_from(code_ptr) as usize }
+                };
+            }
             // Instructions are counted per straight-line run (at terminators and calls), not one
             // by one: a memory increment per instruction would serialise the dispatch loop.
-            let mut run_start = pc;
+            let mut run_start = ip;
+            macro_rules! goto {
+                ($start:expr) => {{
+                    // SAFETY: block starts are instruction indices of this function (verifier).
+                    ip = unsafe { code_ptr.add($start as usize) };
+                    run_start = ip;
+                }};
+            }
             macro_rules! account {
                 () => {{
-                    self.steps += (pc - run_start) as u64;
-                    run_start = pc;
+                    // SAFETY: both pointers point into `code`.
+                    self.steps += unsafe { ip.offset_from(run_start) } as u64;
+                    run_start = ip;
                 }};
             }
 
@@ -376,7 +428,7 @@ impl Vm {
                 ($e:expr) => {{
                     let e: VmError = $e;
                     account!();
-                    self.frames.last_mut().unwrap().pc = pc as u32;
+                    self.frames.last_mut().unwrap().pc = pc!() as u32;
                     return Err(self.unwind(e, depth));
                 }};
             }
@@ -413,11 +465,10 @@ impl Vm {
                     if !r.is_some_and($test) {
                         account!();
                         let dest = func.blocks[$else_blk.index()].start as usize;
-                        if dest < pc && self.steps >= self.next_check {
+                        if dest < pc!() && self.steps >= self.next_check {
                             tri!(self.check_limits());
                         }
-                        pc = dest;
-                        run_start = pc;
+                        goto!(dest);
                     }
                 }};
             }
@@ -433,11 +484,11 @@ impl Vm {
             }
 
             loop {
-                debug_assert!(pc < code.len());
+                debug_assert!(pc!() < code.len());
                 // SAFETY: every block ends with a terminator and every jump target is a block
-                // start (verifier), so `pc` never runs past the last instruction.
-                let instr = unsafe { *code.get_unchecked(pc) };
-                pc += 1;
+                // start (verifier), so `ip` never runs past the last instruction.
+                let instr = unsafe { *ip };
+                ip = unsafe { ip.add(1) };
                 match instr {
                     Instr::LoadNil { dst } => set!(dst, Value::Nil),
                     Instr::LoadBool { dst, value } => set!(dst, Value::Bool(value != 0)),
@@ -462,7 +513,7 @@ impl Vm {
                     Instr::RunModule { func } => {
                         if !self.modules_run[func.index()] {
                             self.modules_run[func.index()] = true;
-                            self.frames.last_mut().unwrap().pc = pc as u32;
+                            self.frames.last_mut().unwrap().pc = pc!() as u32;
                             tri!(self.push_frame(func, None, &[], DISCARD, false));
                             continue 'frames;
                         }
@@ -539,7 +590,7 @@ impl Vm {
                                 .unwrap())(i as f64)),
                             ref other => {
                                 let arg = [other.clone()];
-                                self.frames.last_mut().unwrap().pc = pc as u32;
+                                self.frames.last_mut().unwrap().pc = pc!() as u32;
                                 let r = tri!(self.call_builtin(builtin, &arg));
                                 refresh!();
                                 r
@@ -668,7 +719,7 @@ impl Vm {
                     }
                     Instr::CallDirect { dst, func: f, args } => {
                         account!();
-                        self.frames.last_mut().unwrap().pc = pc as u32;
+                        self.frames.last_mut().unwrap().pc = pc!() as u32;
                         if self.steps >= self.next_check {
                             tri!(self.check_limits());
                         }
@@ -677,7 +728,7 @@ impl Vm {
                     }
                     Instr::Call { dst, callee, args } => {
                         account!();
-                        self.frames.last_mut().unwrap().pc = pc as u32;
+                        self.frames.last_mut().unwrap().pc = pc!() as u32;
                         if self.steps >= self.next_check {
                             tri!(self.check_limits());
                         }
@@ -709,7 +760,7 @@ impl Vm {
                     }
                     Instr::CallBuiltin { dst, builtin, args } => {
                         account!();
-                        self.frames.last_mut().unwrap().pc = pc as u32;
+                        self.frames.last_mut().unwrap().pc = pc!() as u32;
                         let v = tri!(self.call_builtin_regs(builtin, base, func.list(args)));
                         refresh!();
                         set!(dst, v);
@@ -731,8 +782,7 @@ impl Vm {
                                 set!(p, reg!(a).clone());
                             }
                         }
-                        pc = block.start as usize;
-                        run_start = pc;
+                        goto!(block.start);
                         if self.steps >= self.next_check {
                             tri!(self.check_limits());
                         }
@@ -749,8 +799,7 @@ impl Vm {
                         for (p, v) in params.iter().zip(self.scratch.drain(..)) {
                             store(unsafe { &mut *regs.add(p.index()) }, v);
                         }
-                        pc = block.start as usize;
-                        run_start = pc;
+                        goto!(block.start);
                         if self.steps >= self.next_check {
                             tri!(self.check_limits());
                         }
@@ -767,11 +816,10 @@ impl Vm {
                         };
                         let dest = func.blocks[target.index()].start as usize;
                         // A loop may close with a branch (an empty latch is threaded away).
-                        if dest < pc && self.steps >= self.next_check {
+                        if dest < pc!() && self.steps >= self.next_check {
                             tri!(self.check_limits());
                         }
-                        pc = dest;
-                        run_start = pc;
+                        goto!(dest);
                     }
                     Instr::BranchNotLt { a, b, else_blk } => fused_branch!(a, b, else_blk, "<", |o| o.is_lt()),
                     Instr::BranchNotLe { a, b, else_blk } => fused_branch!(a, b, else_blk, "<=", |o| o.is_le()),
@@ -795,35 +843,6 @@ impl Vm {
                 }
             }
         }
-    }
-
-    /// Pushes a frame for a Zy call whose arguments are registers of the frame at `base`.
-    fn push_call(
-        &mut self,
-        func: FuncId,
-        closure: Option<Rc<Closure>>,
-        base: usize,
-        args: &[Reg],
-        ret: u32,
-    ) -> VmResult<()> {
-        if self.frames.len() >= self.limits.max_depth {
-            return Err(VmError::new("stack overflow"));
-        }
-        let f = &self.program.functions[func.index()];
-        if args.len() != f.arity as usize {
-            return Err(arity_error(f, args.len()));
-        }
-        let new_base = self.stack.len();
-        for r in args {
-            let v = self.stack[base + r.index()].clone();
-            self.stack.push(v);
-        }
-        if let Some(c) = &closure {
-            self.stack.extend(c.captures.iter().cloned());
-        }
-        self.stack.resize(new_base + f.num_regs as usize, Value::Nil);
-        self.frames.push(Frame { func, pc: 0, base: new_base as u32, ret, closure, boundary: false });
-        Ok(())
     }
 
     fn call_builtin_regs(&mut self, b: BuiltinId, base: usize, args: &[Reg]) -> VmResult<Value> {
