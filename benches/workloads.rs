@@ -9,7 +9,9 @@
 //!
 //! Run: `cargo bench --bench workloads` (a Lua column is skipped when its binary is absent).
 
-use criterion::{criterion_group, criterion_main, Criterion};
+mod native;
+
+use criterion::{black_box, criterion_group, criterion_main, Criterion};
 use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
@@ -105,11 +107,47 @@ fn compile(c: &mut Criterion) {
     g.finish();
 }
 
-fn sanity(_: &mut Criterion) {
-    // The workloads compute what they should (guards against benchmarking an error path).
-    let mut vm = workload_vm("sincos");
-    assert_eq!(vm.call_value("bench", vec![]).unwrap(), Value::Float(0.5f64.cos().sin()));
+fn zy(name: &str) -> f64 {
+    match workload_vm(name).call_value("bench", vec![]).unwrap() {
+        Value::Float(x) => x,
+        other => panic!("{name} returned {other:?}"),
+    }
 }
 
-criterion_group!(benches, sanity, forward, compile);
+fn close(a: f64, b: f64) -> bool {
+    (a - b).abs() <= 1e-12 * a.abs().max(b.abs()).max(1.0)
+}
+
+/// The native references and zygvm compute the same values (so neither side benchmarks an
+/// error path, and the references stay honest).
+fn sanity(_: &mut Criterion) {
+    assert!(close(zy("sincos"), native::sincos(0.5)));
+    assert!(close(zy("loop"), native::loop_sin(2.0)));
+    let x = native::randn(1, 100);
+    assert!(close(zy("logsumexp"), native::logsumexp_naive(&x)));
+    assert!(close(zy("logsumexp_loops"), native::logsumexp_naive(&x)));
+    let (w, b, xr) = (native::randn(2, 7840), native::randn(3, 10), native::rand(4, 784));
+    let lr = native::logreg(&w, &b, &xr);
+    assert!(close(zy("logreg"), lr) && close(zy("logreg_loops"), lr));
+    let mlp = native::Mlp::new().forward();
+    assert!(close(zy("mlp"), mlp), "{} vs {mlp}", zy("mlp"));
+    // mlp_loops uses the naive logsumexp: equal in value up to rounding.
+    assert!((zy("mlp_loops") - mlp).abs() < 1e-9);
+}
+
+fn native_forward(c: &mut Criterion) {
+    let mut g = c.benchmark_group("forward");
+    g.sample_size(20).warm_up_time(Duration::from_millis(300)).measurement_time(Duration::from_secs(2));
+    g.bench_function("sincos/native", |b| b.iter(|| native::sincos(black_box(0.5))));
+    g.bench_function("loop/native", |b| b.iter(|| native::loop_sin(black_box(2.0))));
+    let x = native::randn(1, 100);
+    g.bench_function("logsumexp/native", |b| b.iter(|| native::logsumexp_naive(black_box(&x))));
+    let (w, bias, xr) = (native::randn(2, 7840), native::randn(3, 10), native::rand(4, 784));
+    g.bench_function("logreg/native", |b| b.iter(|| native::logreg(black_box(&w), black_box(&bias), black_box(&xr))));
+    let mut mlp = native::Mlp::new();
+    g.bench_function("mlp/native", |b| b.iter(|| black_box(&mut mlp).forward()));
+    g.finish();
+}
+
+criterion_group!(benches, sanity, native_forward, forward, compile);
 criterion_main!(benches);

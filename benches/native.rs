@@ -1,0 +1,97 @@
+//! Hand-written Rust references for the forward pass of every workload: what an expert writes
+//! for this hardware (contiguous slices, four independent accumulators so dot products
+//! vectorise, no allocation in the loops). Inputs are generated with zygvm's own seeded
+//! generators so the results can be checked against zygvm's.
+
+use zygvm_stdlib::random::{normals, uniforms};
+
+pub fn randn(seed: i64, n: usize) -> Vec<f64> {
+    let mut v = vec![0.0; n];
+    normals(seed, &mut v);
+    v
+}
+
+pub fn rand(seed: i64, n: usize) -> Vec<f64> {
+    let mut v = vec![0.0; n];
+    uniforms(seed, &mut v);
+    v
+}
+
+#[inline]
+pub fn dot(a: &[f64], b: &[f64]) -> f64 {
+    let mut acc = [0.0f64; 4];
+    let (ca, cb) = (a.chunks_exact(4), b.chunks_exact(4));
+    let (ra, rb) = (ca.remainder(), cb.remainder());
+    for (p, q) in ca.zip(cb) {
+        for k in 0..4 {
+            acc[k] += p[k] * q[k];
+        }
+    }
+    let mut s = (acc[0] + acc[1]) + (acc[2] + acc[3]);
+    for (p, q) in ra.iter().zip(rb) {
+        s += p * q;
+    }
+    s
+}
+
+pub fn sincos(x: f64) -> f64 {
+    x.cos().sin()
+}
+
+pub fn loop_sin(x: f64) -> f64 {
+    let mut r = 1.0;
+    for _ in 0..500 {
+        r *= x.sin();
+    }
+    r
+}
+
+pub fn logsumexp_naive(x: &[f64]) -> f64 {
+    x.iter().map(|v| v.exp()).sum::<f64>().ln()
+}
+
+pub fn logreg(w: &[f64], b: &[f64], x: &[f64]) -> f64 {
+    let k = x.len();
+    b.iter()
+        .enumerate()
+        .map(|(i, bi)| {
+            let z = dot(&w[i * k..(i + 1) * k], x) + bi;
+            1.0 / (1.0 + (-z).exp())
+        })
+        .sum()
+}
+
+pub struct Mlp {
+    pub w1: Vec<f64>,
+    pub b1: Vec<f64>,
+    pub w2: Vec<f64>,
+    pub b2: Vec<f64>,
+    pub x: Vec<f64>,
+    h: Vec<f64>,
+    o: Vec<f64>,
+}
+
+impl Mlp {
+    pub fn new() -> Mlp {
+        Mlp {
+            w1: randn(5, 128 * 784).into_iter().map(|v| v * 0.05).collect(),
+            b1: vec![0.0; 128],
+            w2: randn(6, 10 * 128).into_iter().map(|v| v * 0.1).collect(),
+            b2: vec![0.0; 10],
+            x: rand(4, 784),
+            h: vec![0.0; 128],
+            o: vec![0.0; 10],
+        }
+    }
+
+    pub fn forward(&mut self) -> f64 {
+        for i in 0..128 {
+            self.h[i] = (dot(&self.w1[i * 784..(i + 1) * 784], &self.x) + self.b1[i]).tanh();
+        }
+        for i in 0..10 {
+            self.o[i] = dot(&self.w2[i * 128..(i + 1) * 128], &self.h) + self.b2[i];
+        }
+        let m = self.o.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        m + self.o.iter().map(|v| (v - m).exp()).sum::<f64>().ln() - self.o[3]
+    }
+}
