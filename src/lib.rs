@@ -307,6 +307,12 @@ impl Vm {
         let _ = self.inner.output().flush();
     }
 
+    /// Calls per function and backward jumps per loop header (indexed like the program's
+    /// functions and their blocks): what the JIT will use to pick hot code.
+    pub fn hotness(&self) -> (Vec<u32>, Vec<Vec<u32>>) {
+        self.inner.hotness()
+    }
+
     /// Execution statistics (`--stats`).
     pub fn stats(&self) -> zygvm_vm::interp::Stats {
         self.inner.stats()

@@ -100,3 +100,16 @@ fn host_function_errors_name_the_function() {
     let e = vm.call::<bool>("f", (3.0,)).unwrap_err();
     assert!(e.message.contains("picky: wants an int"), "{}", e.message);
 }
+
+#[test]
+fn hotness_counts_calls_and_loop_headers() {
+    let program = Program::compile("hot.zy", "fn f(n) { let s = 0\n for i in 0..n { s += i }\n s }").unwrap();
+    let mut vm = Vm::new(&program);
+    for _ in 0..3 {
+        let _: i64 = vm.call("f", (10i64,)).unwrap();
+    }
+    let (calls, loops) = vm.hotness();
+    let f = program.bytecode().find_function("f").unwrap().index();
+    assert_eq!(calls[f], 3);
+    assert_eq!(loops[f].iter().sum::<u32>(), 30, "{loops:?}");
+}

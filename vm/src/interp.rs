@@ -93,6 +93,12 @@ pub struct Vm {
     next_check: u64,
     memory_probe: Option<fn() -> usize>,
     scratch: Vec<Value>,
+    /// Calls of each function (the JIT's trigger for compiling a function).
+    calls: Vec<u32>,
+    /// Backward jumps taken into each block (`loop_base[f] + block`): loop-header hotness, the
+    /// JIT's trigger for compiling a hot loop.
+    back_edges: Vec<u32>,
+    loop_base: Vec<u32>,
     /// How many `execute` activations are nested (built-ins calling back into Zy).
     native_depth: usize,
 }
@@ -119,6 +125,17 @@ fn materialise(c: &Const) -> Value {
 impl Vm {
     pub fn new(program: Arc<Program>) -> Vm {
         let consts = program.consts.iter().map(materialise).collect();
+        let calls = vec![0; program.functions.len()];
+        let loop_base: Vec<u32> = program
+            .functions
+            .iter()
+            .scan(0u32, |acc, f| {
+                let base = *acc;
+                *acc += f.blocks.len() as u32;
+                Some(base)
+            })
+            .collect();
+        let back_edges = vec![0; program.functions.iter().map(|f| f.blocks.len()).sum()];
         Vm {
             globals: vec![None; program.global_names.len()],
             modules_run: vec![false; program.functions.len()],
@@ -136,6 +153,9 @@ impl Vm {
             memory_probe: None,
             scratch: vec![],
             native_depth: 0,
+            calls,
+            loop_base,
+            back_edges,
         }
     }
 
@@ -170,6 +190,22 @@ impl Vm {
 
     pub fn stats(&self) -> Stats {
         Stats { instructions: self.steps, peak_tape_bytes: 0 }
+    }
+
+    /// How often each function has been called and each loop header entered by a backward
+    /// jump: `(calls per function, for each function its per-block back-edge counts)`.
+    pub fn hotness(&self) -> (Vec<u32>, Vec<Vec<u32>>) {
+        let loops = self
+            .program
+            .functions
+            .iter()
+            .enumerate()
+            .map(|(i, f)| {
+                let base = self.loop_base[i] as usize;
+                self.back_edges[base..base + f.blocks.len()].to_vec()
+            })
+            .collect();
+        (self.calls.clone(), loops)
     }
 
     /// Fails when allocating `bytes` more would pass the memory limit.
@@ -340,6 +376,7 @@ impl Vm {
             return Err(arity_error(f, nargs));
         }
         let num_regs = f.num_regs as usize;
+        self.calls[func.index()] = self.calls[func.index()].saturating_add(1);
         let base = self.stack.len();
         push_args(&mut self.stack);
         if let Some(c) = &closure {
@@ -366,7 +403,8 @@ impl Vm {
         let program = self.program.clone();
         'frames: loop {
             let frame = self.frames.last().expect("execute without a frame");
-            let func = &program.functions[frame.func.index()];
+            let func_id = frame.func;
+            let func = &program.functions[func_id.index()];
             let code = &func.code[..];
             let base = frame.base as usize;
             // `ip` points at the next instruction (a pointer rather than an index keeps one
@@ -782,6 +820,10 @@ impl Vm {
                                 set!(p, reg!(a).clone());
                             }
                         }
+                        if (block.start as usize) < pc!() {
+                            let h = self.loop_base[func_id.index()] as usize + target.index();
+                            self.back_edges[h] = self.back_edges[h].wrapping_add(1);
+                        }
                         goto!(block.start);
                         if self.steps >= self.next_check {
                             tri!(self.check_limits());
@@ -798,6 +840,10 @@ impl Vm {
                         }
                         for (p, v) in params.iter().zip(self.scratch.drain(..)) {
                             store(unsafe { &mut *regs.add(p.index()) }, v);
+                        }
+                        if (block.start as usize) < pc!() {
+                            let h = self.loop_base[func_id.index()] as usize + target.index();
+                            self.back_edges[h] = self.back_edges[h].wrapping_add(1);
                         }
                         goto!(block.start);
                         if self.steps >= self.next_check {
