@@ -703,3 +703,76 @@ fn plural(n: usize) -> &'static str {
         "s"
     }
 }
+
+#[cfg(test)]
+mod tests {
+    //! Resolution and SSA lowering, checked on the SSA form the compiler produces.
+    use std::sync::Arc;
+    use zygvm_vm::bytecode::Instr;
+    use zygvm_vm::program::{Function, Program};
+
+    fn compile(src: &str) -> Result<Program, zygvm_vm::Error> {
+        let loader = |_: &std::path::Path| Err(std::io::Error::other("no imports in tests"));
+        let source = crate::Source { name: "t.zy", text: src, dir: Default::default() };
+        crate::compile(source, Arc::from(Vec::new()), vec![], &loader)
+    }
+
+    fn ssa<'p>(p: &'p Program, name: &str) -> &'p Function {
+        p.ssa_functions.iter().find(|f| f.name == name).unwrap()
+    }
+
+    fn errors(src: &str) -> Vec<String> {
+        compile(src).err().map(|e| e.diagnostics.into_iter().map(|d| d.message).collect()).unwrap_or_default()
+    }
+
+    #[test]
+    fn a_loop_variable_becomes_a_header_parameter() {
+        let p = compile("fn f(n) { let i = 0\n while i < n { i = i + 1 }\n i }").unwrap();
+        let f = ssa(&p, "f");
+        let params: Vec<usize> = f.blocks.iter().map(|b| f.list(b.params).len()).collect();
+        assert_eq!(params.iter().filter(|&&n| n == 1).count(), 1, "one header parameter: {params:?}");
+    }
+
+    #[test]
+    fn unchanged_variables_get_no_parameters() {
+        // `k` is read in the loop but never assigned: its trivial parameter is removed.
+        let p = compile("fn f(n, k) { let s = 0\n for i in 0..n { s = s + k }\n s }").unwrap();
+        let f = ssa(&p, "f");
+        let total: usize = f.blocks.iter().map(|b| f.list(b.params).len()).sum();
+        assert_eq!(total, 2, "only s and the counter are merged");
+    }
+
+    #[test]
+    fn closures_capture_what_they_use() {
+        let p = compile("fn f(a, b) { let unused = 1\n fn(x) { x + a + b } }").unwrap();
+        let closure = p.ssa_functions.iter().find(|f| f.kind == zygvm_vm::program::FuncKind::Closure).unwrap();
+        assert_eq!(closure.num_captures, 2);
+        let f = ssa(&p, "f");
+        assert!(f.code.iter().any(|i| matches!(i, Instr::MakeClosure { .. })));
+    }
+
+    #[test]
+    fn module_variables_are_globals_and_read_live() {
+        let p = compile("let x = 1\nfn get() { x }").unwrap();
+        assert!(ssa(&p, "get").code.iter().any(|i| matches!(i, Instr::GetGlobal { .. })));
+        assert_eq!(p.global_names, vec!["x".to_string()]);
+    }
+
+    #[test]
+    fn resolution_errors_are_all_reported() {
+        let errs = errors("fn f() { y }\nlet c = 0\nfn g() { c = 1 }\nfn h() { let t = 0\n let k = fn() { t = 2 }\n k }\nbreak\nzz = 3");
+        assert_eq!(errs.len(), 5, "{errs:?}");
+        assert!(errs[0].contains("unknown name 'y'"));
+        assert!(errs[1].contains("module variable 'c'"));
+        assert!(errs[2].contains("capture"));
+        assert!(errs[3].contains("'break' outside a loop"));
+        assert!(errs[4].contains("undeclared variable 'zz'"));
+    }
+
+    #[test]
+    fn known_calls_are_checked_and_direct() {
+        assert!(errors("fn f(a) { a }\nf(1, 2)")[0].contains("expects 1 argument"));
+        let p = compile("fn f(a) { a }\nfn g() { f(1) }").unwrap();
+        assert!(ssa(&p, "g").code.iter().any(|i| matches!(i, Instr::CallDirect { .. })));
+    }
+}
