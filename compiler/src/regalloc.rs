@@ -274,30 +274,17 @@ pub fn allocate(f: &Function) -> Function {
         num_regs = num_regs.max(*r + 1);
     }
 
-    // ---- compare-and-branch fusion ----
-    // `c = Lt a, b; Branch c, NEXT, E` where `c` has no other use and NEXT is the following
-    // block becomes one `BranchNotLt a, b, E` that falls through to NEXT.
-    let mut use_count = vec![0u32; nvals];
-    for i in &f.code {
-        uses(f, i, |r| use_count[r.index()] += 1);
-    }
-    let mut fused = vec![false; f.code.len()];
-    for b in 0..nblocks {
-        let end = block_end(f, b);
-        if end < 2 || end - 1 <= f.blocks[b].start as usize {
-            continue;
-        }
-        let (cmp, br) = (f.code[end - 2], f.code[end - 1]);
-        if let Instr::Branch { cond, then_blk, .. } = br {
-            let is_cmp = matches!(
-                cmp,
-                Instr::Lt { dst, .. } | Instr::Le { dst, .. } | Instr::Gt { dst, .. } | Instr::Ge { dst, .. } if dst == cond
-            );
-            if is_cmp && use_count[cond.index()] == 1 && then_blk.index() == b + 1 {
-                fused[end - 2] = true;
-            }
-        }
-    }
+    // ---- superinstructions (see fuse.rs) ----
+    let params_of = |t: BlockId| f.list(f.blocks[t.index()].params);
+    let plan = crate::fuse::plan(f, &reg_of, |pc| match f.code[pc] {
+        Instr::Jump { target, args } => f
+            .list(args)
+            .iter()
+            .zip(params_of(target))
+            .all(|(a, p)| reg_of[a.index()] == reg_of[p.index()]),
+        _ => false,
+    });
+    let fused: Vec<bool> = plan.iter().map(|k| *k != crate::fuse::Fusion::None).collect();
 
     // ---- rewrite ----
     let map = |r: Reg| Reg(reg_of[r.index()]);
@@ -343,15 +330,7 @@ pub fn allocate(f: &Function) -> Function {
         out.spans.push(f.spans[pc]);
         let mut i = *i;
         if fused[pc] {
-            let Instr::Branch { else_blk, .. } = f.code[pc + 1] else { unreachable!() };
-            i = match i {
-                Instr::Lt { a, b, .. } => Instr::BranchNotLt { a: map(a), b: map(b), else_blk },
-                Instr::Le { a, b, .. } => Instr::BranchNotLe { a: map(a), b: map(b), else_blk },
-                Instr::Gt { a, b, .. } => Instr::BranchNotGt { a: map(a), b: map(b), else_blk },
-                Instr::Ge { a, b, .. } => Instr::BranchNotGe { a: map(a), b: map(b), else_blk },
-                _ => unreachable!(),
-            };
-            out.code.push(i);
+            out.code.push(crate::fuse::combine(plan[pc], i, f.code[pc + 1], map));
             continue;
         }
         match i {

@@ -329,7 +329,8 @@ impl FnBuilder {
         // 1. Thread empty blocks.
         let mut forward: Vec<BlockId> = (0..n as u32).map(BlockId).collect();
         for b in 1..n {
-            if self.blocks[b].code.len() == 1 {
+            // A block with parameters defines them on entry: it cannot be bypassed.
+            if self.blocks[b].code.len() == 1 && self.blocks[b].params.is_empty() {
                 if let Some(t) = plain_target(&self.blocks[b]) {
                     forward[b] = t;
                 }
@@ -364,7 +365,7 @@ impl FnBuilder {
         }
         for b in 0..n {
             while let Some(t) = plain_target(&self.blocks[b]) {
-                if t.index() == b || t.0 == 0 || preds[t.index()] != 1 {
+                if t.index() == b || t.0 == 0 || preds[t.index()] != 1 || !self.blocks[t.index()].params.is_empty() {
                     break;
                 }
                 let moved = std::mem::take(&mut self.blocks[t.index()].code);

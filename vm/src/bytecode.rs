@@ -12,6 +12,8 @@
 //!  operand kinds:
 //!    def     a register this instruction defines         R[x] :=
 //!    reg     a register this instruction reads           R[x]
+//!    acc     a register read and then redefined          R[x] := f(R[x], ...)
+//!            (superinstructions of the executable form only)
 //!    konst   an index into the program's constant pool    K[x]
 //!    block   a block of the same function                 B[x]
 //!    list    a register list in the function's list pool  L[x] = (R[..], ...)
@@ -72,6 +74,8 @@ index_types! {
 pub enum Operand {
     Def(Reg),
     Use(Reg),
+    /// Read, then redefined (only in superinstructions of the executable form).
+    Acc(Reg),
     Const(ConstId),
     Block(BlockId),
     List(ListId),
@@ -86,6 +90,7 @@ pub enum Operand {
 macro_rules! operand_type {
     (def) => { Reg };
     (reg) => { Reg };
+    (acc) => { Reg };
     (konst) => { ConstId };
     (block) => { BlockId };
     (list) => { ListId };
@@ -100,6 +105,7 @@ macro_rules! operand_type {
 macro_rules! operand_of {
     (def, $v:expr) => { Operand::Def($v) };
     (reg, $v:expr) => { Operand::Use($v) };
+    (acc, $v:expr) => { Operand::Acc($v) };
     (konst, $v:expr) => { Operand::Const($v) };
     (block, $v:expr) => { Operand::Block($v) };
     (list, $v:expr) => { Operand::List($v) };
@@ -157,6 +163,7 @@ macro_rules! opcodes {
 macro_rules! unwrap_operand {
     (def, $e:expr) => { match $e { Operand::Def(r) => r, o => panic!("operand kind changed: {o:?}") } };
     (reg, $e:expr) => { match $e { Operand::Use(r) => r, o => panic!("operand kind changed: {o:?}") } };
+    (acc, $e:expr) => { match $e { Operand::Acc(r) => r, o => panic!("operand kind changed: {o:?}") } };
     (konst, $e:expr) => { match $e { Operand::Const(r) => r, o => panic!("operand kind changed: {o:?}") } };
     (block, $e:expr) => { match $e { Operand::Block(r) => r, o => panic!("operand kind changed: {o:?}") } };
     (list, $e:expr) => { match $e { Operand::List(r) => r, o => panic!("operand kind changed: {o:?}") } };
@@ -232,6 +239,9 @@ opcodes! {
     BranchNotLe { a: reg, b: reg, else_blk: block } => "if not R[a] <= R[b] goto B[else_blk], else fall through";
     BranchNotGt { a: reg, b: reg, else_blk: block } => "if not R[a] > R[b] goto B[else_blk], else fall through";
     BranchNotGe { a: reg, b: reg, else_blk: block } => "if not R[a] >= R[b] goto B[else_blk], else fall through";
+    MulAdd { dst: acc, a: reg, b: reg } => "R[dst] := R[dst] + R[a] * R[b] (a Mul then an Add, no fused rounding)";
+    AddJump { dst: acc, k: reg, target: block } => "R[dst] := R[dst] + R[k]; goto B[target] (a loop step and its back edge)";
+    SubJump { dst: acc, k: reg, target: block } => "R[dst] := R[dst] - R[k]; goto B[target]";
 }
 
 impl Instr {
@@ -247,6 +257,8 @@ impl Instr {
                 | Instr::BranchNotLe { .. }
                 | Instr::BranchNotGt { .. }
                 | Instr::BranchNotGe { .. }
+                | Instr::AddJump { .. }
+                | Instr::SubJump { .. }
         )
     }
 
@@ -254,7 +266,7 @@ impl Instr {
     pub fn def(&self) -> Option<Reg> {
         let mut d = None;
         self.for_each_operand(|o| {
-            if let Operand::Def(r) = o {
+            if let Operand::Def(r) | Operand::Acc(r) = o {
                 d = Some(r)
             }
         });

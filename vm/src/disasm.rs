@@ -7,7 +7,7 @@ use std::fmt::Write;
 
 fn operand_text(out: &mut String, f: &Function, p: &Program, o: Operand) {
     let _ = match o {
-        Operand::Def(r) | Operand::Use(r) => write!(out, "{r}"),
+        Operand::Def(r) | Operand::Use(r) | Operand::Acc(r) => write!(out, "{r}"),
         Operand::Const(k) => match &p.consts[k.index()] {
             Const::Int(i) => write!(out, "{k}({i})"),
             Const::Float(x) => write!(out, "{k}({x:?})"),
@@ -38,7 +38,7 @@ pub fn instr_text(f: &Function, p: &Program, i: &Instr) -> String {
     let mut defs = String::new();
     let mut rest = String::new();
     i.for_each_operand(|o| {
-        if let Operand::Def(r) = o {
+        if let Operand::Def(r) | Operand::Acc(r) = o {
             let _ = write!(defs, "{r} = ");
         } else {
             if !rest.is_empty() {

@@ -493,6 +493,22 @@ impl Vm {
                     set!($dst, v);
                 }};
             }
+            // The jump half of `AddJump`/`SubJump`: the step's copies are identities, so
+            // only the control transfer (with its accounting) remains.
+            macro_rules! step_jump {
+                ($target:expr) => {{
+                    account!();
+                    let start = func.blocks[$target.index()].start;
+                    if (start as usize) < pc!() {
+                        let h = self.loop_base[func_id.index()] as usize + $target.index();
+                        self.back_edges[h] = self.back_edges[h].wrapping_add(1);
+                    }
+                    goto!(start);
+                    if self.steps >= self.next_check {
+                        tri!(self.check_limits());
+                    }
+                }};
+            }
             macro_rules! fused_branch {
                 ($a:expr, $b:expr, $else_blk:expr, $sym:literal, $test:expr) => {{
                     let r = match (&reg!($a), &reg!($b)) {
@@ -866,6 +882,24 @@ impl Vm {
                             tri!(self.check_limits());
                         }
                         goto!(dest);
+                    }
+                    Instr::MulAdd { dst, a, b } => {
+                        let v = match (&reg!(dst), &reg!(a), &reg!(b)) {
+                            (Value::Float(z), Value::Float(x), Value::Float(y)) => Value::Float(z + x * y),
+                            (z, x, y) => {
+                                let p = tri!(ops::binary(BinOp::Mul, x, y));
+                                tri!(ops::binary(BinOp::Add, z, &p))
+                            }
+                        };
+                        set!(dst, v);
+                    }
+                    Instr::AddJump { dst, k, target } => {
+                        arith!(dst, dst, k, BinOp::Add, checked_add, +);
+                        step_jump!(target);
+                    }
+                    Instr::SubJump { dst, k, target } => {
+                        arith!(dst, dst, k, BinOp::Sub, checked_sub, -);
+                        step_jump!(target);
                     }
                     Instr::BranchNotLt { a, b, else_blk } => fused_branch!(a, b, else_blk, "<", |o| o.is_lt()),
                     Instr::BranchNotLe { a, b, else_blk } => fused_branch!(a, b, else_blk, "<=", |o| o.is_le()),

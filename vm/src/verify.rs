@@ -50,7 +50,7 @@ pub fn verify_function(p: &Program, f: &Function, ssa: bool) -> Result<(), Strin
                         defined[r.index()] += 1;
                     }
                 }
-                Operand::Use(r) if r.index() >= n => bad = Some(format!("{pc}: {r} outside the frame")),
+                Operand::Use(r) | Operand::Acc(r) if r.index() >= n => bad = Some(format!("{pc}: {r} outside the frame")),
                 Operand::Block(t) if t.index() >= f.blocks.len() => bad = Some(format!("{pc}: no block {t}")),
                 Operand::List(l) => {
                     if l.index() >= f.lists.len() {
@@ -90,6 +90,12 @@ pub fn verify_function(p: &Program, f: &Function, ssa: bool) -> Result<(), Strin
                         }
                     }
                 }
+                Instr::AddJump { .. } | Instr::SubJump { .. } => {
+                    if ssa {
+                        return err(format!("{pc}: superinstruction in SSA form"));
+                    }
+                }
+                Instr::MulAdd { .. } if ssa => return err(format!("{pc}: superinstruction in SSA form")),
                 Instr::Branch { then_blk, else_blk, .. } => {
                     for t in [then_blk, else_blk] {
                         if !f.list(f.blocks[t.index()].params).is_empty() {
