@@ -41,11 +41,12 @@ pub struct Closure {
     pub captures: Box<[Value]>,
 }
 
-/// `repr(C, u8)`: the tag is byte 0 and every payload starts at byte 8, so moving a value
-/// of unknown variant is two aligned word copies (the default layout put `Bool` at byte 1,
-/// which made every generic move a sequence of overlapping byte copies).
+/// `repr(C, u64)`: the tag is the first word and every payload the second, with no padding
+/// between them, so moving a value of unknown variant is two aligned word copies. (The default
+/// layout, and `repr(C, u8)`, leave bytes 1..8 as padding, which LLVM copies with overlapping
+/// narrow moves that defeat store forwarding: measured at a third of the dispatch loop's time.)
 #[derive(Debug, Default)]
-#[repr(C, u8)]
+#[repr(C, u64)]
 pub enum Value {
     #[default]
     Nil,
