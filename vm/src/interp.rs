@@ -383,7 +383,23 @@ impl Vm {
             self.stack.extend(c.captures.iter().cloned());
         }
         self.stack.resize(base + num_regs, Value::Nil);
-        self.frames.push(Frame { func, pc: 0, base: base as u32, ret, closure, boundary });
+        self.frames.reserve(1);
+        let len = self.frames.len();
+        // Written field by field in place: building the `Frame` on the stack and copying it
+        // made the copy's wide load wait on the narrow field stores (store-forwarding stall),
+        // measured at half the cost of a call.
+        // SAFETY: `reserve(1)` guarantees room for one more frame at index `len`; every field
+        // is initialised before `set_len` makes the frame visible.
+        unsafe {
+            let p = self.frames.as_mut_ptr().add(len);
+            std::ptr::addr_of_mut!((*p).func).write(func);
+            std::ptr::addr_of_mut!((*p).pc).write(0);
+            std::ptr::addr_of_mut!((*p).base).write(base as u32);
+            std::ptr::addr_of_mut!((*p).ret).write(ret);
+            std::ptr::addr_of_mut!((*p).closure).write(closure);
+            std::ptr::addr_of_mut!((*p).boundary).write(boundary);
+            self.frames.set_len(len + 1);
+        }
         Ok(())
     }
 
