@@ -336,7 +336,7 @@ impl Vm {
         ret: u32,
         boundary: bool,
     ) -> VmResult<()> {
-        self.enter(func, closure, args.len(), ret, boundary, |stack| stack.extend_from_slice(args))
+        self.enter(func, closure, args.len(), ret, boundary, |_, k| args[k].clone())
     }
 
     /// Pushes a frame for a Zy call whose arguments are registers of the frame at `base`.
@@ -348,16 +348,16 @@ impl Vm {
         args: &[Reg],
         ret: u32,
     ) -> VmResult<()> {
-        self.enter(func, closure, args.len(), ret, false, |stack| {
-            for r in args {
-                let v = stack[base + r.index()].clone();
-                stack.push(v);
-            }
+        // SAFETY: the caller's registers `base + r` are initialised values below the stack's
+        // length (verifier bound on `r`; the caller's frame is live).
+        self.enter(func, closure, args.len(), ret, false, |stack, k| unsafe {
+            (*stack.add(base + args[k].index())).clone()
         })
     }
 
-    /// The common frame push: checks depth and arity, lays out arguments (pushed by
-    /// `push_args`), captures and the rest of the frame on the value stack.
+    /// The common frame push: checks depth and arity, then lays out the new frame on the
+    /// value stack in place: argument `k` is `arg(stack, k)`, then the captures, then `nil`
+    /// for every other register.
     #[inline(always)]
     fn enter(
         &mut self,
@@ -366,7 +366,7 @@ impl Vm {
         nargs: usize,
         ret: u32,
         boundary: bool,
-        push_args: impl FnOnce(&mut Vec<Value>),
+        arg: impl Fn(*const Value, usize) -> Value,
     ) -> VmResult<()> {
         if self.frames.len() >= self.limits.max_depth {
             return Err(VmError::new("stack overflow"));
@@ -378,11 +378,29 @@ impl Vm {
         let num_regs = f.num_regs as usize;
         self.calls[func.index()] = self.calls[func.index()].saturating_add(1);
         let base = self.stack.len();
-        push_args(&mut self.stack);
-        if let Some(c) = &closure {
-            self.stack.extend(c.captures.iter().cloned());
+        self.stack.reserve(num_regs);
+        // SAFETY: `reserve` made room for `num_regs` values after `base`. Slots are written
+        // in order — arguments, captures (`nargs + captures <= num_regs`, the frame layout the
+        // verifier checks), then `nil` up to `num_regs` — and `set_len` publishes them only
+        // once all are initialised. `arg` reads only below `base`.
+        unsafe {
+            let p = self.stack.as_mut_ptr();
+            for k in 0..nargs {
+                p.add(base + k).write(arg(p, k));
+            }
+            let mut next = base + nargs;
+            debug_assert!(closure.as_ref().map_or(0, |c| c.captures.len()) == f.num_captures as usize);
+            if let Some(c) = &closure {
+                for v in c.captures.iter() {
+                    p.add(next).write(v.clone());
+                    next += 1;
+                }
+            }
+            for slot in next..base + num_regs {
+                p.add(slot).write(Value::Nil);
+            }
+            self.stack.set_len(base + num_regs);
         }
-        self.stack.resize(base + num_regs, Value::Nil);
         self.frames.reserve(1);
         let len = self.frames.len();
         // Written field by field in place: building the `Frame` on the stack and copying it
