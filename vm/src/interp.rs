@@ -527,9 +527,9 @@ impl Vm {
                     set!($dst, v);
                 }};
             }
-            // The jump half of `AddJump`/`SubJump`: the step's copies are identities, so
-            // only the control transfer (with its accounting) remains.
-            macro_rules! step_jump {
+            // Control transfer to a block after its argument copies: accounting, loop-header
+            // hotness on backward jumps, and the periodic limit check.
+            macro_rules! jump_to {
                 ($target:expr) => {{
                     account!();
                     let start = func.blocks[$target.index()].start;
@@ -862,27 +862,17 @@ impl Vm {
                         }));
                     }
                     Instr::Jump { target, args } => {
-                        account!();
-                        let block = func.blocks[target.index()];
                         let args = func.list(args);
                         if !args.is_empty() {
-                            for (p, a) in func.list(block.params).iter().zip(args) {
+                            let params = func.list(func.blocks[target.index()].params);
+                            for (p, a) in params.iter().zip(args) {
                                 set!(p, reg!(a).clone());
                             }
                         }
-                        if (block.start as usize) < pc!() {
-                            let h = self.loop_base[func_id.index()] as usize + target.index();
-                            self.back_edges[h] = self.back_edges[h].wrapping_add(1);
-                        }
-                        goto!(block.start);
-                        if self.steps >= self.next_check {
-                            tri!(self.check_limits());
-                        }
+                        jump_to!(target);
                     }
                     Instr::JumpPar { target, args } => {
-                        account!();
-                        let block = func.blocks[target.index()];
-                        let params = func.list(block.params);
+                        let params = func.list(func.blocks[target.index()].params);
                         self.scratch.clear();
                         for a in func.list(args) {
                             let v = reg!(a).clone();
@@ -891,14 +881,7 @@ impl Vm {
                         for (p, v) in params.iter().zip(self.scratch.drain(..)) {
                             store(unsafe { &mut *regs.add(p.index()) }, v);
                         }
-                        if (block.start as usize) < pc!() {
-                            let h = self.loop_base[func_id.index()] as usize + target.index();
-                            self.back_edges[h] = self.back_edges[h].wrapping_add(1);
-                        }
-                        goto!(block.start);
-                        if self.steps >= self.next_check {
-                            tri!(self.check_limits());
-                        }
+                        jump_to!(target);
                     }
                     Instr::Branch { cond, then_blk, else_blk } => {
                         account!();
@@ -929,11 +912,11 @@ impl Vm {
                     }
                     Instr::AddJump { dst, k, target } => {
                         arith!(dst, dst, k, BinOp::Add, checked_add, +);
-                        step_jump!(target);
+                        jump_to!(target);
                     }
                     Instr::SubJump { dst, k, target } => {
                         arith!(dst, dst, k, BinOp::Sub, checked_sub, -);
-                        step_jump!(target);
+                        jump_to!(target);
                     }
                     Instr::BranchNotLt { a, b, else_blk } => fused_branch!(a, b, else_blk, "<", |o| o.is_lt()),
                     Instr::BranchNotLe { a, b, else_blk } => fused_branch!(a, b, else_blk, "<=", |o| o.is_le()),
