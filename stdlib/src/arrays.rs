@@ -2,7 +2,7 @@
 
 use crate::args::*;
 use std::cmp::Ordering;
-use zygvm_vm::interp::{length, new_array};
+use zygvm_vm::access::{length, new_array};
 use zygvm_vm::value::{Array, Value};
 use zygvm_vm::{Vm, VmError, VmResult};
 

@@ -3,7 +3,7 @@
 use crate::args::*;
 use zygvm_vm::dict::Key;
 use zygvm_vm::format::to_display;
-use zygvm_vm::interp::{new_array, new_dict};
+use zygvm_vm::access::{new_array, new_dict};
 use zygvm_vm::value::{Array, Value};
 use zygvm_vm::{Vm, VmError, VmResult};
 

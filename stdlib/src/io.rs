@@ -3,7 +3,7 @@
 use crate::args::*;
 use std::io::BufRead;
 use zygvm_vm::dict::{Dict, Key};
-use zygvm_vm::interp::new_array;
+use zygvm_vm::access::new_array;
 use zygvm_vm::value::{Array, Value};
 use zygvm_vm::{Vm, VmError, VmResult};
 

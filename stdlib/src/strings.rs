@@ -1,7 +1,7 @@
 //! String built-ins. Indices count characters, not bytes.
 
 use crate::args::*;
-use zygvm_vm::interp::new_array;
+use zygvm_vm::access::new_array;
 use zygvm_vm::value::Value;
 use zygvm_vm::{Vm, VmResult};
 

@@ -2,6 +2,7 @@
 //! interpreter. It depends on no other zygvm crate: the compiler produces its `Program`s and
 //! the standard library plugs in through `builtin::Builtin`.
 
+pub mod access;
 pub mod builtin;
 pub mod bytecode;
 pub mod dict;
