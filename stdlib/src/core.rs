@@ -97,7 +97,7 @@ pub fn int(_: &mut Vm, a: &[Value]) -> VmResult<Value> {
     match &a[0] {
         Value::Int(i) => Ok(Value::Int(*i)),
         Value::Float(x) => {
-            if x.is_finite() && *x > -9.223372036854777e18 && *x < 9.223372036854775807e18 {
+            if x.is_finite() && *x > -9.223372036854777e18 && *x < 9.223372036854775808e18 {
                 Ok(Value::Int(x.trunc() as i64))
             } else {
                 err(format!("int() of {x:?} is out of the int range"))
