@@ -17,6 +17,8 @@ pub fn rand(seed: i64, n: usize) -> Vec<f64> {
     v
 }
 
+/// Written out here rather than calling `zygvm_vm::kernels::dot`, so that the reference does
+/// not move when zygvm's kernel changes.
 #[inline]
 pub fn dot(a: &[f64], b: &[f64]) -> f64 {
     let mut acc = [0.0f64; 4];

@@ -120,9 +120,7 @@ impl<'a> Lowerer<'a> {
         self.fns.push(FnCtx::new(0, module.span, true));
         self.lower_stmts(&module.stmts, false, module.span);
         let nil = self.nil();
-        if !self.b().is_dead() || self.b().current().0 == 0 {
-            self.b().ret(nil, module.span);
-        }
+        self.b().ret(nil, module.span);
         let ctx = self.fns.pop().unwrap();
         let f = ctx.b.finish("<main>".into(), FuncKind::Main, Span::new(module.span.file, 0, 0));
         self.pools.functions[main.index()] = Some(f);

@@ -37,11 +37,13 @@ impl BitSet {
     fn contains(&self, i: usize) -> bool {
         self.words[i / 64] & (1 << (i % 64)) != 0
     }
-    fn iter(&self) -> impl Iterator<Item = usize> + '_ {
-        self.words.iter().enumerate().flat_map(|(w, &bits)| {
-            (0..64).filter(move |b| bits & (1 << b) != 0).map(move |b| w * 64 + b)
-        })
-    }
+}
+
+/// The indices of the set bits of a bit row.
+fn set_bits(words: &[u64]) -> impl Iterator<Item = usize> + '_ {
+    words.iter().enumerate().flat_map(|(w, &bits)| {
+        (0..64).filter(move |b| bits & (1 << b) != 0).map(move |b| w * 64 + b)
+    })
 }
 
 fn block_end(f: &Function, b: usize) -> usize {
@@ -188,8 +190,7 @@ pub fn allocate(f: &Function) -> Function {
     };
     for &b in &rpo {
         busy.iter_mut().for_each(|x| *x = false);
-        let live_in_b = BitSet { words: live_in[row(b)].to_vec() };
-        for v in live_in_b.iter() {
+        for v in set_bits(&live_in[row(b)]) {
             let r = reg_of[v];
             debug_assert!(r != NONE, "live-in value v{v} of B{b} not yet allocated");
             if busy.len() <= r as usize {

@@ -14,31 +14,8 @@ pub mod random;
 pub mod strings;
 
 use zygvm_vm::builtin::{Builtin, BuiltinImpl};
-use zygvm_vm::value::Value;
-use zygvm_vm::{Vm, VmResult};
 
 const ANY: usize = usize::MAX;
-
-/// A one-argument float function as a built-in: scalars take the `Math1` fast path, arrays and
-/// matrices go elementwise through this native entry.
-macro_rules! scalar_entry {
-    ($($name:ident)*) => {
-        fn scalar_builtin(name: &str) -> Option<fn(&mut Vm, &[Value]) -> VmResult<Value>> {
-            $(
-                fn $name(_: &mut Vm, a: &[Value]) -> VmResult<Value> {
-                    let f = math::FLOAT_FNS.iter().find(|(n, _)| *n == stringify!($name)).unwrap().1;
-                    math::map_float(stringify!($name), &a[0], f)
-                }
-            )*
-            match name {
-                $( stringify!($name) => Some($name), )*
-                _ => None,
-            }
-        }
-    };
-}
-
-scalar_entry!(sin cos tan asin acos atan sinh cosh tanh exp expm1 log log1p log2 log10 sqrt cbrt sigmoid softplus erf);
 
 /// The standard library, in `BuiltinId` order.
 pub fn builtins() -> Vec<Builtin> {
@@ -149,14 +126,13 @@ pub fn builtins() -> Vec<Builtin> {
     add("json_str", 1, 1, io::json_str);
     add("rand", 2, 3, random::rand);
     add("randn", 2, 3, random::randn);
-    for (name, f) in math::FLOAT_FNS {
-        let native = scalar_builtin(name).expect("every float function has an entry");
+    for f in math::FLOAT_FNS {
         t.push(Builtin {
-            name: name.to_string(),
+            name: f.name.to_string(),
             min_args: 1,
             max_args: 1,
-            imp: BuiltinImpl::Native(native),
-            scalar: Some(*f),
+            imp: BuiltinImpl::Native(f.native),
+            scalar: Some(f.scalar),
         });
     }
     t

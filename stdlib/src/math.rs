@@ -37,10 +37,29 @@ pub fn map_float(name: &str, v: &Value, f: fn(f64) -> f64) -> VmResult<Value> {
     }
 }
 
+/// One-argument math that returns floats: a scalar function (the interpreter's `Math1` fast
+/// path) and its built-in entry, which applies it to numbers, arrays and matrices.
+pub struct FloatFn {
+    pub name: &'static str,
+    pub scalar: fn(f64) -> f64,
+    pub native: zygvm_vm::builtin::NativeFn,
+}
+
 macro_rules! float_fns {
     ($($name:ident => $f:expr;)*) => {
-        /// `(name, scalar function)` for every one-argument math built-in that returns floats.
-        pub const FLOAT_FNS: &[(&str, fn(f64) -> f64)] = &[$((stringify!($name), $f)),*];
+        /// Every one-argument math built-in that returns floats.
+        pub const FLOAT_FNS: &[FloatFn] = &[$(
+            FloatFn {
+                name: stringify!($name),
+                scalar: $f,
+                native: {
+                    fn entry(_: &mut Vm, a: &[Value]) -> VmResult<Value> {
+                        map_float(stringify!($name), &a[0], $f)
+                    }
+                    entry
+                },
+            }
+        ),*];
     };
 }
 

@@ -209,14 +209,11 @@ impl Vm {
 
     /// Fails when allocating `bytes` more would pass the memory limit.
     pub fn reserve(&mut self, bytes: usize) -> VmResult<()> {
-        if let (Some(max), Some(probe)) = (self.limits.max_memory, self.memory_probe) {
-            if probe().saturating_add(bytes) > max {
-                return Err(VmError::new(format!("memory limit exceeded (--max-memory {max} bytes)")));
-            }
-        } else if let Some(max) = self.limits.max_memory {
-            if bytes > max {
-                return Err(VmError::new(format!("memory limit exceeded (--max-memory {max} bytes)")));
-            }
+        let Some(max) = self.limits.max_memory else { return Ok(()) };
+        // Without a probe, only the request itself is checked.
+        let in_use = self.memory_probe.map_or(0, |probe| probe());
+        if in_use.saturating_add(bytes) > max {
+            return Err(VmError::new(format!("memory limit exceeded (--max-memory {max} bytes)")));
         }
         Ok(())
     }
@@ -542,30 +539,38 @@ impl Vm {
                     }
                 }};
             }
-            macro_rules! fused_branch {
-                ($a:expr, $b:expr, $else_blk:expr, $sym:literal, $test:expr) => {{
-                    let r = match (&reg!($a), &reg!($b)) {
+            // The taken edge of a conditional branch (no block arguments). A loop may close
+            // with a branch (an empty latch is threaded away), so backward ones check limits.
+            macro_rules! branch_to {
+                ($block:expr) => {{
+                    account!();
+                    let dest = func.blocks[$block.index()].start as usize;
+                    if dest < pc!() && self.steps >= self.next_check {
+                        tri!(self.check_limits());
+                    }
+                    goto!(dest);
+                }};
+            }
+            // `R[a] <=> R[b]` with the number fast paths; `None` when unordered (NaN).
+            macro_rules! ordering {
+                ($a:expr, $b:expr, $sym:literal) => {
+                    match (&reg!($a), &reg!($b)) {
                         (Value::Float(x), Value::Float(y)) => x.partial_cmp(y),
                         (Value::Int(x), Value::Int(y)) => Some(x.cmp(y)),
                         (a, b) => tri!(ops::compare(a, b, $sym)),
-                    };
-                    if !r.is_some_and($test) {
-                        account!();
-                        let dest = func.blocks[$else_blk.index()].start as usize;
-                        if dest < pc!() && self.steps >= self.next_check {
-                            tri!(self.check_limits());
-                        }
-                        goto!(dest);
+                    }
+                };
+            }
+            macro_rules! fused_branch {
+                ($a:expr, $b:expr, $else_blk:expr, $sym:literal, $test:expr) => {{
+                    if !ordering!($a, $b, $sym).is_some_and($test) {
+                        branch_to!($else_blk);
                     }
                 }};
             }
             macro_rules! compare {
                 ($dst:expr, $a:expr, $b:expr, $sym:literal, $test:expr) => {{
-                    let r = match (&reg!($a), &reg!($b)) {
-                        (Value::Float(x), Value::Float(y)) => x.partial_cmp(y),
-                        (Value::Int(x), Value::Int(y)) => Some(x.cmp(y)),
-                        (a, b) => tri!(ops::compare(a, b, $sym)),
-                    };
+                    let r = ordering!($a, $b, $sym);
                     set!($dst, Value::Bool(r.is_some_and($test)));
                 }};
             }
@@ -883,7 +888,6 @@ impl Vm {
                         jump_to!(target);
                     }
                     Instr::Branch { cond, then_blk, else_blk } => {
-                        account!();
                         let target = match reg!(cond) {
                             Value::Bool(true) => then_blk,
                             Value::Bool(false) => else_blk,
@@ -892,12 +896,7 @@ impl Vm {
                                 other.type_name()
                             ))),
                         };
-                        let dest = func.blocks[target.index()].start as usize;
-                        // A loop may close with a branch (an empty latch is threaded away).
-                        if dest < pc!() && self.steps >= self.next_check {
-                            tri!(self.check_limits());
-                        }
-                        goto!(dest);
+                        branch_to!(target);
                     }
                     Instr::MulAdd { dst, a, b } => {
                         let v = match (&reg!(dst), &reg!(a), &reg!(b)) {
