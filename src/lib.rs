@@ -106,7 +106,7 @@ impl ProgramBuilder {
             };
             // A host function shadows a standard one of the same name.
             table.retain(|b| b.name != h.name);
-            table.push(Builtin { name: h.name.clone(), min_args: min, max_args: max, imp: BuiltinImpl::Host(i), scalar: None });
+            table.push(Builtin { name: h.name.clone(), min_args: min, max_args: max, imp: BuiltinImpl::Host(i), scalar: None, deriv: zygvm_vm::builtin::Deriv::Missing, scalar_deriv: None });
         }
         let source = zygvm_compiler::Source { name, text: source, dir };
         let loader = |p: &Path| std::fs::read_to_string(p);
@@ -157,6 +157,12 @@ impl Program {
     /// The bytecode listing of every function (or of those named `only`).
     pub fn disassemble(&self, only: Option<&str>) -> String {
         zygvm_vm::disasm::program_listing(&self.inner, only)
+    }
+
+    /// The listing `zygvm --dump adjoint` prints: each function's SSA form beside its
+    /// primal-with-tape and adjoint routines.
+    pub fn disassemble_adjoints(&self, only: Option<&str>) -> String {
+        zygvm_vm::disasm::adjoint_listing(&self.inner, only)
     }
 
     /// The source files, for rendering diagnostics.

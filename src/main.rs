@@ -16,7 +16,7 @@ static ALLOC: zygvm::memory::CountingAlloc = zygvm::memory::CountingAlloc;
 enum Dump {
     /// The register bytecode of each function.
     Bytecode,
-    /// Also the primal-with-tape and adjoint routines (needs the differentiator).
+    /// Each function (SSA form) beside its primal-with-tape and adjoint routines.
     Adjoint,
 }
 
@@ -95,9 +95,6 @@ fn run(cli: Cli) -> ExitCode {
         Ok(l) => l,
         Err(m) => return usage_error(&m),
     };
-    if cli.dump == Some(Dump::Adjoint) {
-        return usage_error("--dump adjoint needs the differentiator, which is not built yet (only --dump bytecode works)");
-    }
     let (name, text, dir, args) = if let Some(code) = &cli.code {
         ("<-e>".to_string(), code.clone(), std::path::PathBuf::new(), cli.rest.clone())
     } else if let Some(script) = cli.rest.first() {
@@ -140,8 +137,11 @@ fn run(cli: Cli) -> ExitCode {
     if cli.check {
         return ExitCode::SUCCESS;
     }
-    if let Some(Dump::Bytecode) = cli.dump {
-        let listing = program.disassemble(cli.only.as_deref());
+    if let Some(dump) = &cli.dump {
+        let listing = match dump {
+            Dump::Bytecode => program.disassemble(cli.only.as_deref()),
+            Dump::Adjoint => program.disassemble_adjoints(cli.only.as_deref()),
+        };
         if cli.only.is_some() && listing.is_empty() {
             return usage_error(&format!("no function named '{}'", cli.only.unwrap()));
         }

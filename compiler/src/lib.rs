@@ -6,6 +6,7 @@
 //! `zygvm_vm::Program`, checked by `zygvm_vm::verify`. The compiler depends on the VM crate
 //! only for the bytecode and program definitions; it never runs code.
 
+pub mod ad;
 pub mod ast;
 pub mod diag;
 pub mod fuse;
@@ -247,12 +248,15 @@ pub fn compile(
             .collect();
         return Err(Error::compile(diagnostics));
     }
-    let ssa_functions: Vec<_> = pools.functions.into_iter().map(|f| f.expect("every function is lowered")).collect();
+    let mut ssa_functions: Vec<_> = pools.functions.into_iter().map(|f| f.expect("every function is lowered")).collect();
+    let (derivatives, routines) = ad::differentiate_program(&ssa_functions, &builtins);
+    ssa_functions.extend(routines);
     let functions = ssa_functions.iter().map(regalloc::allocate).collect();
     let program = Program {
         files,
         functions,
         ssa_functions,
+        derivatives,
         consts: pools.consts,
         structs: pools.structs,
         symbols: pools.symbols,

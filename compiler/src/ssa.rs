@@ -185,6 +185,29 @@ impl FnBuilder {
         (t, e)
     }
 
+    /// Ends the current block with `BranchCtl` (the adjoint replaying a recorded decision);
+    /// returns the (sealed) then and else blocks.
+    pub fn branch_ctl(&mut self, span: Span) -> (BlockId, BlockId) {
+        let (t, e) = (self.new_block(), self.new_block());
+        self.emit(Instr::BranchCtl { then_blk: t, else_blk: e }, span);
+        let from = self.current;
+        for b in [t, e] {
+            self.blocks[b.index()].preds.push((from, None));
+            self.seal(b);
+        }
+        (t, e)
+    }
+
+    /// Every block created so far (to seal them all once a generated function is complete).
+    pub fn block_count(&self) -> usize {
+        self.blocks.len()
+    }
+
+    /// Whether a block has been sealed.
+    pub fn is_sealed(&self, b: BlockId) -> bool {
+        self.blocks[b.index()].sealed
+    }
+
     pub fn ret(&mut self, src: Reg, span: Span) {
         self.emit(Instr::Return { src }, span);
     }

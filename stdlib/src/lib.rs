@@ -7,6 +7,8 @@
 pub mod args;
 pub mod arrays;
 pub mod core;
+pub mod derivatives;
+pub mod differentiate;
 pub mod io;
 pub mod math;
 pub mod matrices;
@@ -126,6 +128,13 @@ pub fn builtins() -> Vec<Builtin> {
     add("json_str", 1, 1, io::json_str);
     add("rand", 2, 3, random::rand);
     add("randn", 2, 3, random::randn);
+    add("gradient", 1, ANY, differentiate::gradient);
+    add("value_and_gradient", 1, ANY, differentiate::value_and_gradient);
+    add("grad", 1, 1, differentiate::grad);
+    add(differentiate::GRAD_APPLY, 1, ANY, differentiate::grad_apply);
+    add("pullback", 1, ANY, differentiate::pullback);
+    add(zygvm_vm::ad::driver::BACK, 4, ANY, differentiate::pullback_back);
+    add("stop_gradient", 1, 1, differentiate::stop_gradient);
     for f in math::FLOAT_FNS {
         t.push(Builtin {
             name: f.name.to_string(),
@@ -133,7 +142,10 @@ pub fn builtins() -> Vec<Builtin> {
             max_args: 1,
             imp: BuiltinImpl::Native(f.native),
             scalar: Some(f.scalar),
+            deriv: zygvm_vm::builtin::Deriv::Missing,
+            scalar_deriv: None,
         });
     }
+    derivatives::attach(&mut t);
     t
 }

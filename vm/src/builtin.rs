@@ -25,11 +25,49 @@ pub struct Builtin {
     pub imp: BuiltinImpl,
     /// For one-argument scalar math: the f64 function, used by the `Math1` fast path.
     pub scalar: Option<fn(f64) -> f64>,
+    /// How reverse mode differentiates a call (the rules live in `zygvm-stdlib`'s
+    /// `derivatives.rs`; host functions have none).
+    pub deriv: Deriv,
+    /// For one-argument scalar math: the derivative as an f64 function (the adjoint's fast
+    /// path for `Math1`, and the elementwise rule on arrays).
+    pub scalar_deriv: Option<fn(f64) -> f64>,
+}
+
+/// `pullback(vm, dy, args, y)`: one adjoint contribution per argument (`nil` for none).
+pub type PullbackFn = fn(&mut Vm, &Value, &[Value], &Value) -> VmResult<Vec<Value>>;
+/// The primal-with-tape version of a built-in that records its own tape entries.
+pub type TapeFn = fn(&mut Vm, &[Value]) -> VmResult<Value>;
+/// The adjoint of such a built-in: pops what its `TapeFn` pushed and turns the incoming
+/// adjoints of the arguments (`d`, updated in place) into the outgoing ones.
+pub type AdjointFn = fn(&mut Vm, Value, &mut [Value]) -> VmResult<()>;
+
+/// A built-in's derivative, as reverse mode sees it.
+#[derive(Clone, Copy, Debug)]
+pub enum Deriv {
+    /// Its result never carries a derivative (ints, strings, bools, piecewise-constant maps):
+    /// nothing is recorded, every argument's adjoint is zero.
+    Constant,
+    /// A pure function with a pullback: the primal records a snapshot of the arguments and the
+    /// result; the adjoint applies the rule.
+    Pullback(PullbackFn),
+    /// Higher-order or mutating built-ins (`map`, `push`, ...) with their own tape protocol.
+    Custom { tape: TapeFn, adjoint: AdjointFn },
+    /// No rule (host functions): differentiating through a call whose result needs a
+    /// derivative is a runtime error.
+    Missing,
 }
 
 impl Builtin {
     pub fn native(name: &str, min_args: usize, max_args: usize, f: NativeFn) -> Builtin {
-        Builtin { name: name.into(), min_args, max_args, imp: BuiltinImpl::Native(f), scalar: None }
+        Builtin {
+            name: name.into(),
+            min_args,
+            max_args,
+            imp: BuiltinImpl::Native(f),
+            scalar: None,
+            deriv: Deriv::Missing,
+            scalar_deriv: None,
+        }
     }
 
     pub fn accepts(&self, n: usize) -> bool {

@@ -228,11 +228,26 @@ opcodes! {
     CallBuiltin { dst: def, builtin: builtin, args: list } => "R[dst] := BI[builtin](L[args]...)";
     NewStruct { dst: def, strukt: strukt, args: list } => "R[dst] := ST[strukt](L[args]...)";
 
+    // ---- differentiation: the primal-with-tape routine (vm/src/ad, docs/differentiation.md) ----
+    TapePush { src: reg } => "tape.push(R[src]) (a reference: for shapes, indices, immutable numbers)";
+    TapeSave { src: reg } => "tape.push(snapshot of R[src]) (arrays, matrices and dicts copied: contents an adjoint reads)";
+    TapePushCtl { bit: imm } => "control.push(bit) (a control-flow decision the adjoint replays)";
+    CallTape { dst: def, callee: reg, args: list } => "R[dst] := primal-with-tape of R[callee] (L[args]...)";
+    CallBuiltinTape { dst: def, builtin: builtin, args: list } => "R[dst] := BI[builtin](L[args]...), recording what its pullback needs";
+
+    // ---- differentiation: the adjoint routine ----
+    TapePop { dst: def } => "R[dst] := tape.pop()";
+    CallAdj { dst: def, callee: reg, args: list } => "R[dst] := adjoint of R[callee] (L[args] = dy, incoming adjoints...) = (d callee, d args...)";
+    CallBuiltinAdj { dst: def, builtin: builtin, args: list } => "R[dst] := adjoint of BI[builtin] (L[args] = dy, incoming adjoints...) = (nil, d args...)";
+    AdjAdd { dst: def, a: reg, b: reg } => "R[dst] := R[a] (+) R[b] (adjoint accumulation; nil is zero; consumes both)";
+    Pull { dst: def, rule: imm, args: list } => "R[dst] := RULE[rule](L[args]...) (a pullback rule of vm/src/ad/rules.rs)";
+
     // ---- control flow (block terminators) ----
     Jump { target: block, args: list } => "B[target].params := L[args] (copied in order: no overlap); goto B[target]";
     JumpPar { target: block, args: list } => "B[target].params := L[args] (parallel copy); goto B[target]";
     Branch { cond: reg, then_blk: block, else_blk: block } => "goto R[cond] ? B[then_blk] : B[else_blk] (R[cond] must be bool)";
     Return { src: reg } => "return R[src]";
+    BranchCtl { then_blk: block, else_blk: block } => "goto control.pop() != 0 ? B[then_blk] : B[else_blk] (the adjoint replaying a decision)";
     // Fused compare-and-branch of the executable form (never in SSA form): the then-target is
     // the next block in layout, reached by falling through.
     BranchNotLt { a: reg, b: reg, else_blk: block } => "if not R[a] < R[b] goto B[else_blk], else fall through";
@@ -252,6 +267,7 @@ impl Instr {
             Instr::Jump { .. }
                 | Instr::JumpPar { .. }
                 | Instr::Branch { .. }
+                | Instr::BranchCtl { .. }
                 | Instr::Return { .. }
                 | Instr::BranchNotLt { .. }
                 | Instr::BranchNotLe { .. }

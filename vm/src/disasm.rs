@@ -47,6 +47,11 @@ pub fn instr_text(f: &Function, p: &Program, i: &Instr) -> String {
             operand_text(&mut rest, f, p, o);
         }
     });
+    if let Instr::Pull { rule, .. } = i {
+        // Show the rule by name rather than its encoded number.
+        let code = rule.to_string();
+        rest = rest.replacen(&code, &crate::ad::rules::describe(*rule, p), 1);
+    }
     format!("{defs}{} {rest}", i.name()).trim_end().to_string()
 }
 
@@ -76,14 +81,36 @@ pub fn function_listing(p: &Program, f: &Function) -> String {
     out
 }
 
-/// Listings of every function of the program, or only those named `only`.
+/// Listings of every function written in the source (executable form), or only those named
+/// `only`.
 pub fn program_listing(p: &Program, only: Option<&str>) -> String {
     let mut out = String::new();
-    for f in &p.functions {
+    for f in p.functions.iter().take(p.derivatives.len()) {
         if only.is_none_or(|n| f.name == n || f.trace_name() == n) {
             out.push_str(&function_listing(p, f));
             out.push('\n');
         }
+    }
+    out
+}
+
+/// What `--dump adjoint` prints: for each function (or those named `only`), its SSA form next
+/// to the two routines the differentiator generated from it (SSA form, before register
+/// allocation: what the differentiator reads and writes).
+pub fn adjoint_listing(p: &Program, only: Option<&str>) -> String {
+    let mut out = String::new();
+    for (i, f) in p.ssa_functions.iter().enumerate().take(p.derivatives.len()) {
+        if !only.is_none_or(|n| f.name == n || f.trace_name() == n) {
+            continue;
+        }
+        let Some(d) = p.derivatives[i] else { continue };
+        out.push_str("-- original (SSA form)\n");
+        out.push_str(&function_listing(p, f));
+        out.push_str("-- primal-with-tape routine\n");
+        out.push_str(&function_listing(p, &p.ssa_functions[d.tape.index()]));
+        out.push_str("-- adjoint routine: (dy, incoming adjoints) -> (d closure, adjoints)\n");
+        out.push_str(&function_listing(p, &p.ssa_functions[d.adjoint.index()]));
+        out.push('\n');
     }
     out
 }

@@ -123,6 +123,9 @@ pub fn write_value(out: &mut String, v: &Value, program: &Program, top: bool) {
         Value::StructCtor(s) => {
             let _ = write!(out, "<fn {}>", program.structs[s.index()].name);
         }
+        Value::Partial(p) => {
+            let _ = write!(out, "<fn {}>", program.builtins[p.builtin.index()].name);
+        }
     }
 }
 

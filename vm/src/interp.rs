@@ -100,6 +100,8 @@ pub struct Vm {
     loop_base: Vec<u32>,
     /// How many `execute` activations are nested (built-ins calling back into Zy).
     native_depth: usize,
+    /// Reverse mode's tape (vm/src/ad).
+    pub(crate) tape: crate::ad::Tape,
 }
 
 /// Built-ins that call back into Zy (`map` inside `map` ...) nest Rust activations; this bounds
@@ -152,6 +154,7 @@ impl Vm {
             memory_probe: None,
             scratch: vec![],
             native_depth: 0,
+            tape: crate::ad::Tape::default(),
             calls,
             loop_base,
             back_edges,
@@ -188,7 +191,7 @@ impl Vm {
     }
 
     pub fn stats(&self) -> Stats {
-        Stats { instructions: self.steps, peak_tape_bytes: 0 }
+        Stats { instructions: self.steps, peak_tape_bytes: self.tape.peak_bytes }
     }
 
     /// How often each function has been called and each loop header entered by a backward
@@ -253,6 +256,23 @@ impl Vm {
 
     /// Calls any callable value with arguments: the entry point for built-ins and the host.
     pub fn call_value(&mut self, f: &Value, args: &[Value]) -> VmResult<Value> {
+        match f {
+            Value::Func(id) => self.run_function(*id, None, args),
+            Value::Closure(c) => self.run_function(c.func, Some(c.clone()), args),
+            Value::Builtin(b) => self.call_builtin(*b, args),
+            Value::StructCtor(s) => self.construct(*s, args),
+            Value::Partial(p) => {
+                let mut all = p.bound.to_vec();
+                all.extend_from_slice(args);
+                self.call_builtin(p.builtin, &all)
+            }
+            other => Err(VmError::new(format!("cannot call a value of type {}", other.type_name()))),
+        }
+    }
+
+    /// Runs one function to completion from Rust (the host, a built-in, or the
+    /// differentiation drivers), re-entering the dispatch loop.
+    pub(crate) fn run_function(&mut self, func: FuncId, closure: Option<Rc<Closure>>, args: &[Value]) -> VmResult<Value> {
         let outermost = self.frames.is_empty();
         if outermost {
             self.deadline = self.limits.timeout.map(|t| Instant::now() + t);
@@ -263,21 +283,10 @@ impl Vm {
             return Err(VmError::new("stack overflow (calls nested through built-in functions)"));
         }
         self.native_depth += 1;
-        let result = match f {
-            Value::Func(id) => {
-                let depth = self.frames.len();
-                self.push_frame(*id, None, args, DISCARD, true)?;
-                self.execute(depth)
-            }
-            Value::Closure(c) => {
-                let depth = self.frames.len();
-                let c = c.clone();
-                self.push_frame(c.func, Some(c), args, DISCARD, true)?;
-                self.execute(depth)
-            }
-            Value::Builtin(b) => self.call_builtin(*b, args),
-            Value::StructCtor(s) => self.construct(*s, args),
-            other => Err(VmError::new(format!("cannot call a value of type {}", other.type_name()))),
+        let depth = self.frames.len();
+        let result = match self.push_frame(func, closure, args, DISCARD, true) {
+            Ok(()) => self.execute(depth),
+            Err(e) => Err(e),
         };
         self.native_depth -= 1;
         if outermost {
@@ -285,6 +294,15 @@ impl Vm {
             self.frames.clear();
         }
         result
+    }
+
+    pub(crate) fn check_builtin_arity(&self, b: BuiltinId, n: usize) -> VmResult<()> {
+        let builtin = &self.program.builtins[b.index()];
+        if builtin.accepts(n) {
+            Ok(())
+        } else {
+            Err(VmError::new(format!("{} takes {}, got {}", builtin.name, builtin.arity_text(), n)))
+        }
     }
 
     fn construct(&mut self, s: StructId, args: &[Value]) -> VmResult<Value> {
@@ -838,10 +856,11 @@ impl Vm {
                                 refresh!();
                                 set!(dst, v);
                             }
-                            Value::StructCtor(s) => {
+                            callee @ (Value::StructCtor(_) | Value::Partial(_)) => {
                                 let vals: Vec<Value> =
                                     func.list(args).iter().map(|r| reg!(r).clone()).collect();
-                                let v = tri!(self.construct(s, &vals));
+                                let v = tri!(self.call_value(&callee, &vals));
+                                refresh!();
                                 set!(dst, v);
                             }
                             other => throw!(VmError::new(format!(
@@ -856,6 +875,119 @@ impl Vm {
                         let v = tri!(self.call_builtin_regs(builtin, base, func.list(args)));
                         refresh!();
                         set!(dst, v);
+                    }
+                    // ---- reverse mode (vm/src/ad) ----
+                    Instr::TapePush { src } => {
+                        let v = reg!(src).clone();
+                        self.tape.values.push(v);
+                    }
+                    Instr::TapeSave { src } => {
+                        let v = crate::ad::adjoints::snapshot(&reg!(src));
+                        self.tape.values.push(v);
+                    }
+                    Instr::TapePushCtl { bit } => self.tape.ctl.push(bit as u8),
+                    Instr::TapePop { dst } => match self.tape.values.pop() {
+                        Some(v) => set!(dst, v),
+                        None => throw!(crate::ad::calls::tape_underflow()),
+                    },
+                    Instr::BranchCtl { then_blk, else_blk } => {
+                        let target = match self.tape.ctl.pop() {
+                            Some(0) => else_blk,
+                            Some(_) => then_blk,
+                            None => throw!(crate::ad::calls::tape_underflow()),
+                        };
+                        branch_to!(target);
+                    }
+                    Instr::AdjAdd { dst, a, b } => {
+                        let v = match (&reg!(a), &reg!(b)) {
+                            (Value::Float(x), Value::Float(y)) => Value::Float(x + y),
+                            (Value::Nil, y) => y.clone(),
+                            (x, Value::Nil) => x.clone(),
+                            (x, y) => tri!(crate::ad::adjoints::accumulate(x.clone(), y.clone())),
+                        };
+                        set!(dst, v);
+                    }
+                    Instr::Pull { dst, rule, args } => {
+                        let mut buf = std::mem::take(&mut self.scratch);
+                        buf.clear();
+                        buf.extend(func.list(args).iter().map(|r| reg!(r).clone()));
+                        let r = crate::ad::rules::apply(&program, rule, &buf);
+                        buf.clear();
+                        self.scratch = buf;
+                        let v = tri!(r);
+                        set!(dst, v);
+                    }
+                    Instr::CallTape { dst, callee, args } => {
+                        account!();
+                        self.frames.last_mut().unwrap().pc = pc!() as u32;
+                        if self.steps >= self.next_check {
+                            tri!(self.check_limits());
+                        }
+                        match reg!(callee).clone() {
+                            Value::Func(f) => {
+                                let d = tri!(self.derivative_of(f));
+                                tri!(self.push_call(d.tape, None, base, func.list(args), dst.0));
+                                continue 'frames;
+                            }
+                            Value::Closure(c) => {
+                                let d = tri!(self.derivative_of(c.func));
+                                tri!(self.push_call(d.tape, Some(c), base, func.list(args), dst.0));
+                                continue 'frames;
+                            }
+                            callee => {
+                                let vals: Vec<Value> =
+                                    func.list(args).iter().map(|r| reg!(r).clone()).collect();
+                                let v = tri!(self.call_tape(&callee, &vals));
+                                refresh!();
+                                set!(dst, v);
+                            }
+                        }
+                    }
+                    Instr::CallAdj { dst, callee, args } => {
+                        account!();
+                        self.frames.last_mut().unwrap().pc = pc!() as u32;
+                        if self.steps >= self.next_check {
+                            tri!(self.check_limits());
+                        }
+                        match reg!(callee).clone() {
+                            Value::Func(f) => {
+                                let d = tri!(self.derivative_of(f));
+                                tri!(self.push_call(d.adjoint, None, base, func.list(args), dst.0));
+                                continue 'frames;
+                            }
+                            Value::Closure(c) => {
+                                let d = tri!(self.derivative_of(c.func));
+                                tri!(self.push_call(d.adjoint, None, base, func.list(args), dst.0));
+                                continue 'frames;
+                            }
+                            callee => {
+                                let mut vals: Vec<Value> =
+                                    func.list(args).iter().map(|r| reg!(r).clone()).collect();
+                                let dy = vals.remove(0);
+                                let v = tri!(self.call_adjoint(&callee, dy, vals));
+                                refresh!();
+                                set!(dst, v);
+                            }
+                        }
+                    }
+                    Instr::CallBuiltinTape { dst, builtin, args } => {
+                        account!();
+                        self.frames.last_mut().unwrap().pc = pc!() as u32;
+                        let vals: Vec<Value> = func.list(args).iter().map(|r| reg!(r).clone()).collect();
+                        let v = tri!(self.tape_builtin(builtin, &vals));
+                        refresh!();
+                        set!(dst, v);
+                    }
+                    Instr::CallBuiltinAdj { dst, builtin, args } => {
+                        account!();
+                        self.frames.last_mut().unwrap().pc = pc!() as u32;
+                        let mut vals: Vec<Value> =
+                            func.list(args).iter().map(|r| reg!(r).clone()).collect();
+                        let dy = vals.remove(0);
+                        tri!(self.adjoint_builtin(builtin, dy, &mut vals));
+                        refresh!();
+                        vals.insert(0, Value::Nil);
+                        set!(dst, Value::tuple(vals));
                     }
                     Instr::NewStruct { dst, strukt, args } => {
                         let vals: Vec<Value> =

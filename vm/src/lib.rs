@@ -3,6 +3,7 @@
 //! the standard library plugs in through `builtin::Builtin`.
 
 pub mod access;
+pub mod ad;
 pub mod builtin;
 pub mod bytecode;
 pub mod dict;

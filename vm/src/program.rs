@@ -128,6 +128,19 @@ impl Function {
     }
 }
 
+/// The two routines the differentiator generated for one function (`compiler/src/ad`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Derivative {
+    /// The primal-with-tape routine: same parameters and captures as the function; computes
+    /// its result and pushes what the adjoint needs.
+    pub tape: FuncId,
+    /// The adjoint routine: parameters `(dy, d_in_1 .. d_in_n)` (the adjoints of the arguments
+    /// accumulated after the call), no captures; pops the tape and returns the tuple
+    /// `(d closure, d_out_1 .. d_out_n)`, where `d closure` is the tuple of the captures'
+    /// adjoints (or `nil`).
+    pub adjoint: FuncId,
+}
+
 /// A struct declaration.
 #[derive(Clone, Debug)]
 pub struct StructDef {
@@ -144,6 +157,9 @@ pub struct Program {
     /// The same functions in SSA form (before register allocation): what the differentiator
     /// reads and `--dump ssa` shows.
     pub ssa_functions: Vec<Function>,
+    /// For each function written in the source (indexed by `FuncId`), its generated
+    /// derivative routines; `None` for module mains and for the generated routines themselves.
+    pub derivatives: Vec<Option<Derivative>>,
     pub consts: Vec<Const>,
     pub structs: Vec<StructDef>,
     pub symbols: Vec<String>,
@@ -158,6 +174,11 @@ pub struct Program {
 impl Program {
     pub fn function(&self, f: FuncId) -> &Function {
         &self.functions[f.index()]
+    }
+
+    /// The derivative routines of a function, if it has them.
+    pub fn derivative(&self, f: FuncId) -> Option<Derivative> {
+        self.derivatives.get(f.index()).copied().flatten()
     }
 
     /// Finds a named top-level function of the entry file (or one it imports).

@@ -65,6 +65,16 @@ pub enum Value {
     Builtin(BuiltinId),
     /// A struct's name used as a value: calling it constructs an instance.
     StructCtor(StructId),
+    /// A built-in with its leading arguments bound (what `grad(f)` and `pullback`'s `back`
+    /// return): calling it calls the built-in with the bound values, then the arguments.
+    Partial(Rc<Partial>),
+}
+
+/// A partial application of a built-in.
+#[derive(Debug)]
+pub struct Partial {
+    pub builtin: BuiltinId,
+    pub bound: Box<[Value]>,
 }
 
 const _: () = assert!(std::mem::size_of::<Value>() == 16);
@@ -98,6 +108,7 @@ impl Value {
             Value::Closure(c) => Value::Closure(c.clone()),
             Value::Builtin(b) => Value::Builtin(*b),
             Value::StructCtor(s) => Value::StructCtor(*s),
+            Value::Partial(p) => Value::Partial(p.clone()),
             Value::Nil => Value::Nil,
             Value::Bool(b) => Value::Bool(*b),
             Value::Int(i) => Value::Int(*i),
@@ -140,9 +151,11 @@ impl Value {
             Value::Matrix(_) => "matrix",
             Value::Dict(_) => "dict",
             Value::Struct(_) => "struct",
-            Value::Func(_) | Value::Closure(_) | Value::Builtin(_) | Value::StructCtor(_) => {
-                "function"
-            }
+            Value::Func(_)
+            | Value::Closure(_)
+            | Value::Builtin(_)
+            | Value::StructCtor(_)
+            | Value::Partial(_) => "function",
         }
     }
 
@@ -157,7 +170,10 @@ impl Value {
     }
 
     pub fn is_callable(&self) -> bool {
-        matches!(self, Value::Func(_) | Value::Closure(_) | Value::Builtin(_) | Value::StructCtor(_))
+        matches!(
+            self,
+            Value::Func(_) | Value::Closure(_) | Value::Builtin(_) | Value::StructCtor(_) | Value::Partial(_)
+        )
     }
 
     /// Structural equality as `==` defines it (numbers by value, containers element by element,
@@ -194,6 +210,7 @@ impl Value {
             (Closure(a), Closure(b)) => Rc::ptr_eq(a, b),
             (Builtin(a), Builtin(b)) => a == b,
             (StructCtor(a), StructCtor(b)) => a == b,
+            (Partial(a), Partial(b)) => Rc::ptr_eq(a, b),
             _ => false,
         }
     }

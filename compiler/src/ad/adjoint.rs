@@ -1,0 +1,395 @@
+//! The adjoint routine: the reversed control-flow graph, popping the tape and accumulating
+//! adjoints (the backward half of the Zygote transform, section 3 of the paper).
+//!
+//! - Every primal block `B` gets an adjoint block `B'`, which runs `B`'s instructions'
+//!   adjoints in reverse order. Control flows backwards: the adjoint starts at the `Return`
+//!   that ran (replayed from the control tape when there are several), `B'` continues with the
+//!   adjoint of the predecessor that entered `B` (replayed when `B` is a merge), and the
+//!   entry block's adjoint returns. Loops therefore run backwards, once per recorded
+//!   iteration; nothing is unrolled.
+//! - Each primal register `v` that is varied has an adjoint *variable* `v̄`. Uses of `v`
+//!   accumulate into it (`AdjAdd`); at `v`'s definition its adjoint is consumed and reset to
+//!   zero (`nil`), which is what makes loops correct: each iteration's instance of `v` gets its
+//!   own adjoint. The variables are turned into SSA registers and block parameters by the same
+//!   builder the compiler uses (Braun et al.), so a variable never written on a path reads as
+//!   `nil`: zero, inserted exactly where a gradient does not reach.
+//! - A block parameter is defined at its block's entry; its adjoint leaves `B'` in a *carry*
+//!   variable that the predecessor's adjoint adds into the argument it passed.
+//! - Calls: the callee's adjoint routine receives `(dy, incoming adjoints of the arguments)`
+//!   and returns `(d callee, outgoing adjoints)`; outgoing replaces incoming (so a callee that
+//!   overwrites an argument's element also moves that element's later adjoint).
+//!
+//! The routine's parameters are `(dy, d_in_1 .. d_in_n)`; it returns
+//! `(d closure, d_out_1 .. d_out_n)`, `d closure` being the tuple of the captures' adjoints.
+
+use super::cfg::{block_end, predecessors, return_blocks, terminator};
+use super::saves::saves;
+use crate::ssa::{FnBuilder, Var};
+use zygvm_vm::ad::rules::Rule;
+use zygvm_vm::bytecode::*;
+use zygvm_vm::program::{Function, Span};
+
+pub struct Context<'a> {
+    pub f: &'a Function,
+    pub varied: &'a [bool],
+    pub active: &'a [bool],
+    /// The adjoint routine of a directly called function.
+    pub adjoint_of: &'a dyn Fn(FuncId) -> Option<FuncId>,
+}
+
+struct Adjoint<'a> {
+    cx: &'a Context<'a>,
+    b: FnBuilder,
+    vars: Vec<Option<Var>>,
+    /// `carry[block][k]`: the adjoint of parameter `k` of `block`, on its way to the
+    /// argument the entering predecessor passed.
+    carry: Vec<Vec<Option<Var>>>,
+    nil: Reg,
+}
+
+impl<'a> Adjoint<'a> {
+    fn varied(&self, r: Reg) -> bool {
+        self.cx.varied[r.index()]
+    }
+
+    fn var(&mut self, r: Reg) -> Var {
+        if let Some(v) = self.vars[r.index()] {
+            return v;
+        }
+        let v = self.b.new_var();
+        self.vars[r.index()] = Some(v);
+        v
+    }
+
+    fn carry_var(&mut self, block: usize, k: usize) -> Var {
+        if let Some(v) = self.carry[block][k] {
+            return v;
+        }
+        let v = self.b.new_var();
+        self.carry[block][k] = Some(v);
+        v
+    }
+
+    /// The adjoint accumulated so far for `r`.
+    fn read(&mut self, r: Reg) -> Reg {
+        let v = self.var(r);
+        self.b.read_var(v)
+    }
+
+    fn write(&mut self, r: Reg, value: Reg) {
+        let v = self.var(r);
+        self.b.write_var(v, value);
+    }
+
+    /// Consumes `r`'s adjoint at its definition (it restarts from zero for earlier instances).
+    fn take(&mut self, r: Reg) -> Reg {
+        let a = self.read(r);
+        let nil = self.nil;
+        self.write(r, nil);
+        a
+    }
+
+    /// `r̄ += contribution`.
+    fn accumulate(&mut self, r: Reg, contribution: Reg, span: Span) {
+        if !self.varied(r) {
+            return;
+        }
+        let cur = self.read(r);
+        let sum = self.b.emit_def(|dst| Instr::AdjAdd { dst, a: cur, b: contribution }, span);
+        self.write(r, sum);
+    }
+
+    fn pull(&mut self, rule: Rule, payload: u32, args: &[Reg], span: Span) -> Reg {
+        let list = self.b.list(args.to_vec());
+        self.b.emit_def(|dst| Instr::Pull { dst, rule: rule.encode(payload), args: list }, span)
+    }
+
+    fn pop(&mut self, span: Span) -> Reg {
+        self.b.emit_def(|dst| Instr::TapePop { dst }, span)
+    }
+
+    /// Jumps to the adjoint of one of `targets`, replaying the recorded choice.
+    fn goto_choice(&mut self, targets: &[BlockId], span: Span) {
+        let k = targets.len();
+        for (j, &t) in targets.iter().enumerate() {
+            if j + 1 == k {
+                self.b.jump(t, span);
+            } else {
+                let (yes, no) = self.b.branch_ctl(span);
+                self.b.switch_to(yes);
+                self.b.jump(t, span);
+                self.b.switch_to(no);
+            }
+        }
+    }
+
+    /// The incoming adjoints of a call's arguments (each register's adjoint once, handed over
+    /// to the callee), after the cotangent.
+    fn call_inputs(&mut self, dy: Reg, args: &[Reg]) -> Vec<Reg> {
+        let mut out = vec![dy];
+        for (k, &r) in args.iter().enumerate() {
+            if self.varied(r) && !args[..k].contains(&r) {
+                out.push(self.take(r));
+            } else {
+                out.push(self.nil);
+            }
+        }
+        out
+    }
+
+    /// Adds the outgoing adjoints of a call's result tuple (`offset` = position of argument 0).
+    fn call_outputs(&mut self, t: Reg, args: &[Reg], offset: u32, span: Span) {
+        for (k, &r) in args.iter().enumerate() {
+            if self.varied(r) {
+                let c = self.pull(Rule::Element, k as u32 + offset, &[t], span);
+                self.accumulate(r, c, span);
+            }
+        }
+    }
+
+    /// The adjoint of the instruction at `pc`.
+    fn instruction(&mut self, pc: usize) {
+        let f = self.cx.f;
+        let i = f.code[pc];
+        let span = f.spans[pc];
+        let dy = match i.def() {
+            Some(d) if self.varied(d) => self.take(d),
+            _ => self.nil,
+        };
+        let recorded = saves(f, &i, self.cx.varied);
+        let mut popped = vec![self.nil; recorded.len()];
+        for k in (0..recorded.len()).rev() {
+            popped[k] = self.pop(span);
+        }
+        let binary = |a: Rule, b: Rule| (a, b);
+        match i {
+            Instr::Add { a, b, .. } | Instr::Sub { a, b, .. } => {
+                let (ra, rb) = if matches!(i, Instr::Add { .. }) {
+                    binary(Rule::AddA, Rule::AddB)
+                } else {
+                    binary(Rule::SubA, Rule::SubB)
+                };
+                let mut k = 0;
+                if self.varied(a) {
+                    let c = self.pull(ra, 0, &[dy, popped[k]], span);
+                    k += 1;
+                    self.accumulate(a, c, span);
+                }
+                if self.varied(b) {
+                    let c = self.pull(rb, 0, &[dy, popped[k]], span);
+                    self.accumulate(b, c, span);
+                }
+            }
+            Instr::Mul { a, b, .. }
+            | Instr::Div { a, b, .. }
+            | Instr::Mod { a, b, .. }
+            | Instr::Pow { a, b, .. }
+            | Instr::MatMul { a, b, .. } => {
+                let (ra, rb) = match i {
+                    Instr::Mul { .. } => (Rule::MulA, Rule::MulB),
+                    Instr::Div { .. } => (Rule::DivA, Rule::DivB),
+                    Instr::Mod { .. } => (Rule::ModA, Rule::ModB),
+                    Instr::Pow { .. } => (Rule::PowA, Rule::PowB),
+                    _ => (Rule::MatMulA, Rule::MatMulB),
+                };
+                let args = [dy, popped[0], popped[1]];
+                if self.varied(a) {
+                    let c = self.pull(ra, 0, &args, span);
+                    self.accumulate(a, c, span);
+                }
+                if self.varied(b) {
+                    let c = self.pull(rb, 0, &args, span);
+                    self.accumulate(b, c, span);
+                }
+            }
+            Instr::Neg { src, .. } => {
+                let c = self.pull(Rule::Neg, 0, &[dy], span);
+                self.accumulate(src, c, span);
+            }
+            Instr::Math1 { src, builtin, .. } => {
+                let c = self.pull(Rule::Math1, builtin.0, &[dy, popped[0]], span);
+                self.accumulate(src, c, span);
+            }
+            Instr::Index { obj, .. } => self.into_container(obj, Rule::Index, 0, &[popped[0], popped[1], dy], span),
+            Instr::Index2 { obj, .. } => {
+                self.into_container(obj, Rule::Index2, 0, &[popped[0], popped[1], popped[2], dy], span)
+            }
+            Instr::GetField { obj, field, .. } => self.into_container(obj, Rule::Field, field.0, &[popped[0], dy], span),
+            Instr::TupleGet { src, idx, .. } => self.into_container(src, Rule::TupleGet, idx, &[popped[0], dy], span),
+            Instr::IterPrep { src, .. } => {
+                let c = self.pull(Rule::IterPrep, 0, &[dy, popped[0]], span);
+                self.accumulate(src, c, span);
+            }
+            Instr::NewArray { items, .. } | Instr::NewTuple { items, .. } => self.elements(dy, f.list(items), span),
+            Instr::NewStruct { args, .. } => self.elements(dy, f.list(args), span),
+            Instr::MakeClosure { captures, .. } => self.elements(dy, f.list(captures), span),
+            Instr::SetIndex { obj, src, .. } => {
+                let cur = self.read(obj);
+                let c = self.pull(Rule::TakeIndex, 0, &[cur, popped[0]], span);
+                self.accumulate(src, c, span);
+            }
+            Instr::SetIndex2 { obj, ijv } => {
+                let cur = self.read(obj);
+                let c = self.pull(Rule::TakeIndex2, 0, &[cur, popped[0], popped[1]], span);
+                self.accumulate(f.list(ijv)[2], c, span);
+            }
+            Instr::CallDirect { func, args, .. } => {
+                let args = f.list(args);
+                let adjoint = (self.cx.adjoint_of)(func).expect("every callee has an adjoint");
+                let inputs = self.call_inputs(dy, args);
+                let list = self.b.list(inputs);
+                let t = self.b.emit_def(|dst| Instr::CallDirect { dst, func: adjoint, args: list }, span);
+                self.call_outputs(t, args, 1, span);
+            }
+            Instr::Call { callee, args, .. } => {
+                let args = f.list(args);
+                let inputs = self.call_inputs(dy, args);
+                let list = self.b.list(inputs);
+                let c = popped[0];
+                let t = self.b.emit_def(|dst| Instr::CallAdj { dst, callee: c, args: list }, span);
+                if self.varied(callee) {
+                    let d = self.pull(Rule::Element, 0, &[t], span);
+                    self.accumulate(callee, d, span);
+                }
+                self.call_outputs(t, args, 1, span);
+            }
+            Instr::CallBuiltin { builtin, args, .. } => {
+                let args = f.list(args);
+                let inputs = self.call_inputs(dy, args);
+                let list = self.b.list(inputs);
+                let t = self.b.emit_def(|dst| Instr::CallBuiltinAdj { dst, builtin, args: list }, span);
+                self.call_outputs(t, args, 1, span);
+            }
+            _ => {}
+        }
+    }
+
+    /// `obj̄ := rule(obj̄, recorded..., dy)`: an adjoint flowing into a container slot.
+    fn into_container(&mut self, obj: Reg, rule: Rule, payload: u32, rest: &[Reg], span: Span) {
+        if !self.varied(obj) {
+            return;
+        }
+        let cur = self.read(obj);
+        let mut args = vec![cur];
+        args.extend_from_slice(rest);
+        let new = self.pull(rule, payload, &args, span);
+        self.write(obj, new);
+    }
+
+    /// The adjoints of the items of a literal, constructor or closure: element `k` of `dy`.
+    fn elements(&mut self, dy: Reg, items: &[Reg], span: Span) {
+        for (k, &r) in items.iter().enumerate() {
+            if self.varied(r) {
+                let c = self.pull(Rule::Element, k as u32, &[dy], span);
+                self.accumulate(r, c, span);
+            }
+        }
+    }
+}
+
+/// Builds the adjoint routine of `cx.f` (SSA form).
+pub fn adjoint(cx: &Context) -> Function {
+    let f = cx.f;
+    let nblocks = f.blocks.len();
+    let span = f.span;
+    let mut a = Adjoint {
+        cx,
+        b: FnBuilder::new(1 + f.arity, span),
+        vars: vec![None; f.num_regs as usize],
+        carry: (0..nblocks).map(|b| vec![None; f.list(f.blocks[b].params).len()]).collect(),
+        nil: Reg(0),
+    };
+    a.nil = a.b.nil_reg();
+    let dy = Reg(0);
+    for k in 0..f.arity {
+        a.write(Reg(k), Reg(1 + k));
+    }
+    let preds = predecessors(f);
+    let adjoint_block: Vec<BlockId> = (0..nblocks).map(|_| a.b.new_block()).collect();
+
+    // Entry: continue at the adjoint of the `Return` that ran.
+    let returns: Vec<BlockId> = return_blocks(f).iter().map(|r| adjoint_block[r.index()]).collect();
+    if returns.is_empty() {
+        let nil = a.nil;
+        let t = a.b.emit_def(|dst| Instr::LoadNil { dst }, span);
+        let _ = nil;
+        a.b.ret(t, span);
+    } else {
+        a.goto_choice(&returns, span);
+    }
+
+    let self_regs: Vec<Reg> = f.code.iter().filter_map(|i| match i {
+        Instr::LoadSelf { dst } if cx.varied[dst.index()] => Some(*dst),
+        _ => None,
+    }).collect();
+
+    for blk in 0..nblocks {
+        a.b.switch_to(adjoint_block[blk]);
+        let end = block_end(f, blk);
+        let tspan = f.spans[end - 1];
+        match *terminator(f, blk) {
+            Instr::Return { src } => a.accumulate(src, dy, tspan),
+            Instr::Jump { target, args } | Instr::JumpPar { target, args } => {
+                let params = f.list(f.blocks[target.index()].params).to_vec();
+                for (k, (&p, &arg)) in params.iter().zip(f.list(args)).enumerate() {
+                    if cx.varied[p.index()] && cx.varied[arg.index()] {
+                        let v = a.carry_var(target.index(), k);
+                        let c = a.b.read_var(v);
+                        a.accumulate(arg, c, tspan);
+                    }
+                }
+            }
+            _ => {}
+        }
+        for pc in (f.blocks[blk].start as usize..end - 1).rev() {
+            if cx.active[pc] {
+                a.instruction(pc);
+            }
+        }
+        let bspan = f.spans[f.blocks[blk].start as usize];
+        if blk == 0 {
+            // The entry's adjoint ends the routine: `(d closure, d params...)`.
+            let caps: Vec<Reg> = (f.arity..f.arity + f.num_captures).map(|r| a.read(Reg(r))).collect();
+            let mut dclosure = if caps.is_empty() {
+                a.nil
+            } else {
+                let list = a.b.list(caps);
+                a.b.emit_def(|dst| Instr::NewTuple { dst, items: list }, span)
+            };
+            for &s in &self_regs {
+                let d = a.read(s);
+                dclosure = a.b.emit_def(|dst| Instr::AdjAdd { dst, a: dclosure, b: d }, span);
+            }
+            let mut outs = vec![dclosure];
+            for k in 0..f.arity {
+                outs.push(a.read(Reg(k)));
+            }
+            let list = a.b.list(outs);
+            let t = a.b.emit_def(|dst| Instr::NewTuple { dst, items: list }, span);
+            a.b.ret(t, span);
+            continue;
+        }
+        let params = f.list(f.blocks[blk].params).to_vec();
+        for (k, &p) in params.iter().enumerate() {
+            if cx.varied[p.index()] {
+                let d = a.take(p);
+                let v = a.carry_var(blk, k);
+                a.b.write_var(v, d);
+            }
+        }
+        let targets: Vec<BlockId> = preds[blk].iter().map(|e| adjoint_block[e.from.index()]).collect();
+        if targets.is_empty() {
+            let nil = a.nil;
+            a.b.ret(nil, bspan);
+        } else {
+            a.goto_choice(&targets, bspan);
+        }
+    }
+    for b in 0..a.b.block_count() {
+        let id = BlockId(b as u32);
+        if !a.b.is_sealed(id) {
+            a.b.seal(id);
+        }
+    }
+    a.b.finish(f.name.clone(), f.kind.clone(), f.span)
+}

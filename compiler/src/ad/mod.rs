@@ -1,0 +1,60 @@
+//! The differentiator: bytecode in, bytecode out (reverse mode, after Zygote, "Don't Unroll
+//! Adjoint", Innes 2018, carried from Julia's SSA IR to Zy's SSA-block bytecode).
+//!
+//! For every function written in the source, it reads the SSA form and emits two new SSA
+//! functions, which then go through the same register allocator as everything else and run
+//! on the same interpreter:
+//! - the **primal-with-tape** routine (`primal.rs`): the function plus pushes of exactly what
+//!   the adjoint needs (`saves.rs`) and of the control-flow decisions it must replay (`cfg.rs`);
+//! - the **adjoint** routine (`adjoint.rs`): the reversed control-flow graph, popping the
+//!   tape and accumulating adjoints, with zeros wherever a gradient does not reach.
+//! Which values need any of this is decided first by activity analysis (`activity.rs`).
+//! The derivative rules themselves are data: instruction rules in `zygvm_vm::ad::rules`,
+//! built-in rules in `zygvm_stdlib::derivatives`. See docs/differentiation.md.
+//!
+//! Calls between functions become calls between their routines, and the tape is a stack, so
+//! recursion, closures and higher-order built-ins need nothing special: the tape's shape
+//! follows the call graph. Nothing here runs code or depends on values.
+
+pub mod activity;
+pub mod adjoint;
+pub mod cfg;
+pub mod primal;
+pub mod saves;
+
+use zygvm_vm::builtin::Builtin;
+use zygvm_vm::bytecode::FuncId;
+use zygvm_vm::program::{Derivative, FuncKind, Function};
+
+/// Generates the derivative routines of every function of `ssa` (module mains excepted).
+/// Returns, per function, its routines' ids, and the routines themselves (SSA form), which the
+/// caller appends to the program in order: their ids continue from `ssa.len()`.
+pub fn differentiate_program(ssa: &[Function], builtins: &[Builtin]) -> (Vec<Option<Derivative>>, Vec<Function>) {
+    let n = ssa.len();
+    let mut derivatives: Vec<Option<Derivative>> = vec![None; n];
+    let mut next = n as u32;
+    for (i, f) in ssa.iter().enumerate() {
+        let entry_is_a_target = !cfg::predecessors(f)[0].is_empty();
+        if f.kind == FuncKind::Main || entry_is_a_target {
+            continue;
+        }
+        derivatives[i] = Some(Derivative { tape: FuncId(next), adjoint: FuncId(next + 1) });
+        next += 2;
+    }
+    let tape_of = |g: FuncId| derivatives.get(g.index()).copied().flatten().map(|d| d.tape);
+    let adjoint_of = |g: FuncId| derivatives.get(g.index()).copied().flatten().map(|d| d.adjoint);
+    let mut routines = vec![];
+    for (i, f) in ssa.iter().enumerate() {
+        if derivatives[i].is_none() {
+            continue;
+        }
+        let varied = activity::varied_registers(f, builtins);
+        let differentiable = |b: zygvm_vm::bytecode::BuiltinId| activity::builtin_is_differentiable(&builtins[b.index()]);
+        let active: Vec<bool> = f.code.iter().map(|i| saves::is_active(f, i, &varied, differentiable)).collect();
+        let tape = primal::primal_with_tape(&primal::Context { f, varied: &varied, active: &active, tape_of: &tape_of });
+        let adj = adjoint::adjoint(&adjoint::Context { f, varied: &varied, active: &active, adjoint_of: &adjoint_of });
+        routines.push(tape);
+        routines.push(adj);
+    }
+    (derivatives, routines)
+}

@@ -1,0 +1,147 @@
+//! The primal-with-tape routine: the function itself, plus the records its adjoint needs.
+//!
+//! Block by block and instruction by instruction, the routine is the original function with
+//! three changes (the forward half of the Zygote transform):
+//! 1. after each active instruction, its primal context is pushed (`saves.rs`);
+//! 2. calls go to the callees' primal-with-tape routines: `CallDirect` names the callee's
+//!    routine, `Call` becomes `CallTape` (which dispatches at run time), built-ins become
+//!    `CallBuiltinTape`;
+//! 3. every edge into a merge block, and every `Return` when there are several, pushes the
+//!    control bits that identify it (`cfg.rs`). A conditional branch into a merge block gets a
+//!    small edge block of its own to hold the pushes.
+//! Registers are unchanged, so the routine stays in SSA form.
+
+use super::cfg::{self, block_end, choice_bits, predecessors, return_blocks, terminator};
+use super::saves::{saves, Save};
+use zygvm_vm::bytecode::*;
+use zygvm_vm::program::{BlockInfo, Function, Span};
+
+pub struct Context<'a> {
+    pub f: &'a Function,
+    pub varied: &'a [bool],
+    pub active: &'a [bool],
+    /// The primal-with-tape routine of a directly called function.
+    pub tape_of: &'a dyn Fn(FuncId) -> Option<FuncId>,
+}
+
+struct Out {
+    code: Vec<Instr>,
+    spans: Vec<Span>,
+    blocks: Vec<BlockInfo>,
+    lists: Vec<(u32, u32)>,
+    list_regs: Vec<Reg>,
+}
+
+impl Out {
+    fn emit(&mut self, i: Instr, span: Span) {
+        self.code.push(i);
+        self.spans.push(span);
+    }
+    fn list(&mut self, regs: &[Reg]) -> ListId {
+        self.lists.push((self.list_regs.len() as u32, regs.len() as u32));
+        self.list_regs.extend_from_slice(regs);
+        ListId(self.lists.len() as u32 - 1)
+    }
+    fn push_bits(&mut self, bits: &[u32], span: Span) {
+        for &bit in bits {
+            self.emit(Instr::TapePushCtl { bit }, span);
+        }
+    }
+}
+
+/// Builds the primal-with-tape routine of `cx.f` (SSA form in, SSA form out).
+pub fn primal_with_tape(cx: &Context) -> Function {
+    let f = cx.f;
+    let preds = predecessors(f);
+    let returns = return_blocks(f);
+    let mut out = Out {
+        code: vec![],
+        spans: vec![],
+        blocks: vec![],
+        lists: f.lists.clone(),
+        list_regs: f.list_regs.clone(),
+    };
+    // Edge blocks for conditional branches into merge blocks: (target, bits), appended last.
+    let mut edge_blocks: Vec<(BlockId, Vec<u32>, Span)> = vec![];
+    let nblocks = f.blocks.len();
+    for b in 0..nblocks {
+        out.blocks.push(BlockInfo { start: out.code.len() as u32, params: f.blocks[b].params });
+        let end = block_end(f, b);
+        for pc in f.blocks[b].start as usize..end - 1 {
+            let i = f.code[pc];
+            let span = f.spans[pc];
+            if !cx.active[pc] {
+                out.emit(i, span);
+                continue;
+            }
+            let transformed = match i {
+                Instr::Call { dst, callee, args } => Instr::CallTape { dst, callee, args },
+                Instr::CallDirect { dst, func, args } => match (cx.tape_of)(func) {
+                    Some(t) => Instr::CallDirect { dst, func: t, args },
+                    None => i,
+                },
+                Instr::CallBuiltin { dst, builtin, args } => Instr::CallBuiltinTape { dst, builtin, args },
+                other => other,
+            };
+            out.emit(transformed, span);
+            for s in saves(f, &i, cx.varied) {
+                match s {
+                    Save::Ref(r) => out.emit(Instr::TapePush { src: r }, span),
+                    Save::Snap(r) => out.emit(Instr::TapeSave { src: r }, span),
+                }
+            }
+        }
+        let term = f.code[end - 1];
+        let span = f.spans[end - 1];
+        let edge_bits = |slot: usize, to: BlockId| {
+            let edges = &preds[to.index()];
+            let j = edges.iter().position(|e| e.from.index() == b && e.slot == slot).expect("edge");
+            choice_bits(j, edges.len())
+        };
+        match term {
+            Instr::Return { .. } => {
+                let j = returns.iter().position(|r| r.index() == b).expect("return block");
+                out.push_bits(&choice_bits(j, returns.len()), span);
+                out.emit(term, span);
+            }
+            Instr::Jump { target, .. } | Instr::JumpPar { target, .. } => {
+                out.push_bits(&edge_bits(0, target), span);
+                out.emit(term, span);
+            }
+            Instr::Branch { cond, then_blk, else_blk } => {
+                let mut targets = [then_blk, else_blk];
+                for (slot, t) in targets.iter_mut().enumerate() {
+                    let bits = edge_bits(slot, *t);
+                    if !bits.is_empty() || preds[t.index()].len() >= 2 {
+                        edge_blocks.push((*t, bits, span));
+                        *t = BlockId((nblocks + edge_blocks.len() - 1) as u32);
+                    }
+                }
+                out.emit(Instr::Branch { cond, then_blk: targets[0], else_blk: targets[1] }, span);
+            }
+            other => unreachable!("terminator {other:?} in SSA form"),
+        }
+    }
+    for (target, bits, span) in edge_blocks {
+        let empty = out.list(&[]);
+        let no_params = out.list(&[]);
+        out.blocks.push(BlockInfo { start: out.code.len() as u32, params: no_params });
+        out.push_bits(&bits, span);
+        out.emit(Instr::Jump { target, args: empty }, span);
+    }
+    let _ = cfg::successors;
+    let _ = terminator;
+    Function {
+        name: f.name.clone(),
+        kind: f.kind.clone(),
+        arity: f.arity,
+        num_captures: f.num_captures,
+        num_regs: f.num_regs,
+        code: out.code,
+        spans: out.spans,
+        blocks: out.blocks,
+        lists: out.lists,
+        list_regs: out.list_regs,
+        span: f.span,
+    }
+}

@@ -1,0 +1,66 @@
+//! The differentiation built-ins of §7 (reverse mode): thin wrappers over `zygvm_vm::ad::driver`.
+
+use std::rc::Rc;
+use zygvm_vm::ad::driver;
+use zygvm_vm::value::{Partial, Value};
+use zygvm_vm::{Vm, VmError, VmResult};
+
+/// `gradient(f, x1, ..., xn)`: the tuple of gradients.
+pub fn gradient(vm: &mut Vm, a: &[Value]) -> VmResult<Value> {
+    let (_, g) = driver::value_and_gradient(vm, &a[0], &a[1..])?;
+    Ok(Value::tuple(g))
+}
+
+/// `value_and_gradient(f, x1, ..., xn)`: `(y, gradient tuple)`.
+pub fn value_and_gradient(vm: &mut Vm, a: &[Value]) -> VmResult<Value> {
+    let (y, g) = driver::value_and_gradient(vm, &a[0], &a[1..])?;
+    Ok(Value::tuple(vec![y, Value::tuple(g)]))
+}
+
+/// `grad(f)`: a function of the same arguments giving the gradient w.r.t. the first.
+pub fn grad(vm: &mut Vm, a: &[Value]) -> VmResult<Value> {
+    if !a[0].is_callable() {
+        return Err(VmError::new(format!("grad needs a function, got {}", a[0].type_name())));
+    }
+    let id = vm
+        .program()
+        .builtins
+        .iter()
+        .position(|b| b.name == GRAD_APPLY)
+        .ok_or_else(|| VmError::new("internal error: grad.apply missing"))?;
+    Ok(Value::Partial(Rc::new(Partial {
+        builtin: zygvm_vm::bytecode::BuiltinId(id as u32),
+        bound: vec![a[0].clone()].into_boxed_slice(),
+    })))
+}
+
+/// The built-in `grad(f)` binds `f` to.
+pub const GRAD_APPLY: &str = "grad.apply";
+
+/// `grad(f)(x1, ..., xn)`.
+pub fn grad_apply(vm: &mut Vm, a: &[Value]) -> VmResult<Value> {
+    if a.len() < 2 {
+        return Err(VmError::new("a gradient function needs at least one argument"));
+    }
+    let (_, mut g) = driver::value_and_gradient(vm, &a[0], &a[1..])?;
+    Ok(g.swap_remove(0))
+}
+
+/// `pullback(f, x1, ..., xn)`: `(y, back)`.
+pub fn pullback(vm: &mut Vm, a: &[Value]) -> VmResult<Value> {
+    let (y, back) = driver::pullback(vm, &a[0], &a[1..])?;
+    Ok(Value::tuple(vec![y, back]))
+}
+
+/// `back(dy)` of a pullback (its state is bound first).
+pub fn pullback_back(vm: &mut Vm, a: &[Value]) -> VmResult<Value> {
+    if a.len() != 5 {
+        return Err(VmError::new(format!("back takes 1 argument, got {}", a.len().saturating_sub(4))));
+    }
+    driver::apply_back(vm, &a[..4], &a[4])
+}
+
+/// `stop_gradient(x)`: `x`; its derivative rule is the constant one (derivatives.rs).
+pub fn stop_gradient(_: &mut Vm, a: &[Value]) -> VmResult<Value> {
+    Ok(a[0].clone())
+}

@@ -1,0 +1,142 @@
+//! Calls under differentiation: running the primal-with-tape or adjoint version of any
+//! callable value, and the tape protocol of built-in functions.
+//!
+//! A Zy function's versions are its generated routines (`Program::derivative`). A built-in's
+//! are given by its `Deriv` entry: a pure built-in with a pullback records a snapshot of its
+//! arguments and its result; a higher-order or mutating one (`map`, `push`, ...) brings its
+//! own tape and adjoint functions; a host function has no rule, which is an error only when a
+//! derivative actually has to flow through it.
+
+use super::adjoints::{accumulate, element, snapshot};
+use crate::builtin::Deriv;
+use crate::bytecode::{BuiltinId, FuncId};
+use crate::error::{VmError, VmResult};
+use crate::interp::Vm;
+use crate::program::Derivative;
+use crate::value::Value;
+
+impl Vm {
+    /// The derivative routines of a function, or the error for a function that has none.
+    pub(crate) fn derivative_of(&self, f: FuncId) -> VmResult<Derivative> {
+        self.program().derivative(f).ok_or_else(|| {
+            VmError::new(format!("cannot differentiate {}", self.program().function(f).trace_name()))
+        })
+    }
+
+    /// Runs the primal-with-tape version of any callable value.
+    pub fn call_tape(&mut self, f: &Value, args: &[Value]) -> VmResult<Value> {
+        match f {
+            Value::Func(id) => {
+                let d = self.derivative_of(*id)?;
+                self.run_function(d.tape, None, args)
+            }
+            Value::Closure(c) => {
+                let d = self.derivative_of(c.func)?;
+                self.run_function(d.tape, Some(c.clone()), args)
+            }
+            Value::Builtin(b) => self.tape_builtin(*b, args),
+            // Constructing a struct records nothing; nested differentiation is not recorded
+            // either (its adjoint refuses a non-zero cotangent).
+            _ => self.call_value(f, args),
+        }
+    }
+
+    /// Runs the adjoint version of the callable whose record is next on the tape. `d_in` holds
+    /// the adjoints the arguments accumulated after the call; the result is the tuple
+    /// `(d callee, d_out_1, ..)`.
+    pub fn call_adjoint(&mut self, f: &Value, dy: Value, mut d_in: Vec<Value>) -> VmResult<Value> {
+        match f {
+            Value::Func(id) => {
+                let d = self.derivative_of(*id)?;
+                d_in.insert(0, dy);
+                self.run_function(d.adjoint, None, &d_in)
+            }
+            Value::Closure(c) => {
+                let d = self.derivative_of(c.func)?;
+                d_in.insert(0, dy);
+                self.run_function(d.adjoint, None, &d_in)
+            }
+            Value::Builtin(b) => {
+                self.adjoint_builtin(*b, dy, &mut d_in)?;
+                d_in.insert(0, Value::Nil);
+                Ok(Value::tuple(d_in))
+            }
+            Value::StructCtor(_) => {
+                for (k, d) in d_in.iter_mut().enumerate() {
+                    *d = accumulate(std::mem::take(d), element(&dy, k))?;
+                }
+                d_in.insert(0, Value::Nil);
+                Ok(Value::tuple(d_in))
+            }
+            Value::Partial(p) if !matches!(dy, Value::Nil) => Err(VmError::new(format!(
+                "cannot differentiate through {}: nested differentiation is not supported yet",
+                self.program().builtins[p.builtin.index()].name
+            ))),
+            _ => {
+                d_in.insert(0, Value::Nil);
+                Ok(Value::tuple(d_in))
+            }
+        }
+    }
+
+    /// The primal-with-tape version of a built-in call.
+    pub fn tape_builtin(&mut self, b: BuiltinId, args: &[Value]) -> VmResult<Value> {
+        let deriv = self.program().builtins[b.index()].deriv;
+        match deriv {
+            Deriv::Constant | Deriv::Missing => self.call_builtin(b, args),
+            Deriv::Pullback(_) => {
+                let y = self.call_builtin(b, args)?;
+                for a in args {
+                    self.tape.values.push(snapshot(a));
+                }
+                self.tape.values.push(snapshot(&y));
+                Ok(y)
+            }
+            Deriv::Custom { tape, .. } => {
+                self.check_builtin_arity(b, args.len())?;
+                tape(self, args)
+            }
+        }
+    }
+
+    /// The adjoint of a built-in call: pops its record and turns the arguments' incoming
+    /// adjoints `d` into outgoing ones.
+    pub fn adjoint_builtin(&mut self, b: BuiltinId, dy: Value, d: &mut [Value]) -> VmResult<()> {
+        let deriv = self.program().builtins[b.index()].deriv;
+        match deriv {
+            Deriv::Constant => Ok(()),
+            Deriv::Missing if matches!(dy, Value::Nil) => Ok(()),
+            Deriv::Missing => Err(VmError::new(format!(
+                "cannot differentiate through {}: it has no derivative rule",
+                self.program().builtins[b.index()].name
+            ))),
+            Deriv::Pullback(rule) => {
+                let y = self.tape_pop()?;
+                let n = d.len();
+                let at = self.tape.values.len().checked_sub(n).ok_or_else(tape_underflow)?;
+                let args: Vec<Value> = self.tape.values.drain(at..).collect();
+                if matches!(dy, Value::Nil) {
+                    return Ok(());
+                }
+                let contributions = rule(self, &dy, &args, &y)?;
+                for (slot, c) in d.iter_mut().zip(contributions) {
+                    *slot = accumulate(std::mem::take(slot), c)?;
+                }
+                Ok(())
+            }
+            Deriv::Custom { adjoint, .. } => adjoint(self, dy, d),
+        }
+    }
+
+    pub fn tape_push(&mut self, v: Value) {
+        self.tape.values.push(v);
+    }
+
+    pub fn tape_pop(&mut self) -> VmResult<Value> {
+        self.tape.values.pop().ok_or_else(tape_underflow)
+    }
+}
+
+pub(crate) fn tape_underflow() -> VmError {
+    VmError::new("internal differentiation error: the tape is empty")
+}

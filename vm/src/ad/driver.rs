@@ -1,0 +1,112 @@
+//! The reverse-mode entry points: what `gradient`, `value_and_gradient`, `grad`, `pullback`
+//! (and the embedding API) run.
+//!
+//! Each runs the function's primal-with-tape routine, records the function itself as the last
+//! tape entry (exactly what a `CallTape` site records), then pops that record and runs the
+//! adjoint with the seed cotangent. `pullback` instead cuts its tape segment off the VM's tape
+//! and keeps it in the returned `back`, which replays a copy per call, so `back` can be called
+//! any number of times and side effects of `f` never repeat.
+
+use super::adjoints::{check_cotangent, deep_copy, to_gradient};
+use crate::error::{VmError, VmResult};
+use crate::interp::Vm;
+use crate::value::{Partial, Value};
+use std::rc::Rc;
+
+/// Runs `f`'s primal-with-tape routine and records `f` as the callee.
+fn forward(vm: &mut Vm, f: &Value, args: &[Value]) -> VmResult<Value> {
+    if !f.is_callable() {
+        return Err(VmError::new(format!("cannot differentiate a value of type {}", f.type_name())));
+    }
+    let y = vm.call_tape(f, args)?;
+    vm.tape.values.push(f.clone());
+    vm.tape.note_peak();
+    Ok(y)
+}
+
+/// Pops the callee record and runs its adjoint with cotangent `dy`; the arguments' adjoints.
+fn backward(vm: &mut Vm, dy: Value, nargs: usize) -> VmResult<Vec<Value>> {
+    let f = vm.tape_pop()?;
+    let out = vm.call_adjoint(&f, dy, vec![Value::Nil; nargs])?;
+    let Value::Tuple(t) = out else {
+        return Err(VmError::new("internal differentiation error: an adjoint returned no tuple"));
+    };
+    Ok((0..nargs).map(|k| t.get(k + 1).cloned().unwrap_or(Value::Nil)).collect())
+}
+
+/// Runs `body` and cuts the tape back to where it stood, whatever happened.
+fn with_tape_mark<T>(vm: &mut Vm, body: impl FnOnce(&mut Vm) -> VmResult<T>) -> VmResult<T> {
+    let mark = vm.tape.mark();
+    let r = body(vm);
+    vm.tape.reset(mark);
+    r
+}
+
+/// `value_and_gradient(f, args...)`: the value and one gradient per argument, shaped as §7 of
+/// the language reference says.
+pub fn value_and_gradient(vm: &mut Vm, f: &Value, args: &[Value]) -> VmResult<(Value, Vec<Value>)> {
+    with_tape_mark(vm, |vm| {
+        let y = forward(vm, f, args)?;
+        if !matches!(y, Value::Float(_) | Value::Int(_)) {
+            return Err(VmError::new(format!(
+                "gradient needs a function that returns a number, but it returned {}",
+                y.type_name()
+            )));
+        }
+        let d = backward(vm, Value::Float(1.0), args.len())?;
+        let program = vm.program().clone();
+        let grads = d.iter().zip(args).map(|(d, a)| to_gradient(d, a, &program)).collect();
+        Ok((y, grads))
+    })
+}
+
+fn builtin_named(vm: &Vm, name: &str) -> VmResult<crate::bytecode::BuiltinId> {
+    vm.program()
+        .builtins
+        .iter()
+        .position(|b| b.name == name)
+        .map(|i| crate::bytecode::BuiltinId(i as u32))
+        .ok_or_else(|| VmError::new(format!("internal error: no built-in {name}")))
+}
+
+/// The built-in that applies a pullback's `back`; `pullback` binds its state to it.
+pub const BACK: &str = "pullback.back";
+
+/// `pullback(f, args...)`: `(y, back)`.
+pub fn pullback(vm: &mut Vm, f: &Value, args: &[Value]) -> VmResult<(Value, Value)> {
+    let back_id = builtin_named(vm, BACK)?;
+    let mark = vm.tape.mark();
+    let y = match forward(vm, f, args) {
+        Ok(y) => y,
+        Err(e) => {
+            vm.tape.reset(mark);
+            return Err(e);
+        }
+    };
+    let values = vm.tape.values.split_off(mark.0);
+    let ctl: Vec<Value> = vm.tape.ctl.split_off(mark.1).into_iter().map(|b| Value::Int(b as i64)).collect();
+    let bound = vec![
+        Value::tuple(values),
+        Value::tuple(ctl),
+        y.clone(),
+        Value::tuple(args.to_vec()),
+    ];
+    let back = Value::Partial(Rc::new(Partial { builtin: back_id, bound: bound.into_boxed_slice() }));
+    Ok((y, back))
+}
+
+/// `back(dy)` of a pullback: `bound` is what `pullback` stored.
+pub fn apply_back(vm: &mut Vm, bound: &[Value], dy: &Value) -> VmResult<Value> {
+    let [Value::Tuple(values), Value::Tuple(ctl), y, Value::Tuple(args)] = bound else {
+        return Err(VmError::new("internal error: malformed pullback"));
+    };
+    check_cotangent(dy, y).map_err(VmError::new)?;
+    with_tape_mark(vm, |vm| {
+        vm.tape.values.extend(values.iter().cloned());
+        vm.tape.ctl.extend(ctl.iter().map(|b| matches!(b, Value::Int(1)) as u8));
+        vm.tape.note_peak();
+        let d = backward(vm, deep_copy(dy), args.len())?;
+        let program = vm.program().clone();
+        Ok(Value::tuple(d.iter().zip(args.iter()).map(|(d, a)| to_gradient(d, a, &program)).collect()))
+    })
+}

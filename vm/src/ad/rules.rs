@@ -1,0 +1,283 @@
+//! Pullback rules of the instructions themselves (operators, indexing, aggregates): what the
+//! adjoint routine's `Pull { dst, rule, args }` computes. The rules of built-in functions
+//! live beside the standard library (`stdlib/src/derivatives.rs`).
+//!
+//! Each rule returns one operand's adjoint contribution from the result's adjoint `dy` and the
+//! primal values the primal-with-tape routine recorded. Read against a calculus book:
+//!
+//! | instruction | rule | contribution |
+//! | --- | --- | --- |
+//! | `y = a + b` | AddA, AddB | `da = dy`, `db = dy` (summed over broadcast dimensions) |
+//! | `y = a - b` | SubA, SubB | `da = dy`, `db = -dy` |
+//! | `y = a * b` | MulA, MulB | `da = dy * b`, `db = dy * a` |
+//! | `y = a / b` | DivA, DivB | `da = dy / b`, `db = -dy * a / b^2` |
+//! | `y = a % b` | ModA, ModB | `da = dy`, `db = -dy * trunc(a / b)` |
+//! | `y = a ^ b` | PowA, PowB | `da = dy * b * a^(b-1)`, `db = dy * a^b * ln a` (0 where `a = 0`) |
+//! | `y = A @ B` | MatMulA, MatMulB | `dA = dy @ B^T`, `dB = A^T @ dy` (matrix-vector and dot alike) |
+//! | `y = -a` | Neg | `da = -dy` |
+//! | `y = f(x)` (`Math1`) | Math1 | `dx = dy * f'(x)`, `f'` from the built-in's table entry |
+//! | `y = obj[i]` | Index | `d obj[i] += dy` |
+//! | `y = m[i, j]` | Index2 | `d m[i, j] += dy` |
+//! | `y = s.f` | Field | `d s.f += dy` |
+//! | `y = t[k]` (destructuring) | TupleGet | `d t[k] += dy` |
+//! | `y = [x0, x1, ..]`, `(..)`, `S(..)`, closure | Element | `d xk = dy[k]` |
+//! | `obj[i] = v` | TakeIndex | `dv = d obj[i]`, then `d obj[i] = 0` |
+//! | `m[i, j] = v` | TakeIndex2 | `dv = d m[i, j]`, then `d m[i, j] = 0` |
+//! | `for x in seq` | IterPrep | `d seq += dy` (arrays and tuples; a dict's keys carry none) |
+//!
+//! `nil` is the zero adjoint: every contribution of a `nil` `dy` is `nil`, so nothing from a
+//! path the primal did not take is ever multiplied (no `0 * inf = nan`).
+
+use super::adjoints::{self, unbroadcast};
+use crate::bytecode::BuiltinId;
+use crate::error::{VmError, VmResult};
+use crate::ops::{self, BinOp};
+use crate::program::Program;
+use crate::value::{Array, Value};
+
+macro_rules! rules {
+    ($($name:ident),* $(,)?) => {
+        /// A pullback rule; `Pull`'s `rule` operand is `Rule as u32 | payload << 8`.
+        #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+        #[repr(u8)]
+        pub enum Rule { $($name),* }
+        const ALL: &[Rule] = &[$(Rule::$name),*];
+        impl Rule {
+            pub fn name(self) -> &'static str {
+                match self { $(Rule::$name => stringify!($name)),* }
+            }
+        }
+    };
+}
+
+rules! {
+    AddA, AddB, SubA, SubB, MulA, MulB, DivA, DivB, ModA, ModB, PowA, PowB, MatMulA, MatMulB,
+    Neg, Math1, Index, Index2, Field, TupleGet, Element, TakeIndex, TakeIndex2, IterPrep,
+}
+
+impl Rule {
+    /// The `Pull` operand for this rule with a payload (a builtin, field symbol or position).
+    pub fn encode(self, payload: u32) -> u32 {
+        self as u32 | payload << 8
+    }
+
+    pub fn decode(code: u32) -> (Rule, u32) {
+        (ALL[(code & 0xff) as usize], code >> 8)
+    }
+}
+
+/// Text for the disassembler: `MulA`, `Math1(sin)`, `Element(2)`.
+pub fn describe(code: u32, program: &Program) -> String {
+    let (rule, payload) = Rule::decode(code);
+    match rule {
+        Rule::Math1 => format!("Math1({})", program.builtins[payload as usize].name),
+        Rule::Field => format!("Field({})", program.symbols[payload as usize]),
+        Rule::TupleGet | Rule::Element => format!("{}({payload})", rule.name()),
+        _ => rule.name().to_string(),
+    }
+}
+
+fn bin(op: BinOp, a: &Value, b: &Value) -> VmResult<Value> {
+    match (a, b) {
+        (Value::Float(x), Value::Float(y)) => Ok(Value::Float(op.float(*x, *y))),
+        _ => ops::binary(op, a, b),
+    }
+}
+
+fn neg(a: &Value) -> VmResult<Value> {
+    match a {
+        Value::Float(x) => Ok(Value::Float(-x)),
+        _ => ops::negate(a),
+    }
+}
+
+/// Applies `f` to every number of a value (floats and float arrays / matrices).
+fn map_numbers(v: &Value, f: impl Fn(f64) -> f64) -> VmResult<Value> {
+    Ok(match v {
+        Value::Float(x) => Value::Float(f(*x)),
+        Value::Int(i) => Value::Float(f(*i as f64)),
+        Value::Array(a) => {
+            let a = a.borrow();
+            match &*a {
+                Array::Floats(x) => Value::float_array(x.iter().map(|&p| f(p)).collect()),
+                other => Value::float_array(
+                    other
+                        .to_f64s()
+                        .ok_or_else(|| VmError::new("derivative of an array that holds non-numbers"))?
+                        .into_iter()
+                        .map(f)
+                        .collect(),
+                ),
+            }
+        }
+        Value::Matrix(m) => {
+            let m = m.borrow();
+            Value::matrix(m.rows, m.cols, m.data.iter().map(|&p| f(p)).collect())
+        }
+        other => return Err(VmError::new(format!("cannot differentiate a math function of {}", other.type_name()))),
+    })
+}
+
+/// Elementwise `f(a, b)` over numbers with broadcasting (for the `^` rules).
+fn zip_numbers(a: &Value, b: &Value, f: impl Fn(f64, f64) -> f64) -> VmResult<Value> {
+    match (a.as_f64(), b.as_f64()) {
+        (Some(x), Some(y)) => Ok(Value::Float(f(x, y))),
+        (Some(x), None) => map_numbers(b, |y| f(x, y)),
+        (None, Some(y)) => map_numbers(a, |x| f(x, y)),
+        (None, None) => {
+            let (p, q) = (flat(a)?, flat(b)?);
+            let out: Vec<f64> = p.iter().zip(&q).map(|(x, y)| f(*x, *y)).collect();
+            Ok(match a {
+                Value::Matrix(m) => {
+                    let m = m.borrow();
+                    Value::matrix(m.rows, m.cols, out)
+                }
+                _ => Value::float_array(out),
+            })
+        }
+    }
+}
+
+fn flat(v: &Value) -> VmResult<Vec<f64>> {
+    match v {
+        Value::Array(a) => a.borrow().to_f64s().ok_or_else(|| VmError::new("derivative of an array that holds non-numbers")),
+        Value::Matrix(m) => Ok(m.borrow().data.clone()),
+        other => Err(VmError::new(format!("cannot differentiate ^ of {}", other.type_name()))),
+    }
+}
+
+/// `dy * d(a^b)/da`.
+fn pow_da(x: f64, y: f64) -> f64 {
+    if y == 0.0 {
+        0.0
+    } else {
+        y * x.powf(y - 1.0)
+    }
+}
+
+/// `d(a^b)/db`; exactly zero where `a = 0` (the limit from the right for `b > 0`).
+fn pow_db(x: f64, y: f64) -> f64 {
+    if x == 0.0 {
+        0.0
+    } else {
+        x.powf(y) * x.ln()
+    }
+}
+
+fn matmul_rule(rule: Rule, dy: &Value, a: &Value, b: &Value) -> VmResult<Value> {
+    use Value::*;
+    let transpose = |m: &crate::value::Matrix| {
+        let mut t = vec![0.0; m.data.len()];
+        for i in 0..m.rows {
+            for j in 0..m.cols {
+                t[j * m.rows + i] = m.data[i * m.cols + j];
+            }
+        }
+        Value::matrix(m.cols, m.rows, t)
+    };
+    let outer = |u: &[f64], v: &[f64]| {
+        let mut out = Vec::with_capacity(u.len() * v.len());
+        for &p in u {
+            out.extend(v.iter().map(|&q| p * q));
+        }
+        Value::matrix(u.len(), v.len(), out)
+    };
+    match (a, b) {
+        // y = M @ v: dM = outer(dy, v), dv = M^T @ dy.
+        (Matrix(m), Array(v)) => {
+            let d = flat(dy)?;
+            if rule == Rule::MatMulA {
+                Ok(outer(&d, &flat(&Array(v.clone()))?))
+            } else {
+                ops::matmul(&transpose(&m.borrow()), &Value::float_array(d))
+            }
+        }
+        // Y = A @ B: dA = dY @ B^T, dB = A^T @ dY.
+        (Matrix(m), Matrix(n)) => {
+            if rule == Rule::MatMulA {
+                ops::matmul(dy, &transpose(&n.borrow()))
+            } else {
+                ops::matmul(&transpose(&m.borrow()), dy)
+            }
+        }
+        // y = u @ v (a dot product): du = dy * v, dv = dy * u.
+        (Array(_), Array(_)) => {
+            let other = if rule == Rule::MatMulA { b } else { a };
+            bin(BinOp::Mul, dy, &adjoints::snapshot(other))
+        }
+        _ => Err(VmError::new("cannot differentiate @ of these operands")),
+    }
+}
+
+/// Applies the rule `code` (see `Rule::encode`) to its arguments.
+pub fn apply(program: &Program, code: u32, args: &[Value]) -> VmResult<Value> {
+    let (rule, payload) = Rule::decode(code);
+    let arg = |k: usize| &args[k];
+    // The contribution rules all start with dy: nil in, nil out.
+    let contribution = !matches!(
+        rule,
+        Rule::Index | Rule::Index2 | Rule::Field | Rule::TupleGet | Rule::Element | Rule::TakeIndex | Rule::TakeIndex2
+    );
+    if contribution && matches!(args[0], Value::Nil) {
+        return Ok(Value::Nil);
+    }
+    match rule {
+        Rule::AddA | Rule::AddB | Rule::SubA | Rule::ModA => Ok(unbroadcast(arg(0), arg(1))),
+        Rule::SubB => Ok(unbroadcast(&neg(arg(0))?, arg(1))),
+        Rule::MulA => Ok(unbroadcast(&bin(BinOp::Mul, arg(0), arg(2))?, arg(1))),
+        Rule::MulB => Ok(unbroadcast(&bin(BinOp::Mul, arg(0), arg(1))?, arg(2))),
+        Rule::DivA => Ok(unbroadcast(&bin(BinOp::Div, arg(0), arg(2))?, arg(1))),
+        Rule::DivB => {
+            let q = zip_numbers(arg(1), arg(2), |a, b| -a / (b * b))?;
+            Ok(unbroadcast(&bin(BinOp::Mul, arg(0), &q)?, arg(2)))
+        }
+        Rule::ModB => {
+            let q = zip_numbers(arg(1), arg(2), |a, b| -(a / b).trunc())?;
+            Ok(unbroadcast(&bin(BinOp::Mul, arg(0), &q)?, arg(2)))
+        }
+        Rule::PowA => {
+            let d = zip_numbers(arg(1), arg(2), pow_da)?;
+            Ok(unbroadcast(&bin(BinOp::Mul, arg(0), &d)?, arg(1)))
+        }
+        Rule::PowB => {
+            let d = zip_numbers(arg(1), arg(2), pow_db)?;
+            Ok(unbroadcast(&bin(BinOp::Mul, arg(0), &d)?, arg(2)))
+        }
+        Rule::MatMulA | Rule::MatMulB => matmul_rule(rule, arg(0), arg(1), arg(2)),
+        Rule::Neg => neg(arg(0)),
+        Rule::Math1 => {
+            let b = &program.builtins[payload as usize];
+            let Some(deriv) = b.scalar_deriv else {
+                return Err(VmError::new(format!("{} has no derivative rule", b.name)));
+            };
+            match (arg(0), arg(1)) {
+                (Value::Float(d), Value::Float(x)) => Ok(Value::Float(d * deriv(*x))),
+                (dy, x) => bin(BinOp::Mul, dy, &map_numbers(x, deriv)?),
+            }
+        }
+        Rule::Index => adjoints::index_accumulate(arg(0).clone(), arg(1), arg(2), arg(3).clone()),
+        Rule::Index2 => adjoints::index2_accumulate(arg(0).clone(), arg(1), arg(2), arg(3), arg(4).clone()),
+        Rule::Field => {
+            let Value::Struct(s) = arg(1) else { return Ok(arg(0).clone()) };
+            let fields = &program.structs[s.def.index()].fields;
+            let k = fields.iter().position(|f| f.0 == payload).unwrap_or(0);
+            adjoints::field_accumulate(arg(0).clone(), arg(1), k, arg(2).clone())
+        }
+        Rule::TupleGet => adjoints::field_accumulate(arg(0).clone(), arg(1), payload as usize, arg(2).clone()),
+        Rule::Element => Ok(adjoints::element(arg(0), payload as usize)),
+        Rule::TakeIndex => adjoints::take_index(arg(0), arg(1)),
+        Rule::TakeIndex2 => adjoints::take_index2(arg(0), arg(1), arg(2)),
+        Rule::IterPrep => Ok(match arg(1) {
+            Value::Dict(_) => Value::Nil,
+            _ => arg(0).clone(),
+        }),
+    }
+}
+
+/// The builtin a `Math1` rule names (for diagnostics).
+pub fn math1_builtin(code: u32) -> Option<BuiltinId> {
+    match Rule::decode(code) {
+        (Rule::Math1, b) => Some(BuiltinId(b)),
+        _ => None,
+    }
+}
