@@ -1,0 +1,289 @@
+//! Property tests of reverse mode: random Zy programs (straight-line arithmetic over the
+//! differentiable built-ins, branches on data, loops with fixed and data-dependent trip counts,
+//! calls, recursion, closures, `map`/`reduce`, arrays with in-place mutation, struct fields)
+//! are differentiated by `gradient`, and every partial derivative is checked against central
+//! finite differences of the same program run forward.
+//!
+//! Every assignment is squashed by a bounded function, so values stay in a range where finite
+//! differences are well conditioned. A point where the program is not smooth (a branch or a
+//! trip count changing within the step) shows up as two finite-difference step sizes
+//! disagreeing; such cases are discarded, not counted as failures.
+
+use proptest::prelude::*;
+use proptest::strategy::ValueTree;
+use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use zygvm::{Program, Value, Vm};
+
+/// Cases that reached the comparison (not discarded as non-smooth).
+static CHECKED: AtomicUsize = AtomicUsize::new(0);
+
+#[derive(Clone, Debug)]
+enum Expr {
+    Var(u8),
+    Const(i8),
+    Unary(u8, Box<Expr>),
+    Bin(u8, Box<Expr>, Box<Expr>),
+}
+
+const UNARY: &[&str] = &[
+    "sin(E)", "cos(E)", "tanh(E)", "sigmoid(E)", "atan(E)", "exp(tanh(E))", "sqrt(1.0 + E * E)",
+    "log(1.0 + E * E)", "softplus(E)", "erf(E)", "(-E)", "abs(E + 3.0)", "(E) ^ 2", "cbrt(E + 5.0)",
+];
+const BINARY: &[&str] = &[
+    "(A + B)", "(A - B)", "(A * B)", "(A / (1.0 + B * B))", "atan2(A, B + 3.0)", "max(A, B)",
+    "min(A, B)", "hypot(A, B + 2.0)", "pow(A + 3.0, B)",
+];
+
+fn expr() -> impl Strategy<Value = Expr> {
+    let leaf = prop_oneof![any::<u8>().prop_map(Expr::Var), (-3i8..4).prop_map(Expr::Const)];
+    leaf.prop_recursive(3, 12, 2, |inner| {
+        prop_oneof![
+            (0..UNARY.len() as u8, inner.clone()).prop_map(|(k, e)| Expr::Unary(k, Box::new(e))),
+            (0..BINARY.len() as u8, inner.clone(), inner).prop_map(|(k, a, b)| Expr::Bin(k, Box::new(a), Box::new(b))),
+        ]
+    })
+}
+
+#[derive(Clone, Debug)]
+enum Stmt {
+    /// `let vN = squash(e)`.
+    Let(Expr),
+    /// `vK = squash(e)`.
+    Assign(u8, u8, Expr),
+    /// `if e > c { .. } else { .. }`.
+    If(Expr, i8, Vec<Stmt>, Vec<Stmt>),
+    /// `for i in 0..n { .. }` (fixed trip count).
+    For(u8, Vec<Stmt>),
+    /// `while t < 2.0 { t += 0.6 + 0.3 * sigmoid(e); .. }` (trip count depends on the data).
+    While(Expr, Vec<Stmt>),
+    /// An array built from three variables, one element overwritten from the others, read back.
+    ArrayMutation(u8, u8, u8, Expr),
+    /// `vK = helper(e1, e2)`, a named function.
+    Call(u8, Expr, Expr),
+    /// `vK = rec(e, n)`, a recursive function.
+    Recurse(u8, Expr, u8),
+    /// A closure capturing a variable, called.
+    Closure(u8, u8, Expr),
+    /// `vK = sum(map(fn(t) { .. }, [..]))` or `reduce(..)`.
+    HigherOrder(u8, bool, u8, u8),
+    /// A struct built and its fields read.
+    Struct(u8, Expr, Expr),
+}
+
+fn stmt() -> impl Strategy<Value = Stmt> {
+    let simple = prop_oneof![
+        expr().prop_map(Stmt::Let),
+        (any::<u8>(), any::<u8>(), expr()).prop_map(|(k, s, e)| Stmt::Assign(k, s, e)),
+        (any::<u8>(), any::<u8>(), any::<u8>(), expr()).prop_map(|(a, b, c, e)| Stmt::ArrayMutation(a, b, c, e)),
+        (any::<u8>(), expr(), expr()).prop_map(|(k, a, b)| Stmt::Call(k, a, b)),
+        (any::<u8>(), expr(), 0u8..4).prop_map(|(k, e, n)| Stmt::Recurse(k, e, n)),
+        (any::<u8>(), any::<u8>(), expr()).prop_map(|(k, c, e)| Stmt::Closure(k, c, e)),
+        (any::<u8>(), any::<bool>(), any::<u8>(), any::<u8>()).prop_map(|(k, r, a, b)| Stmt::HigherOrder(k, r, a, b)),
+        (any::<u8>(), expr(), expr()).prop_map(|(k, a, b)| Stmt::Struct(k, a, b)),
+    ];
+    simple.prop_recursive(2, 16, 3, |inner| {
+        prop_oneof![
+            (expr(), -1i8..2, prop::collection::vec(inner.clone(), 1..3), prop::collection::vec(inner.clone(), 0..3))
+                .prop_map(|(c, k, t, e)| Stmt::If(c, k, t, e)),
+            (1u8..4, prop::collection::vec(inner.clone(), 1..3)).prop_map(|(n, b)| Stmt::For(n, b)),
+            (expr(), prop::collection::vec(inner, 1..3)).prop_map(|(e, b)| Stmt::While(e, b)),
+        ]
+    })
+}
+
+struct Render {
+    out: String,
+    /// Variables visible now (`v0`, `v1`, ...), per nesting level.
+    scopes: Vec<usize>,
+    next: usize,
+    depth: usize,
+}
+
+impl Render {
+    fn visible(&self) -> usize {
+        self.scopes.iter().sum()
+    }
+    fn var(&self, k: u8) -> String {
+        // Locals are numbered in declaration order, so the visible ones are a prefix.
+        format!("v{}", k as usize % self.visible())
+    }
+    fn expr(&self, e: &Expr) -> String {
+        match e {
+            Expr::Var(k) => self.var(*k),
+            Expr::Const(c) => format!("{:?}", *c as f64 * 0.5),
+            Expr::Unary(k, e) => UNARY[*k as usize].replace('E', &self.expr(e)),
+            Expr::Bin(k, a, b) => BINARY[*k as usize].replace('A', &self.expr(a)).replace('B', &self.expr(b)),
+        }
+    }
+    fn line(&mut self, s: &str) {
+        for _ in 0..self.depth {
+            self.out.push_str("  ");
+        }
+        self.out.push_str(s);
+        self.out.push('\n');
+    }
+    fn new_var(&mut self) -> String {
+        // Numbering must stay a prefix of visible variables: names are by position.
+        let name = format!("v{}", self.visible());
+        *self.scopes.last_mut().unwrap() += 1;
+        self.next += 1;
+        name
+    }
+    fn block(&mut self, stmts: &[Stmt]) {
+        self.depth += 1;
+        self.scopes.push(0);
+        for s in stmts {
+            self.stmt(s);
+        }
+        self.scopes.pop();
+        self.depth -= 1;
+    }
+    fn stmt(&mut self, s: &Stmt) {
+        match s {
+            Stmt::Let(e) => {
+                let e = self.expr(e);
+                let v = self.new_var();
+                self.line(&format!("let {v} = tanh({e}) * 1.5"));
+            }
+            Stmt::Assign(k, sq, e) => {
+                let (v, e) = (self.var(*k), self.expr(e));
+                let f = ["sin", "tanh", "cos"][*sq as usize % 3];
+                self.line(&format!("{v} = {f}({e})"));
+            }
+            Stmt::If(c, k, t, e) => {
+                let c = self.expr(c);
+                self.line(&format!("if {c} > {:?} {{", *k as f64 * 0.3));
+                self.block(t);
+                self.line("} else {");
+                self.block(e);
+                self.line("}");
+            }
+            Stmt::For(n, b) => {
+                self.line(&format!("for i in 0..{n} {{"));
+                self.block(b);
+                self.line("}");
+            }
+            Stmt::While(e, b) => {
+                let e = self.expr(e);
+                let t = format!("t{}", self.next);
+                self.next += 1;
+                self.line(&format!("let {t} = 0.0"));
+                self.line(&format!("while {t} < 2.0 {{"));
+                self.depth += 1;
+                self.line(&format!("{t} = {t} + 0.6 + 0.3 * sigmoid({e})"));
+                self.depth -= 1;
+                self.block(b);
+                self.line("}");
+            }
+            Stmt::ArrayMutation(a, b, c, e) => {
+                let (a, b, c) = (self.var(*a), self.var(*b), self.var(*c));
+                let e = self.expr(e);
+                let v = self.new_var();
+                self.line(&format!("let arr{} = [{a}, {b}, {c}]", self.next));
+                self.line(&format!("let r{0} = arr{0}[0] * arr{0}[1]", self.next));
+                self.line(&format!("arr{0}[1] = arr{0}[2] * tanh({e}) + arr{0}[0]", self.next));
+                self.line(&format!("arr{0}[0] = sin(arr{0}[1])", self.next));
+                self.line(&format!("let {v} = tanh(r{0} + arr{0}[0] * arr{0}[1] - arr{0}[2])", self.next));
+            }
+            Stmt::Call(k, a, b) => {
+                let (v, a, b) = (self.var(*k), self.expr(a), self.expr(b));
+                self.line(&format!("{v} = helper({a}, {b})"));
+            }
+            Stmt::Recurse(k, e, n) => {
+                let (v, e) = (self.var(*k), self.expr(e));
+                self.line(&format!("{v} = rec(tanh({e}), {n})"));
+            }
+            Stmt::Closure(k, c, e) => {
+                let (v, c, e) = (self.var(*k), self.var(*c), self.expr(e));
+                self.line(&format!("let g{} = fn(t) {{ tanh(t * {c} + {c}) }}", self.next));
+                self.line(&format!("{v} = g{}(tanh({e}))", self.next));
+                self.next += 1;
+            }
+            Stmt::HigherOrder(k, reduce, a, b) => {
+                let (v, a, b) = (self.var(*k), self.var(*a), self.var(*b));
+                if *reduce {
+                    self.line(&format!("{v} = tanh(reduce(fn(acc, t) {{ acc * 0.5 + t * {a} }}, [{a}, {b}, 0.5], 0.25))"));
+                } else {
+                    self.line(&format!("{v} = tanh(sum(map(fn(t) {{ sin(t * {b}) }}, [{a}, {b}])))"));
+                }
+            }
+            Stmt::Struct(k, a, b) => {
+                let (v, a, b) = (self.var(*k), self.expr(a), self.expr(b));
+                self.line(&format!("let p{} = P(tanh({a}), {b})", self.next));
+                self.line(&format!("{v} = tanh(p{0}.x * p{0}.y + p{0}.x)", self.next));
+                self.next += 1;
+            }
+        }
+    }
+}
+
+const PRELUDE: &str = "struct P { x, y }
+fn helper(a, b) { tanh(a) * sin(b) + b * 0.5 }
+fn rec(v, n) { if n == 0 { v } else { rec(tanh(v) + 0.5 * v, n - 1) } }
+";
+
+fn render(stmts: &[Stmt]) -> String {
+    let mut r = Render { out: String::new(), scopes: vec![2], next: 0, depth: 1 };
+    r.out.push_str(PRELUDE);
+    r.out.push_str("fn f(v0, v1) {\n");
+    for s in stmts {
+        r.stmt(s);
+    }
+    let sum: Vec<String> = (0..r.visible()).map(|k| format!("v{k}")).collect();
+    r.line(&sum.join(" + "));
+    r.out.push_str("}\nfn g(x, y) { gradient(f, x, y) }\n");
+    r.out
+}
+
+fn float(v: &Value) -> f64 {
+    match v {
+        Value::Float(x) => *x,
+        other => panic!("expected a float, got {other:?}"),
+    }
+}
+
+fn check(stmts: &[Stmt], x: f64, y: f64) -> Result<(), TestCaseError> {
+    let src = render(stmts);
+    let program = Program::compile("prop.zy", &src).map_err(|e| TestCaseError::fail(format!("{e}\n{src}")))?;
+    let mut vm = Vm::new(&program);
+    vm.run().map_err(|e| TestCaseError::fail(format!("{e}\n{src}")))?;
+    let mut f = |a: f64, b: f64| float(&vm.call_value("f", vec![Value::Float(a), Value::Float(b)]).unwrap());
+    let fd = |f: &mut dyn FnMut(f64, f64) -> f64, h: f64| {
+        ((f(x + h, y) - f(x - h, y)) / (2.0 * h), (f(x, y + h) - f(x, y - h)) / (2.0 * h))
+    };
+    let (fx1, fy1) = fd(&mut f, 1e-5);
+    let (fx2, fy2) = fd(&mut f, 1e-4);
+    let g = vm.call_value("g", vec![Value::Float(x), Value::Float(y)]).map_err(|e| TestCaseError::fail(format!("{e}\n{src}")))?;
+    let Value::Tuple(g) = g else { return Err(TestCaseError::fail("gradient is not a tuple")) };
+    let (gx, gy) = (float(&g[0]), float(&g[1]));
+    for (name, gr, f1, f2) in [("x", gx, fx1, fx2), ("y", gy, fy1, fy2)] {
+        // Two step sizes disagreeing: a kink or a jump within the step, or derivatives so large
+        // that the steps are not small: not a well-conditioned point.
+        prop_assume!(f1.abs() < 1e4 && (f1 - f2).abs() <= 1e-4 * f1.abs().max(1.0));
+        let scale = f1.abs().max(gr.abs()).max(1.0);
+        prop_assert!(
+            (gr - f1).abs() <= 1e-6 * scale,
+            "d/d{name}: gradient {gr} vs finite difference {f1} at ({x}, {y})\n{src}"
+        );
+    }
+    CHECKED.fetch_add(1, Ordering::Relaxed);
+    Ok(())
+}
+
+#[test]
+fn gradients_match_finite_differences() {
+    let config = Config { cases: 1000, failure_persistence: None, max_global_rejects: 10_000, ..Config::default() };
+    let rng = TestRng::from_seed(RngAlgorithm::ChaCha, &[7; 32]);
+    let mut runner = TestRunner::new_with_rng(config, rng);
+    let strategy = (prop::collection::vec(stmt(), 1..6), -1.0f64..1.0, -1.0f64..1.0);
+    runner.run(&strategy, |(stmts, x, y)| check(&stmts, x, y)).unwrap();
+    // The generator must produce mostly smooth, checkable programs.
+    let checked = CHECKED.load(Ordering::Relaxed);
+    assert!(checked >= 1000, "only {checked} cases were checked");
+    if std::env::var_os("ZYGVM_SHOW_PROGRAM").is_some() {
+        let mut runner = TestRunner::new_with_rng(Config::default(), TestRng::from_seed(RngAlgorithm::ChaCha, &[9; 32]));
+        let (stmts, _, _) = strategy.new_tree(&mut runner).unwrap().current();
+        eprintln!("{}", render(&stmts));
+    }
+}
