@@ -879,14 +879,22 @@ impl Vm {
                     // ---- reverse mode (vm/src/ad) ----
                     Instr::TapePush { src } => {
                         let v = reg!(src).clone();
-                        self.tape.values.push(v);
+                        self.tape.push(v);
                     }
                     Instr::TapeSave { src } => {
                         let v = crate::ad::adjoints::snapshot(&reg!(src));
-                        self.tape.values.push(v);
+                        self.tape.push(v);
                     }
                     Instr::TapePushCtl { bit } => self.tape.ctl.push(bit as u8),
-                    Instr::TapePop { dst } => match self.tape.values.pop() {
+                    Instr::TapeShape { a, b } => {
+                        let code = crate::ad::rules::shape_code(&reg!(a), &reg!(b));
+                        self.tape.ctl.push(code);
+                    }
+                    Instr::TapePopCtl { dst } => match self.tape.ctl.pop() {
+                        Some(c) => set!(dst, Value::Int(c as i64)),
+                        None => throw!(crate::ad::calls::tape_underflow()),
+                    },
+                    Instr::TapePop { dst } => match self.tape.pop() {
                         Some(v) => set!(dst, v),
                         None => throw!(crate::ad::calls::tape_underflow()),
                     },

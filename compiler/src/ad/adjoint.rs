@@ -23,7 +23,7 @@
 //! `(d closure, d_out_1 .. d_out_n)`, `d closure` being the tuple of the captures' adjoints.
 
 use super::cfg::{block_end, predecessors, return_blocks, terminator};
-use super::saves::saves;
+use super::saves::{Plan, Record, Save};
 use crate::ssa::{FnBuilder, Var};
 use zygvm_vm::ad::rules::Rule;
 use zygvm_vm::bytecode::*;
@@ -33,6 +33,9 @@ pub struct Context<'a> {
     pub f: &'a Function,
     pub varied: &'a [bool],
     pub active: &'a [bool],
+    /// How each active instruction's needs are recorded (`saves.rs`), by instruction index.
+    pub records: &'a [Vec<Record>],
+    pub plan: &'a Plan,
     /// The adjoint routine of a directly called function.
     pub adjoint_of: &'a dyn Fn(FuncId) -> Option<FuncId>,
 }
@@ -45,6 +48,8 @@ struct Adjoint<'a> {
     /// argument the entering predecessor passed.
     carry: Vec<Vec<Option<Var>>>,
     nil: Reg,
+    /// Invariants, popped once at the entry: primal register -> adjoint register.
+    invariant: Vec<Option<Reg>>,
 }
 
 impl<'a> Adjoint<'a> {
@@ -156,10 +161,15 @@ impl<'a> Adjoint<'a> {
             Some(d) if self.varied(d) => self.take(d),
             _ => self.nil,
         };
-        let recorded = saves(f, &i, self.cx.varied);
+        let recorded = &self.cx.records[pc];
         let mut popped = vec![self.nil; recorded.len()];
         for k in (0..recorded.len()).rev() {
-            popped[k] = self.pop(span);
+            popped[k] = match recorded[k] {
+                Record::Tape(Save::Shape(..)) => self.b.emit_def(|dst| Instr::TapePopCtl { dst }, span),
+                Record::Tape(_) => self.pop(span),
+                Record::Once(r) => self.invariant[r.index()].expect("invariant popped at entry"),
+                Record::Recompute(r) => self.recompute(r, span),
+            };
         }
         let binary = |a: Rule, b: Rule| (a, b);
         match i {
@@ -169,14 +179,14 @@ impl<'a> Adjoint<'a> {
                 } else {
                     binary(Rule::SubA, Rule::SubB)
                 };
-                let mut k = 0;
+                // One record: the broadcast code of the operands.
+                let shape = popped[0];
                 if self.varied(a) {
-                    let c = self.pull(ra, 0, &[dy, popped[k]], span);
-                    k += 1;
+                    let c = self.pull(ra, 0, &[dy, shape], span);
                     self.accumulate(a, c, span);
                 }
                 if self.varied(b) {
-                    let c = self.pull(rb, 0, &[dy, popped[k]], span);
+                    let c = self.pull(rb, 0, &[dy, shape], span);
                     self.accumulate(b, c, span);
                 }
             }
@@ -264,6 +274,28 @@ impl<'a> Adjoint<'a> {
         }
     }
 
+    /// Recomputes a primal value from invariants and constants (`saves::Plan`).
+    fn recompute(&mut self, r: Reg, span: Span) -> Reg {
+        if let Some(v) = self.invariant[r.index()] {
+            return v;
+        }
+        let mut i = self.cx.plan.def_of[r.index()].expect("recomputed value has a definition");
+        let operands = self.cx.plan.recompute_operands(r);
+        let mapped: Vec<Reg> = operands.iter().map(|&u| self.recompute(u, span)).collect();
+        let mut k = 0;
+        let dst = self.b.new_reg();
+        i.map_operands(|o| match o {
+            Operand::Use(_) => {
+                k += 1;
+                Operand::Use(mapped[k - 1])
+            }
+            Operand::Def(_) => Operand::Def(dst),
+            o => o,
+        });
+        self.b.emit(i, span);
+        dst
+    }
+
     /// `obj̄ := rule(obj̄, recorded..., dy)`: an adjoint flowing into a container slot.
     fn into_container(&mut self, obj: Reg, rule: Rule, payload: u32, rest: &[Reg], span: Span) {
         if !self.varied(obj) {
@@ -298,6 +330,7 @@ pub fn adjoint(cx: &Context) -> Function {
         vars: vec![None; f.num_regs as usize],
         carry: (0..nblocks).map(|b| vec![None; f.list(f.blocks[b].params).len()]).collect(),
         nil: Reg(0),
+        invariant: vec![None; f.num_regs as usize],
     };
     a.nil = a.b.nil_reg();
     let dy = Reg(0);
@@ -307,7 +340,12 @@ pub fn adjoint(cx: &Context) -> Function {
     let preds = predecessors(f);
     let adjoint_block: Vec<BlockId> = (0..nblocks).map(|_| a.b.new_block()).collect();
 
-    // Entry: continue at the adjoint of the `Return` that ran.
+    // Entry: pop the invariants (pushed last), then continue at the adjoint of the `Return`
+    // that ran.
+    for &(r, _) in cx.plan.once.iter().rev() {
+        let v = a.pop(span);
+        a.invariant[r.index()] = Some(v);
+    }
     let returns: Vec<BlockId> = return_blocks(f).iter().map(|r| adjoint_block[r.index()]).collect();
     if returns.is_empty() {
         let nil = a.nil;

@@ -51,8 +51,35 @@ pub fn differentiate_program(ssa: &[Function], builtins: &[Builtin]) -> (Vec<Opt
         let varied = activity::varied_registers(f, builtins);
         let differentiable = |b: zygvm_vm::bytecode::BuiltinId| activity::builtin_is_differentiable(&builtins[b.index()]);
         let active: Vec<bool> = f.code.iter().map(|i| saves::is_active(f, i, &varied, differentiable)).collect();
-        let tape = primal::primal_with_tape(&primal::Context { f, varied: &varied, active: &active, tape_of: &tape_of });
-        let adj = adjoint::adjoint(&adjoint::Context { f, varied: &varied, active: &active, adjoint_of: &adjoint_of });
+        // What each active instruction records, decided once for both routines.
+        let mut plan = saves::Plan::new(f, builtins);
+        let records: Vec<Vec<saves::Record>> = f
+            .code
+            .iter()
+            .zip(&active)
+            .map(|(i, &on)| if on { plan.records(f, i) } else { vec![] })
+            .collect();
+        for r in records.iter().flatten() {
+            if let saves::Record::Recompute(r) = r {
+                plan.note_recompute(*r);
+            }
+        }
+        let tape = primal::primal_with_tape(&primal::Context {
+            f,
+            varied: &varied,
+            active: &active,
+            records: &records,
+            once: &plan.once,
+            tape_of: &tape_of,
+        });
+        let adj = adjoint::adjoint(&adjoint::Context {
+            f,
+            varied: &varied,
+            active: &active,
+            records: &records,
+            plan: &plan,
+            adjoint_of: &adjoint_of,
+        });
         routines.push(tape);
         routines.push(adj);
     }

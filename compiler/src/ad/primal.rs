@@ -2,7 +2,8 @@
 //!
 //! Block by block and instruction by instruction, the routine is the original function with
 //! three changes (the forward half of the Zygote transform):
-//! 1. after each active instruction, its primal context is pushed (`saves.rs`);
+//! 1. after each active instruction, its primal context is pushed (`saves.rs`), except
+//!    invariants, pushed once before returning, and values the adjoint recomputes;
 //! 2. calls go to the callees' primal-with-tape routines: `CallDirect` names the callee's
 //!    routine, `Call` becomes `CallTape` (which dispatches at run time), built-ins become
 //!    `CallBuiltinTape`;
@@ -11,8 +12,8 @@
 //!    small edge block of its own to hold the pushes.
 //! Registers are unchanged, so the routine stays in SSA form.
 
-use super::cfg::{self, block_end, choice_bits, predecessors, return_blocks, terminator};
-use super::saves::{saves, Save};
+use super::cfg::{block_end, choice_bits, predecessors, return_blocks};
+use super::saves::{Record, Save};
 use zygvm_vm::bytecode::*;
 use zygvm_vm::program::{BlockInfo, Function, Span};
 
@@ -20,6 +21,10 @@ pub struct Context<'a> {
     pub f: &'a Function,
     pub varied: &'a [bool],
     pub active: &'a [bool],
+    /// How each active instruction's needs are recorded (`saves.rs`), by instruction index.
+    pub records: &'a [Vec<Record>],
+    /// Invariants pushed once before returning: `(register, snapshot?)`.
+    pub once: &'a [(Reg, bool)],
     /// The primal-with-tape routine of a directly called function.
     pub tape_of: &'a dyn Fn(FuncId) -> Option<FuncId>,
 }
@@ -84,10 +89,12 @@ pub fn primal_with_tape(cx: &Context) -> Function {
                 other => other,
             };
             out.emit(transformed, span);
-            for s in saves(f, &i, cx.varied) {
-                match s {
-                    Save::Ref(r) => out.emit(Instr::TapePush { src: r }, span),
-                    Save::Snap(r) => out.emit(Instr::TapeSave { src: r }, span),
+            for rec in &cx.records[pc] {
+                match *rec {
+                    Record::Tape(Save::Ref(r)) => out.emit(Instr::TapePush { src: r }, span),
+                    Record::Tape(Save::Snap(r)) => out.emit(Instr::TapeSave { src: r }, span),
+                    Record::Tape(Save::Shape(a, b)) => out.emit(Instr::TapeShape { a, b }, span),
+                    Record::Once(_) | Record::Recompute(_) => {}
                 }
             }
         }
@@ -100,6 +107,9 @@ pub fn primal_with_tape(cx: &Context) -> Function {
         };
         match term {
             Instr::Return { .. } => {
+                for &(r, snap) in cx.once {
+                    out.emit(if snap { Instr::TapeSave { src: r } } else { Instr::TapePush { src: r } }, span);
+                }
                 let j = returns.iter().position(|r| r.index() == b).expect("return block");
                 out.push_bits(&choice_bits(j, returns.len()), span);
                 out.emit(term, span);
@@ -129,8 +139,6 @@ pub fn primal_with_tape(cx: &Context) -> Function {
         out.push_bits(&bits, span);
         out.emit(Instr::Jump { target, args: empty }, span);
     }
-    let _ = cfg::successors;
-    let _ = terminator;
     Function {
         name: f.name.clone(),
         kind: f.kind.clone(),

@@ -3,8 +3,8 @@
 //! Zygote paper's pullback closures). Both routines derive their pushes and pops from this one
 //! function, so they cannot disagree.
 //!
-//! Only what a rule reads is stored: `+` and `-` keep their operands' shapes (a scalar operand
-//! of an elementwise operation sums its adjoint), `*` `/` `^` `%` `@` and one-argument math keep
+//! Only what a rule reads is stored: `+` and `-` keep one control byte saying which operand was
+//! broadcast (a scalar operand of an elementwise operation sums its adjoint), `*` `/` `^` `%` `@` and one-argument math keep
 //! the operands' values, indexing keeps the container (its kind) and the index; `-x`, literals,
 //! constructors and closures keep nothing. Values whose contents a rule reads are snapshots
 //! (`TapeSave`, arrays copied), so a later in-place write cannot corrupt an earlier operation's
@@ -19,22 +19,14 @@ pub enum Save {
     Ref(Reg),
     /// `TapeSave`: a snapshot of the contents.
     Snap(Reg),
+    /// `TapeShape`: the broadcast code of `+`/`-` operands, on the control tape.
+    Shape(Reg, Reg),
 }
 
 /// The records of one active instruction, in push order (the adjoint pops them in reverse).
-pub fn saves(f: &Function, i: &Instr, varied: &[bool]) -> Vec<Save> {
-    let v = |r: Reg| varied[r.index()];
+pub fn saves(f: &Function, i: &Instr) -> Vec<Save> {
     match *i {
-        Instr::Add { a, b, .. } | Instr::Sub { a, b, .. } => {
-            let mut out = vec![];
-            if v(a) {
-                out.push(Save::Ref(a));
-            }
-            if v(b) {
-                out.push(Save::Ref(b));
-            }
-            out
-        }
+        Instr::Add { a, b, .. } | Instr::Sub { a, b, .. } => vec![Save::Shape(a, b)],
         Instr::Mul { a, b, .. }
         | Instr::Div { a, b, .. }
         | Instr::Mod { a, b, .. }
@@ -72,5 +64,155 @@ pub fn is_active(f: &Function, i: &Instr, varied: &[bool], differentiable_builti
         }
         Instr::LoadSelf { .. } => false,
         _ => i.def().is_some_and(v) && !i.is_terminator(),
+    }
+}
+
+/// How the adjoint obtains one recorded value.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Record {
+    /// Pushed after the instruction, popped by its adjoint.
+    Tape(Save),
+    /// An invariant: pushed once before the routine returns, popped once at the adjoint's entry.
+    Once(Reg),
+    /// Recomputed in the adjoint from invariants and constants instead of being stored.
+    Recompute(Reg),
+}
+
+/// The storage plan of one function: which values are invariant (stored once per call, not per
+/// use) and which are cheap to recompute (stored not at all).
+///
+/// - A register defined in the entry block has one value per call. A reference to it (its
+///   shape, kind, an index) can always be stored once. A snapshot of its contents can be stored
+///   once when nothing in the function can write to it: every container the function writes
+///   into is one it allocated itself, and it makes no call that could write elsewhere.
+/// - A constant, or a one-argument math function, negation or read of an invariant container
+///   at invariant indices, is recomputed by the adjoint.
+pub struct Plan {
+    inv_ref: Vec<bool>,
+    inv_snap: Vec<bool>,
+    recompute: Vec<bool>,
+    /// The invariants stored once, in push order, with whether they are snapshots.
+    pub once: Vec<(Reg, bool)>,
+    /// The instruction defining each register (for recomputation).
+    pub def_of: Vec<Option<Instr>>,
+}
+
+/// Built-ins that return a container nobody else holds.
+const FRESH: &[&str] = &[
+    "zeros", "ones", "fill", "copy", "range", "linspace", "rand", "randn", "eye", "matrix", "dict",
+    "transpose", "reshape", "flatten", "outer", "inv", "concat", "slice", "reverse", "sort", "zip",
+    "enumerate", "keys", "values", "cumsum", "softmax", "row", "col", "map", "filter",
+];
+
+impl Plan {
+    pub fn new(f: &Function, builtins: &[zygvm_vm::builtin::Builtin]) -> Plan {
+        let n = f.num_regs as usize;
+        let entry_end = super::cfg::block_end(f, 0);
+        let mut inv_ref = vec![false; n];
+        for r in 0..(f.arity + f.num_captures) as usize {
+            inv_ref[r] = true;
+        }
+        let mut def_of = vec![None; n];
+        for (pc, i) in f.code.iter().enumerate() {
+            if let Some(d) = i.def() {
+                def_of[d.index()] = Some(*i);
+                if pc < entry_end {
+                    inv_ref[d.index()] = true;
+                }
+            }
+        }
+        // Snapshots are safe to share only if every write goes to a container this function
+        // allocated itself and no call can write anywhere.
+        let fresh = |r: Reg| match def_of[r.index()] {
+            Some(Instr::NewArray { .. }) | Some(Instr::NewTuple { .. }) => true,
+            Some(Instr::CallBuiltin { builtin, .. }) => FRESH.contains(&builtins[builtin.index()].name.as_str()),
+            _ => false,
+        };
+        let writes_only_fresh = f.code.iter().all(|i| match *i {
+            Instr::SetIndex { obj, .. } | Instr::SetIndex2 { obj, .. } => fresh(obj),
+            Instr::Call { .. } | Instr::CallDirect { .. } => false,
+            Instr::CallBuiltin { builtin, .. } => {
+                !matches!(builtins[builtin.index()].deriv, zygvm_vm::builtin::Deriv::Custom { .. })
+            }
+            _ => true,
+        });
+        let mutated: Vec<bool> = {
+            let mut m = vec![false; n];
+            for i in &f.code {
+                if let Instr::SetIndex { obj, .. } | Instr::SetIndex2 { obj, .. } = *i {
+                    m[obj.index()] = true;
+                }
+            }
+            m
+        };
+        let inv_snap: Vec<bool> = (0..n).map(|r| inv_ref[r] && writes_only_fresh && !mutated[r]).collect();
+        let mut plan = Plan { inv_ref, inv_snap, recompute: vec![false; n], once: vec![], def_of };
+        for r in 0..n {
+            plan.recompute[r] = plan.can_recompute(Reg(r as u32), 0);
+        }
+        plan
+    }
+
+    fn available(&self, r: Reg, depth: u32) -> bool {
+        self.inv_snap[r.index()] || self.can_recompute(r, depth + 1)
+    }
+
+    fn can_recompute(&self, r: Reg, depth: u32) -> bool {
+        if depth > 4 {
+            return false;
+        }
+        match self.def_of[r.index()] {
+            Some(Instr::LoadK { .. } | Instr::LoadNil { .. } | Instr::LoadBool { .. }) => true,
+            Some(Instr::Math1 { src, .. } | Instr::Neg { src, .. }) => self.available(src, depth),
+            Some(Instr::Index { obj, idx, .. }) => self.inv_snap[obj.index()] && self.available(idx, depth),
+            Some(Instr::GetField { obj, .. } | Instr::TupleGet { src: obj, .. }) => self.inv_snap[obj.index()],
+            _ => false,
+        }
+    }
+
+    /// How each value an active instruction needs is obtained, in `saves` order; registers
+    /// first seen here are added to the once-list.
+    pub fn records(&mut self, f: &Function, i: &Instr) -> Vec<Record> {
+        saves(f, i)
+            .into_iter()
+            .map(|s| match s {
+                Save::Snap(r) | Save::Ref(r) if self.recompute[r.index()] => Record::Recompute(r),
+                Save::Snap(r) if self.inv_snap[r.index()] => self.once(r, true),
+                Save::Ref(r) if self.inv_ref[r.index()] => self.once(r, self.inv_snap[r.index()]),
+                other => Record::Tape(other),
+            })
+            .collect()
+    }
+
+    fn once(&mut self, r: Reg, snap: bool) -> Record {
+        if !self.once.iter().any(|(q, _)| *q == r) {
+            self.once.push((r, snap));
+        }
+        Record::Once(r)
+    }
+
+    /// The registers a recomputation of `r` reads (invariants or further recomputations).
+    pub fn recompute_operands(&self, r: Reg) -> Vec<Reg> {
+        let mut out = vec![];
+        if let Some(i) = self.def_of[r.index()] {
+            i.for_each_operand(|o| {
+                if let Operand::Use(u) = o {
+                    out.push(u)
+                }
+            });
+        }
+        out
+    }
+
+    /// Registers the adjoint needs as invariants for recomputing `r` (recursively).
+    pub fn note_recompute(&mut self, r: Reg) {
+        for u in self.recompute_operands(r) {
+            if self.recompute[u.index()] {
+                self.note_recompute(u);
+            } else {
+                let snap = self.inv_snap[u.index()];
+                self.once(u, snap);
+            }
+        }
     }
 }

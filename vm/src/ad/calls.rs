@@ -87,9 +87,9 @@ impl Vm {
             Deriv::Pullback(_) => {
                 let y = self.call_builtin(b, args)?;
                 for a in args {
-                    self.tape.values.push(snapshot(a));
+                    self.tape.push(snapshot(a));
                 }
-                self.tape.values.push(snapshot(&y));
+                self.tape.push(snapshot(&y));
                 Ok(y)
             }
             Deriv::Custom { tape, .. } => {
@@ -113,8 +113,10 @@ impl Vm {
             Deriv::Pullback(rule) => {
                 let y = self.tape_pop()?;
                 let n = d.len();
-                let at = self.tape.values.len().checked_sub(n).ok_or_else(tape_underflow)?;
-                let args: Vec<Value> = self.tape.values.drain(at..).collect();
+                let mut args = vec![Value::Nil; n];
+                for a in args.iter_mut().rev() {
+                    *a = self.tape_pop()?;
+                }
                 if matches!(dy, Value::Nil) {
                     return Ok(());
                 }
@@ -129,11 +131,11 @@ impl Vm {
     }
 
     pub fn tape_push(&mut self, v: Value) {
-        self.tape.values.push(v);
+        self.tape.push(v);
     }
 
     pub fn tape_pop(&mut self) -> VmResult<Value> {
-        self.tape.values.pop().ok_or_else(tape_underflow)
+        self.tape.pop().ok_or_else(tape_underflow)
     }
 }
 

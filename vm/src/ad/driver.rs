@@ -8,6 +8,7 @@
 //! any number of times and side effects of `f` never repeat.
 
 use super::adjoints::{check_cotangent, deep_copy, to_gradient};
+use super::Segment;
 use crate::error::{VmError, VmResult};
 use crate::interp::Vm;
 use crate::value::{Partial, Value};
@@ -19,7 +20,7 @@ fn forward(vm: &mut Vm, f: &Value, args: &[Value]) -> VmResult<Value> {
         return Err(VmError::new(format!("cannot differentiate a value of type {}", f.type_name())));
     }
     let y = vm.call_tape(f, args)?;
-    vm.tape.values.push(f.clone());
+    vm.tape.push(f.clone());
     vm.tape.note_peak();
     Ok(y)
 }
@@ -83,10 +84,10 @@ pub fn pullback(vm: &mut Vm, f: &Value, args: &[Value]) -> VmResult<(Value, Valu
             return Err(e);
         }
     };
-    let values = vm.tape.values.split_off(mark.0);
-    let ctl: Vec<Value> = vm.tape.ctl.split_off(mark.1).into_iter().map(|b| Value::Int(b as i64)).collect();
+    let seg = vm.tape.split_off(mark);
+    let ctl: Vec<Value> = seg.ctl.iter().map(|&b| Value::Int(b as i64)).collect();
     let bound = vec![
-        Value::tuple(values),
+        Value::tuple(seg.values),
         Value::tuple(ctl),
         y.clone(),
         Value::tuple(args.to_vec()),
@@ -102,8 +103,11 @@ pub fn apply_back(vm: &mut Vm, bound: &[Value], dy: &Value) -> VmResult<Value> {
     };
     check_cotangent(dy, y).map_err(VmError::new)?;
     with_tape_mark(vm, |vm| {
-        vm.tape.values.extend(values.iter().cloned());
-        vm.tape.ctl.extend(ctl.iter().map(|b| matches!(b, Value::Int(1)) as u8));
+        let seg = Segment {
+            values: values.to_vec(),
+            ctl: ctl.iter().map(|b| b.as_f64().unwrap_or(0.0) as u8).collect(),
+        };
+        vm.tape.replay(&seg);
         vm.tape.note_peak();
         let d = backward(vm, deep_copy(dy), args.len())?;
         let program = vm.program().clone();

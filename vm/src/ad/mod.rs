@@ -19,32 +19,169 @@ pub mod rules;
 
 use crate::value::Value;
 
-/// The VM's tape: primal values and control-flow bits, both stacks.
+/// A stack of small symbols stored as runs `(symbol, count)`: a loop that records the same
+/// decision every iteration costs one run, not one entry per iteration.
+#[derive(Default, Clone)]
+pub struct Runs {
+    runs: Vec<(u8, u32)>,
+    len: usize,
+}
+
+impl Runs {
+    #[inline]
+    pub fn push(&mut self, sym: u8) {
+        self.len += 1;
+        if let Some(last) = self.runs.last_mut() {
+            if last.0 == sym && last.1 < u32::MAX {
+                last.1 += 1;
+                return;
+            }
+        }
+        self.runs.push((sym, 1));
+    }
+
+    #[inline]
+    pub fn pop(&mut self) -> Option<u8> {
+        let last = self.runs.last_mut()?;
+        let sym = last.0;
+        last.1 -= 1;
+        if last.1 == 0 {
+            self.runs.pop();
+        }
+        self.len -= 1;
+        Some(sym)
+    }
+
+    /// Entries (not runs).
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    fn bytes(&self) -> usize {
+        self.runs.len() * std::mem::size_of::<(u8, u32)>()
+    }
+}
+
+const FLOAT: u8 = 0;
+const INT: u8 = 1;
+const OBJECT: u8 = 2;
+
+/// The VM's tape: two stacks, primal values and control-flow decisions.
+///
+/// Values are stored by kind so that the common case is small: numbers take 8 bytes in
+/// `words`, other values 16 in `objects`, and the kind of each entry is a run-length-encoded
+/// symbol (a loop pushing floats every iteration adds one run in all). Control decisions are
+/// run-length encoded the same way. `--stats` reports the peak of `bytes()`.
 #[derive(Default)]
 pub struct Tape {
-    pub values: Vec<Value>,
-    pub ctl: Vec<u8>,
+    words: Vec<u64>,
+    objects: Vec<Value>,
+    kinds: Runs,
+    pub ctl: Runs,
     /// The largest size reached, in bytes (reported by `--stats`).
     pub peak_bytes: usize,
 }
 
+/// Where a tape stood: entries on each stack.
+#[derive(Clone, Copy, Debug)]
+pub struct Mark {
+    values: usize,
+    ctl: usize,
+}
+
+/// A tape segment cut off for later replay (`pullback`'s `back`), in push order.
+#[derive(Clone, Default)]
+pub struct Segment {
+    pub values: Vec<Value>,
+    pub ctl: Vec<u8>,
+}
+
 impl Tape {
-    /// Bytes held now: 16 per value, 1 per control decision.
+    #[inline]
+    pub fn push(&mut self, v: Value) {
+        match v {
+            Value::Float(x) => {
+                self.words.push(x.to_bits());
+                self.kinds.push(FLOAT);
+            }
+            Value::Int(i) => {
+                self.words.push(i as u64);
+                self.kinds.push(INT);
+            }
+            other => {
+                self.objects.push(other);
+                self.kinds.push(OBJECT);
+            }
+        }
+    }
+
+    #[inline]
+    pub fn pop(&mut self) -> Option<Value> {
+        match self.kinds.pop()? {
+            FLOAT => Some(Value::Float(f64::from_bits(self.words.pop()?))),
+            INT => Some(Value::Int(self.words.pop()? as i64)),
+            _ => self.objects.pop(),
+        }
+    }
+
+    /// Entries on the value stack.
+    pub fn len(&self) -> usize {
+        self.kinds.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.kinds.is_empty()
+    }
+
+    /// Bytes held now.
     pub fn bytes(&self) -> usize {
-        self.values.len() * std::mem::size_of::<Value>() + self.ctl.len()
+        self.words.len() * 8 + self.objects.len() * std::mem::size_of::<Value>() + self.kinds.bytes() + self.ctl.bytes()
     }
 
     pub fn note_peak(&mut self) {
         self.peak_bytes = self.peak_bytes.max(self.bytes());
     }
 
-    /// Where the tape stands now, to cut back to after an error.
-    pub fn mark(&self) -> (usize, usize) {
-        (self.values.len(), self.ctl.len())
+    /// Where the tape stands now, to cut back to.
+    pub fn mark(&self) -> Mark {
+        Mark { values: self.kinds.len(), ctl: self.ctl.len() }
     }
 
-    pub fn reset(&mut self, mark: (usize, usize)) {
-        self.values.truncate(mark.0);
-        self.ctl.truncate(mark.1);
+    /// Drops everything pushed since `mark` (after an error).
+    pub fn reset(&mut self, mark: Mark) {
+        while self.kinds.len() > mark.values {
+            self.pop();
+        }
+        while self.ctl.len() > mark.ctl {
+            self.ctl.pop();
+        }
+    }
+
+    /// Removes and returns everything pushed since `mark`.
+    pub fn split_off(&mut self, mark: Mark) -> Segment {
+        let mut seg = Segment::default();
+        while self.kinds.len() > mark.values {
+            seg.values.push(self.pop().expect("entry"));
+        }
+        while self.ctl.len() > mark.ctl {
+            seg.ctl.push(self.ctl.pop().expect("entry"));
+        }
+        seg.values.reverse();
+        seg.ctl.reverse();
+        seg
+    }
+
+    /// Pushes a segment back (in its push order).
+    pub fn replay(&mut self, seg: &Segment) {
+        for v in &seg.values {
+            self.push(v.clone());
+        }
+        for &b in &seg.ctl {
+            self.ctl.push(b);
+        }
     }
 }

@@ -7,7 +7,7 @@
 //!
 //! | instruction | rule | contribution |
 //! | --- | --- | --- |
-//! | `y = a + b` | AddA, AddB | `da = dy`, `db = dy` (summed over broadcast dimensions) |
+//! | `y = a + b` | AddA, AddB | `da = dy`, `db = dy` (summed where the operand was broadcast) |
 //! | `y = a - b` | SubA, SubB | `da = dy`, `db = -dy` |
 //! | `y = a * b` | MulA, MulB | `da = dy * b`, `db = dy * a` |
 //! | `y = a / b` | DivA, DivB | `da = dy / b`, `db = -dy * a / b^2` |
@@ -209,6 +209,19 @@ fn matmul_rule(rule: Rule, dy: &Value, a: &Value, b: &Value) -> VmResult<Value> 
     }
 }
 
+/// What `+` and `-` record (`TapeShape`, on the control tape): bit 0 when `a` is a number and
+/// `b` is not (so `a` was broadcast and its adjoint is the sum of `dy`), bit 1 the other way.
+pub fn shape_code(a: &Value, b: &Value) -> u8 {
+    let num = |v: &Value| matches!(v, Value::Float(_) | Value::Int(_));
+    ((num(a) && !num(b)) as u8) | (((num(b) && !num(a)) as u8) << 1)
+}
+
+/// `dy`, or its sum when the operand was broadcast (`bit` of the shape code set).
+fn sum_if(dy: &Value, code: &Value, bit: i64) -> Value {
+    let broadcast = matches!(code, Value::Int(c) if c & bit != 0);
+    unbroadcast(dy, if broadcast { &Value::Float(0.0) } else { &Value::Nil })
+}
+
 /// Applies the rule `code` (see `Rule::encode`) to its arguments.
 pub fn apply(program: &Program, code: u32, args: &[Value]) -> VmResult<Value> {
     let (rule, payload) = Rule::decode(code);
@@ -222,8 +235,10 @@ pub fn apply(program: &Program, code: u32, args: &[Value]) -> VmResult<Value> {
         return Ok(Value::Nil);
     }
     match rule {
-        Rule::AddA | Rule::AddB | Rule::SubA | Rule::ModA => Ok(unbroadcast(arg(0), arg(1))),
-        Rule::SubB => Ok(unbroadcast(&neg(arg(0))?, arg(1))),
+        Rule::AddA | Rule::SubA => Ok(sum_if(arg(0), arg(1), 1)),
+        Rule::AddB => Ok(sum_if(arg(0), arg(1), 2)),
+        Rule::SubB => Ok(sum_if(&neg(arg(0))?, arg(1), 2)),
+        Rule::ModA => Ok(unbroadcast(arg(0), arg(1))),
         Rule::MulA => Ok(unbroadcast(&bin(BinOp::Mul, arg(0), arg(2))?, arg(1))),
         Rule::MulB => Ok(unbroadcast(&bin(BinOp::Mul, arg(0), arg(1))?, arg(2))),
         Rule::DivA => Ok(unbroadcast(&bin(BinOp::Div, arg(0), arg(2))?, arg(1))),
