@@ -916,13 +916,27 @@ impl Vm {
                         set!(dst, v);
                     }
                     Instr::Pull { dst, rule, args } => {
-                        let mut buf = std::mem::take(&mut self.scratch);
-                        buf.clear();
-                        buf.extend(func.list(args).iter().map(|r| reg!(r).clone()));
-                        let r = crate::ad::rules::apply(&program, rule, &buf);
-                        buf.clear();
-                        self.scratch = buf;
-                        let v = tri!(r);
+                        let list = func.list(args);
+                        let nil = Value::Nil;
+                        let fast = crate::ad::rules::fast(&program, rule, |k| match list.get(k) {
+                            // SAFETY: as for `reg!`: list registers are below `num_regs`
+                            // (verifier) and the frame is live; nothing else touches the
+                            // registers while the rule reads them.
+                            Some(r) => unsafe { &*regs.add(r.index()) },
+                            None => &nil,
+                        });
+                        let v = match fast {
+                            Some(v) => v,
+                            None => {
+                                let mut buf = std::mem::take(&mut self.scratch);
+                                buf.clear();
+                                buf.extend(list.iter().map(|r| reg!(r).clone()));
+                                let r = crate::ad::rules::apply(&program, rule, &buf);
+                                buf.clear();
+                                self.scratch = buf;
+                                tri!(r)
+                            }
+                        };
                         set!(dst, v);
                     }
                     Instr::CallTape { dst, callee, args } => {

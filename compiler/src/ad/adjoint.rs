@@ -50,6 +50,8 @@ struct Adjoint<'a> {
     nil: Reg,
     /// Invariants, popped once at the entry: primal register -> adjoint register.
     invariant: Vec<Option<Reg>>,
+    /// Values popped so far in the current block's adjoint (for `Record::Reuse`).
+    popped_here: Vec<(Reg, Reg)>,
 }
 
 impl<'a> Adjoint<'a> {
@@ -100,6 +102,11 @@ impl<'a> Adjoint<'a> {
             return;
         }
         let cur = self.read(r);
+        if cur == self.nil {
+            // Statically zero so far: the contribution is the adjoint.
+            self.write(r, contribution);
+            return;
+        }
         let sum = self.b.emit_def(|dst| Instr::AdjAdd { dst, a: cur, b: contribution }, span);
         self.write(r, sum);
     }
@@ -166,7 +173,14 @@ impl<'a> Adjoint<'a> {
         for k in (0..recorded.len()).rev() {
             popped[k] = match recorded[k] {
                 Record::Tape(Save::Shape(..)) => self.b.emit_def(|dst| Instr::TapePopCtl { dst }, span),
-                Record::Tape(_) => self.pop(span),
+                Record::Tape(Save::Ref(r) | Save::Snap(r)) => {
+                    let v = self.pop(span);
+                    self.popped_here.push((r, v));
+                    v
+                }
+                Record::Reuse(r) => {
+                    self.popped_here.iter().rev().find(|(q, _)| *q == r).expect("reused value popped later in the block").1
+                }
                 Record::Once(r) => self.invariant[r.index()].expect("invariant popped at entry"),
                 Record::Recompute(r) => self.recompute(r, span),
             };
@@ -319,6 +333,40 @@ impl<'a> Adjoint<'a> {
     }
 }
 
+/// Per block, the varied values defined by one of its instructions and used nowhere else.
+fn values_used_only_where_defined(f: &Function) -> Vec<Vec<Reg>> {
+    let n = f.num_regs as usize;
+    const NONE: u32 = u32::MAX;
+    const MANY: u32 = u32::MAX - 1;
+    let mut def_block = vec![NONE; n];
+    let mut use_block = vec![NONE; n];
+    for b in 0..f.blocks.len() {
+        for pc in f.blocks[b].start as usize..block_end(f, b) {
+            let i = &f.code[pc];
+            if let Some(d) = i.def() {
+                def_block[d.index()] = b as u32;
+            }
+            let mut note = |r: Reg| {
+                let u = &mut use_block[r.index()];
+                *u = if *u == NONE || *u == b as u32 { b as u32 } else { MANY };
+            };
+            i.for_each_operand(|o| match o {
+                Operand::Use(r) => note(r),
+                Operand::List(l) => f.list(l).iter().for_each(|&r| note(r)),
+                _ => {}
+            });
+        }
+    }
+    let mut out = vec![vec![]; f.blocks.len()];
+    for r in 0..n {
+        let d = def_block[r];
+        if d != NONE && (use_block[r] == d || use_block[r] == NONE) {
+            out[d as usize].push(Reg(r as u32));
+        }
+    }
+    out
+}
+
 /// Builds the adjoint routine of `cx.f` (SSA form).
 pub fn adjoint(cx: &Context) -> Function {
     let f = cx.f;
@@ -331,6 +379,7 @@ pub fn adjoint(cx: &Context) -> Function {
         carry: (0..nblocks).map(|b| vec![None; f.list(f.blocks[b].params).len()]).collect(),
         nil: Reg(0),
         invariant: vec![None; f.num_regs as usize],
+        popped_here: vec![],
     };
     a.nil = a.b.nil_reg();
     let dy = Reg(0);
@@ -361,8 +410,17 @@ pub fn adjoint(cx: &Context) -> Function {
         _ => None,
     }).collect();
 
+    let local = values_used_only_where_defined(f);
     for blk in 0..nblocks {
         a.b.switch_to(adjoint_block[blk]);
+        a.popped_here.clear();
+        // A value defined and used only in this block has a zero adjoint whenever this
+        // block's adjoint starts (its uses are all below, its definition resets it): say so,
+        // so the adjoint does not carry it around loops.
+        for &r in &local[blk] {
+            let nil = a.nil;
+            a.write(r, nil);
+        }
         let end = block_end(f, blk);
         let tspan = f.spans[end - 1];
         match *terminator(f, blk) {

@@ -53,12 +53,13 @@ pub fn differentiate_program(ssa: &[Function], builtins: &[Builtin]) -> (Vec<Opt
         let active: Vec<bool> = f.code.iter().map(|i| saves::is_active(f, i, &varied, differentiable)).collect();
         // What each active instruction records, decided once for both routines.
         let mut plan = saves::Plan::new(f, builtins);
-        let records: Vec<Vec<saves::Record>> = f
+        let mut records: Vec<Vec<saves::Record>> = f
             .code
             .iter()
             .zip(&active)
             .map(|(i, &on)| if on { plan.records(f, i) } else { vec![] })
             .collect();
+        saves::share_within_blocks(f, &mut records);
         for r in records.iter().flatten() {
             if let saves::Record::Recompute(r) = r {
                 plan.note_recompute(*r);

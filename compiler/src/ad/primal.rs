@@ -94,7 +94,7 @@ pub fn primal_with_tape(cx: &Context) -> Function {
                     Record::Tape(Save::Ref(r)) => out.emit(Instr::TapePush { src: r }, span),
                     Record::Tape(Save::Snap(r)) => out.emit(Instr::TapeSave { src: r }, span),
                     Record::Tape(Save::Shape(a, b)) => out.emit(Instr::TapeShape { a, b }, span),
-                    Record::Once(_) | Record::Recompute(_) => {}
+                    Record::Once(_) | Record::Recompute(_) | Record::Reuse(_) => {}
                 }
             }
         }

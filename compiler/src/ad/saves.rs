@@ -76,6 +76,38 @@ pub enum Record {
     Once(Reg),
     /// Recomputed in the adjoint from invariants and constants instead of being stored.
     Recompute(Reg),
+    /// Stored by a later instruction of the same block (nothing that could change it runs in
+    /// between): the adjoint reuses what that instruction's adjoint popped.
+    Reuse(Reg),
+}
+
+/// Within each block, a value recorded by several instructions is stored once, by the last:
+/// earlier records become `Reuse`. A call or a write in between ends the sharing.
+pub fn share_within_blocks(f: &Function, records: &mut [Vec<Record>]) {
+    for b in 0..f.blocks.len() {
+        let mut stored: Vec<Reg> = vec![];
+        for pc in (f.blocks[b].start as usize..super::cfg::block_end(f, b)).rev() {
+            for rec in records[pc].iter_mut().rev() {
+                if let Record::Tape(Save::Ref(r) | Save::Snap(r)) = *rec {
+                    if stored.contains(&r) {
+                        *rec = Record::Reuse(r);
+                    } else {
+                        stored.push(r);
+                    }
+                }
+            }
+            if matches!(
+                f.code[pc],
+                Instr::SetIndex { .. }
+                    | Instr::SetIndex2 { .. }
+                    | Instr::Call { .. }
+                    | Instr::CallDirect { .. }
+                    | Instr::CallBuiltin { .. }
+            ) {
+                stored.clear();
+            }
+        }
+    }
 }
 
 /// The storage plan of one function: which values are invariant (stored once per call, not per

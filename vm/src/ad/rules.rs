@@ -166,38 +166,56 @@ fn pow_db(x: f64, y: f64) -> f64 {
 
 fn matmul_rule(rule: Rule, dy: &Value, a: &Value, b: &Value) -> VmResult<Value> {
     use Value::*;
-    let transpose = |m: &crate::value::Matrix| {
-        let mut t = vec![0.0; m.data.len()];
-        for i in 0..m.rows {
-            for j in 0..m.cols {
-                t[j * m.rows + i] = m.data[i * m.cols + j];
-            }
-        }
-        Value::matrix(m.cols, m.rows, t)
-    };
-    let outer = |u: &[f64], v: &[f64]| {
-        let mut out = Vec::with_capacity(u.len() * v.len());
-        for &p in u {
-            out.extend(v.iter().map(|&q| p * q));
-        }
-        Value::matrix(u.len(), v.len(), out)
-    };
     match (a, b) {
-        // y = M @ v: dM = outer(dy, v), dv = M^T @ dy.
+        // y = M @ v: dM = outer(dy, v), dv = M^T @ dy (row by row, no transposed copy).
         (Matrix(m), Array(v)) => {
             let d = flat(dy)?;
+            let m = m.borrow();
             if rule == Rule::MatMulA {
-                Ok(outer(&d, &flat(&Array(v.clone()))?))
+                let v = v.borrow().to_f64s().ok_or_else(|| VmError::new("@ of an array that holds non-numbers"))?;
+                let mut out = Vec::with_capacity(m.rows * m.cols);
+                for &p in &d {
+                    out.extend(v.iter().map(|&q| p * q));
+                }
+                Ok(Value::matrix(m.rows, m.cols, out))
             } else {
-                ops::matmul(&transpose(&m.borrow()), &Value::float_array(d))
+                let mut out = vec![0.0; m.cols];
+                for (i, &p) in d.iter().enumerate() {
+                    let row = &m.data[i * m.cols..(i + 1) * m.cols];
+                    out.iter_mut().zip(row).for_each(|(o, w)| *o += p * w);
+                }
+                Ok(Value::float_array(out))
             }
         }
         // Y = A @ B: dA = dY @ B^T, dB = A^T @ dY.
         (Matrix(m), Matrix(n)) => {
+            let d = match dy {
+                Matrix(d) => d.borrow().clone(),
+                _ => return Err(VmError::new("cannot differentiate @: cotangent is not a matrix")),
+            };
+            let (m, n) = (m.borrow(), n.borrow());
             if rule == Rule::MatMulA {
-                ops::matmul(dy, &transpose(&n.borrow()))
+                // dA[i, k] = sum_j dY[i, j] * B[k, j]
+                let mut out = vec![0.0; m.rows * m.cols];
+                for i in 0..m.rows {
+                    for k in 0..m.cols {
+                        let drow = &d.data[i * d.cols..(i + 1) * d.cols];
+                        let brow = &n.data[k * n.cols..(k + 1) * n.cols];
+                        out[i * m.cols + k] = crate::kernels::dot(drow, brow);
+                    }
+                }
+                Ok(Value::matrix(m.rows, m.cols, out))
             } else {
-                ops::matmul(&transpose(&m.borrow()), dy)
+                // dB[k, j] = sum_i A[i, k] * dY[i, j]
+                let mut out = vec![0.0; n.rows * n.cols];
+                for i in 0..m.rows {
+                    for k in 0..m.cols {
+                        let a = m.data[i * m.cols + k];
+                        let drow = &d.data[i * d.cols..(i + 1) * d.cols];
+                        out[k * n.cols..(k + 1) * n.cols].iter_mut().zip(drow).for_each(|(o, x)| *o += a * x);
+                    }
+                }
+                Ok(Value::matrix(n.rows, n.cols, out))
             }
         }
         // y = u @ v (a dot product): du = dy * v, dv = dy * u.
@@ -220,6 +238,65 @@ pub fn shape_code(a: &Value, b: &Value) -> u8 {
 fn sum_if(dy: &Value, code: &Value, bit: i64) -> Value {
     let broadcast = matches!(code, Value::Int(c) if c & bit != 0);
     unbroadcast(dy, if broadcast { &Value::Float(0.0) } else { &Value::Nil })
+}
+
+/// The float fast path of the commonest rules (scalar code's adjoint), reading the arguments
+/// straight from registers; `None` sends the call to `apply`.
+#[inline(always)]
+pub fn fast<'v>(program: &Program, code: u32, arg: impl Fn(usize) -> &'v Value) -> Option<Value> {
+    use Value::Float as F;
+    let (rule, payload) = Rule::decode(code);
+    let v = match (rule, arg(0)) {
+        // A scalar cotangent means a scalar result: no operand was broadcast.
+        (Rule::AddA | Rule::AddB | Rule::SubA, F(d)) => F(*d),
+        (Rule::SubB | Rule::Neg, F(d)) => F(-d),
+        (Rule::MulA, F(d)) => match arg(2) {
+            F(b) => F(d * b),
+            _ => return None,
+        },
+        (Rule::MulB, F(d)) => match arg(1) {
+            F(a) => F(d * a),
+            _ => return None,
+        },
+        (Rule::DivA, F(d)) => match arg(2) {
+            F(b) => F(d / b),
+            _ => return None,
+        },
+        (Rule::DivB, F(d)) => match (arg(1), arg(2)) {
+            (F(a), F(b)) => F(-d * a / (b * b)),
+            _ => return None,
+        },
+        (Rule::Math1, F(d)) => match (arg(1), program.builtins[payload as usize].scalar_deriv) {
+            (F(x), Some(deriv)) => F(d * deriv(*x)),
+            _ => return None,
+        },
+        (Rule::Index, Value::Array(acc)) => match (arg(2), arg(3)) {
+            (Value::Int(i), F(d)) if *i >= 0 => {
+                let mut a = acc.borrow_mut();
+                let Array::Floats(x) = &mut *a else { return None };
+                let i = *i as usize;
+                if i >= x.len() {
+                    x.resize(i + 1, 0.0);
+                }
+                x[i] += d;
+                drop(a);
+                Value::Array(acc.clone())
+            }
+            _ => return None,
+        },
+        (Rule::Index2, Value::Matrix(acc)) => match (arg(2), arg(3), arg(4)) {
+            (Value::Int(i), Value::Int(j), F(d)) => {
+                let mut m = acc.borrow_mut();
+                let cols = m.cols;
+                m.data[*i as usize * cols + *j as usize] += d;
+                drop(m);
+                Value::Matrix(acc.clone())
+            }
+            _ => return None,
+        },
+        _ => return None,
+    };
+    Some(v)
 }
 
 /// Applies the rule `code` (see `Rule::encode`) to its arguments.
