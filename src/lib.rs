@@ -192,13 +192,125 @@ impl Program {
 /// ```
 pub struct Vm {
     inner: zygvm_vm::Vm,
+    /// Distinguishes this VM's pullbacks from another's (a pullback's `back` is kept inside
+    /// the inner VM: runtime values never leave it).
+    id: u64,
 }
+
+/// A pullback of a function at a point, made by [`Vm::pullback`]; apply it with [`Vm::back`]
+/// as often as needed, on the VM that made it.
+#[derive(Debug)]
+pub struct Pullback {
+    vm: u64,
+    slot: usize,
+}
+
+static NEXT_VM_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
 
 impl Vm {
     pub fn new(program: &Program) -> Vm {
         let mut inner = zygvm_vm::Vm::new(program.inner.clone());
         inner.set_memory_probe(memory::bytes_in_use);
-        Vm { inner }
+        let id = NEXT_VM_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Vm { inner, id }
+    }
+
+    fn function_value(&self, name: &str) -> Result<zygvm_vm::Value, Error> {
+        let program = self.inner.program();
+        let f = program
+            .find_function(name)
+            .ok_or_else(|| Error::runtime(format!("no function named '{name}'")))?;
+        Ok(zygvm_vm::Value::Func(f))
+    }
+
+    fn to_runtime(&self, args: &[Value]) -> Result<Vec<zygvm_vm::Value>, Error> {
+        let program = self.inner.program().clone();
+        args.iter().map(|a| a.to_value(&program)).collect::<Result<Vec<_>, _>>().map_err(Error::runtime)
+    }
+
+    /// The value of a named function and its gradient with respect to every argument (shaped
+    /// as the language reference's §7 says: floats for floats, arrays for arrays, `Nil` for ints
+    /// and strings, ...), by reverse mode. The function must return a number.
+    ///
+    /// ```
+    /// use zygvm::{Program, Value, Vm};
+    ///
+    /// let program = Program::compile("f.zy", "fn f(x, w) { x * x * sum(w) + sum(w * w) }")?;
+    /// let mut vm = Vm::new(&program);
+    /// let w = Value::Array(vec![Value::Float(1.0), Value::Float(2.0)]);
+    /// let (y, g) = vm.value_and_gradient("f", vec![Value::Float(3.0), w])?;
+    /// assert_eq!(y, Value::Float(32.0));
+    /// let dw = Value::Array(vec![Value::Float(11.0), Value::Float(13.0)]);
+    /// assert_eq!(g, vec![Value::Float(18.0), dw]);
+    /// # Ok::<(), zygvm::Error>(())
+    /// ```
+    pub fn value_and_gradient(&mut self, name: &str, args: Vec<Value>) -> Result<(Value, Vec<Value>), Error> {
+        let f = self.function_value(name)?;
+        let args = self.to_runtime(&args)?;
+        let program = self.inner.program().clone();
+        let inner = &mut self.inner;
+        guard(|| {
+            let (y, g) = zygvm_vm::ad::driver::value_and_gradient(inner, &f, &args).map_err(|e| e.locate(&program))?;
+            Ok((Value::from_value(&y, &program), g.iter().map(|v| Value::from_value(v, &program)).collect()))
+        })
+    }
+
+    /// The pullback of a named function at `args`: its value `y` (any differentiable value)
+    /// and a [`Pullback`] that maps a cotangent shaped like `y` to the arguments' adjoints.
+    /// The function runs once, here; `back` never reruns it.
+    ///
+    /// ```
+    /// use zygvm::{Program, Value, Vm};
+    ///
+    /// let program = Program::compile("f.zy", "fn f(a, b) { [a * b, a + b] }")?;
+    /// let mut vm = Vm::new(&program);
+    /// let (y, pb) = vm.pullback("f", vec![Value::Float(3.0), Value::Float(4.0)])?;
+    /// assert_eq!(y, Value::Array(vec![Value::Float(12.0), Value::Float(7.0)]));
+    /// let d = vm.back(&pb, Value::Array(vec![Value::Float(1.0), Value::Float(0.0)]))?;
+    /// assert_eq!(d, vec![Value::Float(4.0), Value::Float(3.0)]);
+    /// let d = vm.back(&pb, Value::Array(vec![Value::Float(0.0), Value::Float(1.0)]))?;
+    /// assert_eq!(d, vec![Value::Float(1.0), Value::Float(1.0)]);
+    /// vm.release(pb);
+    /// # Ok::<(), zygvm::Error>(())
+    /// ```
+    pub fn pullback(&mut self, name: &str, args: Vec<Value>) -> Result<(Value, Pullback), Error> {
+        let f = self.function_value(name)?;
+        let args = self.to_runtime(&args)?;
+        let program = self.inner.program().clone();
+        let inner = &mut self.inner;
+        let (y, back) = guard(|| zygvm_vm::ad::driver::pullback(inner, &f, &args).map_err(|e| e.locate(&program)))?;
+        let slot = self.inner.hold(back);
+        Ok((Value::from_value(&y, &program), Pullback { vm: self.id, slot }))
+    }
+
+    /// Applies a pullback to a cotangent `dy` (shaped like the function's result): the
+    /// adjoints of the arguments.
+    pub fn back(&mut self, pullback: &Pullback, dy: Value) -> Result<Vec<Value>, Error> {
+        let back = self.pullback_value(pullback)?;
+        let program = self.inner.program().clone();
+        let dy = dy.to_value(&program).map_err(Error::runtime)?;
+        let inner = &mut self.inner;
+        guard(|| {
+            let d = inner.call_value(&back, &[dy]).map_err(|e| e.locate(&program))?;
+            match Value::from_value(&d, &program) {
+                Value::Tuple(items) => Ok(items),
+                other => Err(Error::runtime(format!("internal error: back returned {other:?}"))),
+            }
+        })
+    }
+
+    /// Frees what a pullback holds (its tape).
+    pub fn release(&mut self, pullback: Pullback) {
+        if pullback.vm == self.id {
+            self.inner.release(pullback.slot);
+        }
+    }
+
+    fn pullback_value(&self, pullback: &Pullback) -> Result<zygvm_vm::Value, Error> {
+        if pullback.vm != self.id {
+            return Err(Error::runtime("this pullback belongs to another VM"));
+        }
+        self.inner.held(pullback.slot).ok_or_else(|| Error::runtime("this pullback was released"))
     }
 
     /// Runs the main program (the file's top-level code) and returns its value.

@@ -113,3 +113,39 @@ fn hotness_counts_calls_and_loop_headers() {
     assert_eq!(calls[f], 3);
     assert_eq!(loops[f].iter().sum::<u32>(), 30, "{loops:?}");
 }
+
+#[test]
+fn gradients_from_the_host() {
+    let program = Program::builder()
+        .host_function("twice", Some(1), |a| match a[0] {
+            Value::Float(x) => Ok(Value::Float(2.0 * x)),
+            _ => Err("needs a float".into()),
+        })
+        .compile(
+            "g.zy",
+            "fn f(x, v) { x * sum(v * v) }\nfn g(x) { twice(x) * x }\nfn h(x) { twice(1.0) * x }",
+        )
+        .unwrap();
+    let mut vm = Vm::new(&program);
+    let v = Value::Array(vec![Value::Float(1.0), Value::Float(2.0)]);
+    let (y, g) = vm.value_and_gradient("f", vec![Value::Float(3.0), v.clone()]).unwrap();
+    assert_eq!(y, Value::Float(15.0));
+    assert_eq!(g, vec![Value::Float(5.0), Value::Array(vec![Value::Float(6.0), Value::Float(12.0)])]);
+    // A host function without a derivative rule: an error with its location when a
+    // derivative must flow through it, and nothing at all when none does.
+    let err = vm.value_and_gradient("g", vec![Value::Float(3.0)]).unwrap_err();
+    assert!(err.message.contains("twice") && err.message.contains("no derivative rule"), "{}", err.message);
+    assert_eq!(err.location.as_ref().map(|l| (l.line, l.col)), Some((2, 11)));
+    let (_, g) = vm.value_and_gradient("h", vec![Value::Float(3.0)]).unwrap();
+    assert_eq!(g, vec![Value::Float(2.0)]);
+    // Pullbacks: many cotangents, one forward run; released pullbacks are refused.
+    let (y, pb) = vm.pullback("f", vec![Value::Float(2.0), v]).unwrap();
+    assert_eq!(y, Value::Float(10.0));
+    assert_eq!(vm.back(&pb, Value::Float(1.0)).unwrap()[0], Value::Float(5.0));
+    assert_eq!(vm.back(&pb, Value::Float(2.0)).unwrap()[0], Value::Float(10.0));
+    assert!(vm.back(&pb, Value::Str("x".into())).is_err());
+    vm.release(pb);
+    let (_, pb2) = vm.pullback("f", vec![Value::Float(1.0), Value::Array(vec![Value::Float(1.0)])]).unwrap();
+    let other = Vm::new(&program).back(&pb2, Value::Float(1.0)).unwrap_err();
+    assert!(other.message.contains("another VM"));
+}

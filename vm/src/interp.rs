@@ -102,6 +102,8 @@ pub struct Vm {
     native_depth: usize,
     /// Reverse mode's tape (vm/src/ad).
     pub(crate) tape: crate::ad::Tape,
+    /// Values the host keeps inside this VM by slot (pullbacks): runtime values never leave it.
+    held: Vec<Option<Value>>,
 }
 
 /// Built-ins that call back into Zy (`map` inside `map` ...) nest Rust activations; this bounds
@@ -155,6 +157,7 @@ impl Vm {
             scratch: vec![],
             native_depth: 0,
             tape: crate::ad::Tape::default(),
+            held: vec![],
             calls,
             loop_base,
             back_edges,
@@ -186,6 +189,32 @@ impl Vm {
     }
 
     /// Installs a function that reports the heap bytes in use (for `max_memory`).
+    /// Keeps a runtime value for the host; returns its slot.
+    pub fn hold(&mut self, v: Value) -> usize {
+        match self.held.iter().position(Option::is_none) {
+            Some(i) => {
+                self.held[i] = Some(v);
+                i
+            }
+            None => {
+                self.held.push(Some(v));
+                self.held.len() - 1
+            }
+        }
+    }
+
+    /// A value kept by `hold`.
+    pub fn held(&self, slot: usize) -> Option<Value> {
+        self.held.get(slot).cloned().flatten()
+    }
+
+    /// Drops a value kept by `hold`.
+    pub fn release(&mut self, slot: usize) {
+        if let Some(s) = self.held.get_mut(slot) {
+            *s = None;
+        }
+    }
+
     pub fn set_memory_probe(&mut self, probe: fn() -> usize) {
         self.memory_probe = Some(probe);
     }

@@ -46,6 +46,8 @@ fn with_tape_mark<T>(vm: &mut Vm, body: impl FnOnce(&mut Vm) -> VmResult<T>) -> 
 /// `value_and_gradient(f, args...)`: the value and one gradient per argument, shaped as §7 of
 /// the language reference says.
 pub fn value_and_gradient(vm: &mut Vm, f: &Value, args: &[Value]) -> VmResult<(Value, Vec<Value>)> {
+    // The gradient has the shape of each argument as passed, even if `f` changes its length.
+    let lengths: Vec<Option<usize>> = args.iter().map(array_length).collect();
     with_tape_mark(vm, |vm| {
         let y = forward(vm, f, args)?;
         if !matches!(y, Value::Float(_) | Value::Int(_)) {
@@ -56,9 +58,43 @@ pub fn value_and_gradient(vm: &mut Vm, f: &Value, args: &[Value]) -> VmResult<(V
         }
         let d = backward(vm, Value::Float(1.0), args.len())?;
         let program = vm.program().clone();
-        let grads = d.iter().zip(args).map(|(d, a)| to_gradient(d, a, &program)).collect();
+        let grads = d
+            .iter()
+            .zip(args)
+            .zip(&lengths)
+            .map(|((d, a), n)| fit_length(to_gradient(d, a, &program), d, *n))
+            .collect();
         Ok((y, grads))
     })
+}
+
+fn array_length(v: &Value) -> Option<usize> {
+    match v {
+        Value::Array(a) => Some(a.borrow().len()),
+        _ => None,
+    }
+}
+
+/// Brings an array gradient to the argument's length at the call (elements the function
+/// removed keep their adjoints; elements it appended are dropped).
+fn fit_length(g: Value, adj: &Value, n: Option<usize>) -> Value {
+    let (Some(n), Value::Array(a)) = (n, &g) else { return g };
+    if a.borrow().len() == n {
+        return g;
+    }
+    let mut items = a.borrow().to_values();
+    for (k, item) in items.iter_mut().enumerate() {
+        if matches!(item, Value::Nil) {
+            *item = Value::Float(0.0);
+        }
+        let _ = k;
+    }
+    while items.len() < n {
+        let k = items.len();
+        items.push(Value::Float(super::adjoints::element(adj, k).as_f64().unwrap_or(0.0)));
+    }
+    items.truncate(n);
+    Value::array(items)
 }
 
 fn builtin_named(vm: &Vm, name: &str) -> VmResult<crate::bytecode::BuiltinId> {
