@@ -97,3 +97,110 @@ impl Mlp {
         m + self.o.iter().map(|v| (v - m).exp()).sum::<f64>().ln() - self.o[3]
     }
 }
+
+// ---- hand-written reverse-mode gradients (value and gradient w.r.t. every float input) ----
+
+pub fn sincos_grad(x: f64) -> (f64, f64) {
+    let c = x.cos();
+    (c.sin(), c.cos() * -x.sin())
+}
+
+/// The loop run forward storing each `r` (on the stack), then backwards.
+pub fn loop_sin_grad(x: f64) -> (f64, f64) {
+    let s = x.sin();
+    let mut rs = [0.0f64; 500];
+    let mut r = 1.0;
+    for slot in rs.iter_mut() {
+        *slot = r;
+        r *= s;
+    }
+    let (mut rbar, mut sbar) = (1.0, 0.0);
+    for &prev in rs.iter().rev() {
+        sbar += rbar * prev;
+        rbar *= s;
+    }
+    (r, sbar * x.cos())
+}
+
+pub fn logsumexp_grad(x: &[f64], g: &mut [f64]) -> f64 {
+    let mut total = 0.0;
+    for (gi, xi) in g.iter_mut().zip(x) {
+        *gi = xi.exp();
+        total += *gi;
+    }
+    g.iter_mut().for_each(|v| *v /= total);
+    total.ln()
+}
+
+pub struct LogregGrad {
+    pub gw: Vec<f64>,
+    pub gb: Vec<f64>,
+    pub gx: Vec<f64>,
+}
+
+impl LogregGrad {
+    pub fn new(m: usize, k: usize) -> LogregGrad {
+        LogregGrad { gw: vec![0.0; m * k], gb: vec![0.0; m], gx: vec![0.0; k] }
+    }
+
+    pub fn run(&mut self, w: &[f64], b: &[f64], x: &[f64]) -> f64 {
+        let k = x.len();
+        self.gx.iter_mut().for_each(|v| *v = 0.0);
+        let mut total = 0.0;
+        for (i, bi) in b.iter().enumerate() {
+            let row = &w[i * k..(i + 1) * k];
+            let s = 1.0 / (1.0 + (-(dot(row, x) + bi)).exp());
+            total += s;
+            let ds = s * (1.0 - s);
+            self.gb[i] = ds;
+            for ((gw, xj), (gx, wj)) in self.gw[i * k..(i + 1) * k].iter_mut().zip(x).zip(self.gx.iter_mut().zip(row)) {
+                *gw = ds * xj;
+                *gx += ds * wj;
+            }
+        }
+        total
+    }
+}
+
+impl Mlp {
+    /// Value and gradient w.r.t. W1, b1, W2, b2 (written into `g`).
+    pub fn gradient(&mut self, g: &mut MlpGrad) -> f64 {
+        let y = self.forward();
+        // d/do of logsumexp(o) - o[3]: softmax(o) - e_3.
+        let m = self.o.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        let total: f64 = self.o.iter().map(|v| (v - m).exp()).sum();
+        for i in 0..10 {
+            g.b2[i] = (self.o[i] - m).exp() / total - if i == 3 { 1.0 } else { 0.0 };
+        }
+        g.dh.iter_mut().for_each(|v| *v = 0.0);
+        for i in 0..10 {
+            let d = g.b2[i];
+            for j in 0..128 {
+                g.w2[i * 128 + j] = d * self.h[j];
+                g.dh[j] += d * self.w2[i * 128 + j];
+            }
+        }
+        for i in 0..128 {
+            let dz = g.dh[i] * (1.0 - self.h[i] * self.h[i]);
+            g.b1[i] = dz;
+            for (gw, xj) in g.w1[i * 784..(i + 1) * 784].iter_mut().zip(&self.x) {
+                *gw = dz * xj;
+            }
+        }
+        y
+    }
+}
+
+pub struct MlpGrad {
+    pub w1: Vec<f64>,
+    pub b1: Vec<f64>,
+    pub w2: Vec<f64>,
+    pub b2: Vec<f64>,
+    dh: Vec<f64>,
+}
+
+impl MlpGrad {
+    pub fn new() -> MlpGrad {
+        MlpGrad { w1: vec![0.0; 128 * 784], b1: vec![0.0; 128], w2: vec![0.0; 10 * 128], b2: vec![0.0; 10], dh: vec![0.0; 128] }
+    }
+}

@@ -5,8 +5,10 @@ usage: python3 benches/report.py [--no-run]   (--no-run: tabulate the last `carg
 
 Rows: workload x {forward, gradient}; columns: native Rust, zygvm interpreter, zygvm JIT, Lua 5.4,
 LuaJIT interpreter, LuaJIT. Each cell is the median time per call and its ratio to native Rust
-(for a `_loops` workload, the native reference of its vectorised twin). Cells for tiers that do
-not exist yet say so; cells whose benchmark did not run (e.g. Lua not installed) are marked "-".
+(for a `_loops` workload, the native reference of its vectorised twin; a gradient row's native
+reference is the hand-written gradient). Cells for tiers that do not exist yet say so; cells
+whose benchmark did not run (e.g. Lua not installed) are marked "-". Then: gradient/forward
+overhead, tape bytes per iteration (`zygvm --stats`), time to first gradient (fresh process).
 """
 import json
 import os
@@ -43,14 +45,17 @@ def main():
     print("| workload | " + " | ".join(c for c, _ in COLUMNS) + " |")
     print("| --- " * (len(COLUMNS) + 1) + "|")
     for w in WORKLOADS:
-        native = median_seconds("forward", f"{w.replace('_loops', '')}_native")
         for mode in ("forward", "gradient"):
+            native = median_seconds(mode, f"{w.replace('_loops', '')}_native")
             cells = []
             for _, key in COLUMNS:
-                if mode == "gradient" or key is None:
+                if key is None:
                     cells.append("not built yet")
                     continue
-                t = median_seconds("forward", f"{w}_{key}") if key != "native" else native
+                if mode == "gradient" and key.startswith("lua"):
+                    cells.append("n/a (no AD)")
+                    continue
+                t = median_seconds(mode, f"{w}_{key}") if key != "native" else native
                 if t is None:
                     cells.append("-")
                 elif native and key != "native":
@@ -58,9 +63,58 @@ def main():
                 else:
                     cells.append(fmt(t))
             print(f"| {w} {mode} | " + " | ".join(cells) + " |")
+    print("\nGradient overhead (gradient time / forward time, same tier, same run):\n")
+    print("| workload | native Rust | zygvm interp |")
+    print("| --- | --- | --- |")
+    for w in WORKLOADS:
+        base = w.replace("_loops", "")
+        ratios = []
+        for key, name in (("native", base), ("zygvm-interp", w)):
+            f, g = median_seconds("forward", f"{name}_{key}"), median_seconds("gradient", f"{name}_{key}")
+            ratios.append(f"{g / f:.2f}" if f and g else "-")
+        print(f"| {w} | " + " | ".join(ratios) + " |")
+    print()
+    for w, iters in (("loop", 500), ("logreg_loops", 7840)):
+        b = tape_bytes(w)
+        if b is not None:
+            print(f"Tape bytes per loop iteration, {w}: {b / iters:.2f} ({b} bytes at the peak, {iters} iterations).")
+    first = time_to_first_gradient()
+    if first:
+        print(f"Time to first gradient (fresh process, mlp_loops): {fmt(first[1])}; forward value only: {fmt(first[0])}.")
     compile_t = median_seconds("compile", "generated_20k_lines")
-    if compile_t:
-        print(f"\nCompile time of a generated 20,000-line script: {fmt(compile_t)}.")
+    plain_t = median_seconds("compile", "generated_20k_lines_without_derivatives")
+    if compile_t and plain_t:
+        print(f"\nCompile time of a generated 20,000-line script: {fmt(plain_t)} "
+              f"({fmt(compile_t)} with every function's derivative routines).")
+
+
+ZYGVM = os.path.join(ROOT, "target", "release", "zygvm")
+ZY = os.path.join(ROOT, "benches", "zy")
+
+
+def tape_bytes(workload):
+    """Peak tape bytes of one gradient of the workload (`zygvm --stats`)."""
+    src = open(os.path.join(ZY, f"{workload}.zy")).read() + "\nbench_grad()\n"
+    r = subprocess.run([ZYGVM, "--stats", "-"], input=src, capture_output=True, text=True, cwd=ZY)
+    for line in r.stderr.splitlines():
+        if "peak tape bytes" in line:
+            return int(line.split()[-1])
+    return None
+
+
+def time_to_first_gradient():
+    """Median wall time of 5 fresh processes: (forward only, one gradient) of mlp_loops."""
+    import time
+    src = open(os.path.join(ZY, "mlp_loops.zy")).read()
+    out = []
+    for call in ("print(bench())", "print(bench_grad()[0])"):
+        times = []
+        for _ in range(5):
+            t = time.perf_counter()
+            subprocess.run([ZYGVM, "-"], input=src + "\n" + call + "\n", capture_output=True, text=True, cwd=ZY, check=True)
+            times.append(time.perf_counter() - t)
+        out.append(sorted(times)[2])
+    return out
 
 
 if __name__ == "__main__":

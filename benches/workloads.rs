@@ -1,5 +1,6 @@
-//! The forward pass of every workload of `../shared/spec/benchmarks.md` on zygvm's
-//! interpreter, beside Lua 5.4 (`lua5.4`) and LuaJIT (`luajit -joff`, `luajit`) running the same
+//! The forward pass and the gradient (value and gradient w.r.t. every float input; `mlp`:
+//! w.r.t. the weights) of every workload of `../shared/spec/benchmarks.md` on zygvm's
+//! interpreter, beside hand-written Rust (both directions), and the forward pass beside Lua 5.4 (`lua5.4`) and LuaJIT (`luajit -joff`, `luajit`) running the same
 //! scalar workloads, timed in the same run. Lua is timed by its own loop (`benches/lua/driver.lua`,
 //! `os.clock` around N calls) through criterion's `iter_custom`, so process start-up is excluded.
 //!
@@ -26,8 +27,8 @@ fn bench_dir() -> &'static Path {
     Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/benches"))
 }
 
-/// The in-VM timing loop appended to every workload.
-const BENCH_N: &str = "\nfn __bench_n(n) {\n  let s = 0.0\n  for i in 0..n { s += bench() }\n  s\n}\n";
+/// The in-VM timing loops appended to every workload (forward, and value-and-gradient).
+const BENCH_N: &str = "\nfn __bench_n(n) {\n  let s = 0.0\n  for i in 0..n { s += bench() }\n  s\n}\nfn __bench_grad_n(n) {\n  for i in 0..n { bench_grad() }\n  0.0\n}\n";
 
 /// A VM that has run the workload's setup (its main program), ready to call `bench()`.
 pub fn workload_vm(name: &str) -> Vm {
@@ -103,7 +104,12 @@ fn compile(c: &mut Criterion) {
     assert_eq!(src.lines().count(), 20_000);
     let mut g = c.benchmark_group("compile");
     g.sample_size(10);
+    // The embedding default generates every function's derivative routines; the command line
+    // (and `differentiable(None)`) only when the program differentiates, which this one does not.
     g.bench_function("generated_20k_lines", |b| b.iter(|| Program::compile("gen.zy", &src).unwrap()));
+    g.bench_function("generated_20k_lines_without_derivatives", |b| {
+        b.iter(|| Program::builder().differentiable(None).compile("gen.zy", &src).unwrap())
+    });
     g.finish();
 }
 
@@ -135,6 +141,75 @@ fn sanity(_: &mut Criterion) {
     assert!((zy("mlp_loops") - mlp).abs() < 1e-9);
 }
 
+fn flat(v: &Value) -> Vec<f64> {
+    match v {
+        Value::Float(x) => vec![*x],
+        Value::Array(a) => a.iter().flat_map(flat).collect(),
+        Value::Tuple(a) => a.iter().flat_map(flat).collect(),
+        Value::Matrix { data, .. } => data.clone(),
+        other => panic!("unexpected {other:?}"),
+    }
+}
+
+/// zygvm's value and gradient of a workload, flattened: `[y, gradients...]`.
+fn zy_grad(name: &str) -> Vec<f64> {
+    flat(&workload_vm(name).call_value("bench_grad", vec![]).unwrap())
+}
+
+fn all_close(a: &[f64], b: &[f64], tol: f64) -> bool {
+    a.len() == b.len() && a.iter().zip(b).all(|(x, y)| (x - y).abs() <= tol * x.abs().max(y.abs()).max(1.0))
+}
+
+/// The hand-written gradients agree with zygvm's reverse mode.
+fn sanity_gradients(_: &mut Criterion) {
+    let (y, d) = native::sincos_grad(0.5);
+    assert!(all_close(&zy_grad("sincos"), &[y, d], 1e-12));
+    let (y, d) = native::loop_sin_grad(2.0);
+    assert!(all_close(&zy_grad("loop"), &[y, d], 1e-12));
+    let x = native::randn(1, 100);
+    let mut g = vec![0.0; 100];
+    let y = native::logsumexp_grad(&x, &mut g);
+    let want: Vec<f64> = std::iter::once(y).chain(g).collect();
+    assert!(all_close(&zy_grad("logsumexp"), &want, 1e-12) && all_close(&zy_grad("logsumexp_loops"), &want, 1e-12));
+    let (w, b, xr) = (native::randn(2, 7840), native::randn(3, 10), native::rand(4, 784));
+    let mut lg = native::LogregGrad::new(10, 784);
+    let y = lg.run(&w, &b, &xr);
+    let want: Vec<f64> = [vec![y], lg.gw.clone(), lg.gb.clone(), lg.gx.clone()].concat();
+    assert!(all_close(&zy_grad("logreg"), &want, 1e-12) && all_close(&zy_grad("logreg_loops"), &want, 1e-12));
+    let mut mlp = native::Mlp::new();
+    let mut mg = native::MlpGrad::new();
+    let y = mlp.gradient(&mut mg);
+    let want: Vec<f64> = [vec![y], mg.w1.clone(), mg.b1.clone(), mg.w2.clone(), mg.b2.clone()].concat();
+    assert!(all_close(&zy_grad("mlp"), &want, 1e-9) && all_close(&zy_grad("mlp_loops"), &want, 1e-9));
+}
+
+fn gradients(c: &mut Criterion) {
+    let mut g = c.benchmark_group("gradient");
+    g.sample_size(20).warm_up_time(Duration::from_millis(300)).measurement_time(Duration::from_secs(2));
+    g.bench_function("sincos/native", |b| b.iter(|| native::sincos_grad(black_box(0.5))));
+    g.bench_function("loop/native", |b| b.iter(|| native::loop_sin_grad(black_box(2.0))));
+    let x = native::randn(1, 100);
+    let mut gx = vec![0.0; 100];
+    g.bench_function("logsumexp/native", |b| b.iter(|| native::logsumexp_grad(black_box(&x), &mut gx)));
+    let (w, bias, xr) = (native::randn(2, 7840), native::randn(3, 10), native::rand(4, 784));
+    let mut lg = native::LogregGrad::new(10, 784);
+    g.bench_function("logreg/native", |b| b.iter(|| lg.run(black_box(&w), black_box(&bias), black_box(&xr))));
+    let mut mlp = native::Mlp::new();
+    let mut mg = native::MlpGrad::new();
+    g.bench_function("mlp/native", |b| b.iter(|| black_box(&mut mlp).gradient(&mut mg)));
+    for name in WORKLOADS {
+        let mut vm = workload_vm(name);
+        g.bench_function(format!("{name}/zygvm-interp"), |b| {
+            b.iter_custom(|iters| {
+                let t = std::time::Instant::now();
+                vm.call_value("__bench_grad_n", vec![Value::Int(iters as i64)]).unwrap();
+                t.elapsed()
+            })
+        });
+    }
+    g.finish();
+}
+
 fn native_forward(c: &mut Criterion) {
     let mut g = c.benchmark_group("forward");
     g.sample_size(20).warm_up_time(Duration::from_millis(300)).measurement_time(Duration::from_secs(2));
@@ -149,5 +224,5 @@ fn native_forward(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, sanity, native_forward, forward, compile);
+criterion_group!(benches, sanity, sanity_gradients, native_forward, forward, gradients, compile);
 criterion_main!(benches);

@@ -43,10 +43,16 @@ pub struct Program {
 }
 
 /// Collects host functions before compiling (the compiler resolves their names).
-#[derive(Default)]
 pub struct ProgramBuilder {
     hosts: Vec<HostFunction>,
     dir: Option<PathBuf>,
+    differentiate: zygvm_compiler::Differentiate,
+}
+
+impl Default for ProgramBuilder {
+    fn default() -> ProgramBuilder {
+        ProgramBuilder { hosts: vec![], dir: None, differentiate: zygvm_compiler::Differentiate::Always }
+    }
 }
 
 impl ProgramBuilder {
@@ -72,6 +78,20 @@ impl ProgramBuilder {
         F: Fn(&[Value]) -> Result<Value, String> + Send + Sync + 'static,
     {
         self.hosts.push(HostFunction { name: name.to_string(), arity, func: Arc::new(f) });
+        self
+    }
+
+    /// Whether to generate derivative routines: `Some(true)` always (the default: the
+    /// embedding API's `value_and_gradient` and `pullback` need them), `Some(false)` never
+    /// (compiles more than twice as fast; differentiating is then a runtime error), `None` only
+    /// when the source names `gradient`, `grad`, `value_and_gradient` or `pullback` (what the
+    /// command line does).
+    pub fn differentiable(mut self, when: Option<bool>) -> ProgramBuilder {
+        self.differentiate = match when {
+            Some(true) => zygvm_compiler::Differentiate::Always,
+            Some(false) => zygvm_compiler::Differentiate::Never,
+            None => zygvm_compiler::Differentiate::IfUsed,
+        };
         self
     }
 
@@ -108,7 +128,7 @@ impl ProgramBuilder {
             table.retain(|b| b.name != h.name);
             table.push(Builtin { name: h.name.clone(), min_args: min, max_args: max, imp: BuiltinImpl::Host(i), scalar: None, deriv: zygvm_vm::builtin::Deriv::Missing, scalar_deriv: None });
         }
-        let source = zygvm_compiler::Source { name, text: source, dir };
+        let source = zygvm_compiler::Source { name, text: source, dir, differentiate: self.differentiate };
         let loader = |p: &Path| std::fs::read_to_string(p);
         let inner = guard(|| zygvm_compiler::compile(source, table.into(), self.hosts, &loader))?;
         Ok(Program { inner: Arc::new(inner) })

@@ -127,7 +127,7 @@ fn run(cli: Cli) -> ExitCode {
     };
 
     let started = Instant::now();
-    let program = match Program::builder().import_dir(dir).compile(&name, &text) {
+    let program = match Program::builder().import_dir(dir).differentiable(None).compile(&name, &text) {
         Ok(p) => p,
         Err(e) => {
             report(&e, &e_sources(&e, &name, &text));

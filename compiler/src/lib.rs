@@ -39,6 +39,29 @@ pub struct Source<'a> {
     pub text: &'a str,
     /// The folder imports are relative to.
     pub dir: PathBuf,
+    /// Whether to generate the derivative routines of every function (`ad`).
+    pub differentiate: Differentiate,
+}
+
+/// When the compiler generates derivative routines (they more than double compile time).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Differentiate {
+    Always,
+    /// Only if the program names a differentiation built-in (the command line's choice).
+    IfUsed,
+    Never,
+}
+
+/// The built-ins that run derivative routines.
+const DIFFERENTIATION_BUILTINS: &[&str] = &["gradient", "value_and_gradient", "grad", "pullback"];
+
+fn uses_differentiation(functions: &[zygvm_vm::program::Function], builtins: &[Builtin]) -> bool {
+    functions.iter().flat_map(|f| f.code.iter()).any(|i| match *i {
+        zygvm_vm::bytecode::Instr::LoadBuiltin { builtin, .. } | zygvm_vm::bytecode::Instr::CallBuiltin { builtin, .. } => {
+            DIFFERENTIATION_BUILTINS.contains(&builtins[builtin.index()].name.as_str())
+        }
+        _ => false,
+    })
 }
 
 struct ParsedModule {
@@ -121,6 +144,7 @@ pub fn compile(
     host_functions: Vec<HostFunction>,
     loader: Loader<'_>,
 ) -> Result<Program, Error> {
+    let source_differentiate = source.differentiate;
     let mut d = Driver { files: vec![], modules: vec![], loaded: HashMap::new(), diags: Diags::default(), loader };
     let entry_key = source.dir.join(source.name);
     let mut stack = vec![std::fs::canonicalize(&entry_key).unwrap_or(entry_key)];
@@ -249,8 +273,18 @@ pub fn compile(
         return Err(Error::compile(diagnostics));
     }
     let mut ssa_functions: Vec<_> = pools.functions.into_iter().map(|f| f.expect("every function is lowered")).collect();
-    let (derivatives, routines) = ad::differentiate_program(&ssa_functions, &builtins);
-    ssa_functions.extend(routines);
+    let wanted = match source_differentiate {
+        Differentiate::Always => true,
+        Differentiate::IfUsed => uses_differentiation(&ssa_functions, &builtins),
+        Differentiate::Never => false,
+    };
+    let derivatives = if wanted {
+        let (derivatives, routines) = ad::differentiate_program(&ssa_functions, &builtins);
+        ssa_functions.extend(routines);
+        derivatives
+    } else {
+        vec![None; ssa_functions.len()]
+    };
     let functions = ssa_functions.iter().map(regalloc::allocate).collect();
     let program = Program {
         files,

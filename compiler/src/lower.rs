@@ -711,7 +711,7 @@ mod tests {
 
     fn compile(src: &str) -> Result<Program, zygvm_vm::Error> {
         let loader = |_: &std::path::Path| Err(std::io::Error::other("no imports in tests"));
-        let source = crate::Source { name: "t.zy", text: src, dir: Default::default() };
+        let source = crate::Source { name: "t.zy", text: src, dir: Default::default(), differentiate: crate::Differentiate::Always };
         crate::compile(source, Arc::from(Vec::new()), vec![], &loader)
     }
 
