@@ -127,7 +127,10 @@ fn run(cli: Cli) -> ExitCode {
     };
 
     let started = Instant::now();
-    let program = match Program::builder().import_dir(dir).differentiable(None).compile(&name, &text) {
+    let program = match Program::builder()
+        .import_dir(dir)
+        .differentiable(if cli.dump == Some(Dump::Adjoint) { Some(true) } else { None })
+        .compile(&name, &text) {
         Ok(p) => p,
         Err(e) => {
             report(&e, &e_sources(&e, &name, &text));

@@ -333,6 +333,21 @@ impl<'a> Adjoint<'a> {
     }
 }
 
+/// Active instructions outside the entry block that define a value the plan recomputes from
+/// invariants and that record nothing on the tape: their adjoints are deferred to the entry
+/// block (`adjoint`), in program order.
+fn deferred_definitions(cx: &Context) -> Vec<usize> {
+    let f = cx.f;
+    let entry_end = block_end(f, 0);
+    (entry_end..f.code.len())
+        .filter(|&pc| {
+            cx.active[pc]
+                && f.code[pc].def().is_some_and(|d| cx.plan.is_recomputed(d))
+                && cx.records[pc].iter().all(|r| matches!(r, Record::Once(_) | Record::Recompute(_)))
+        })
+        .collect()
+}
+
 /// Per block, the varied values defined by one of its instructions and used nowhere else.
 fn values_used_only_where_defined(f: &Function) -> Vec<Vec<Reg>> {
     let n = f.num_regs as usize;
@@ -395,6 +410,16 @@ pub fn adjoint(cx: &Context) -> Function {
         let v = a.pop(span);
         a.invariant[r.index()] = Some(v);
     }
+    // Values recomputed from invariants are loop-invariant too: compute each once, here.
+    for rec in cx.records.iter().flatten() {
+        if let Record::Recompute(r) = *rec {
+            let v = a.recompute(r, span);
+            a.invariant[r.index()] = Some(v);
+        }
+    }
+    // Their adjoints are summed over every iteration and pulled back once (by linearity: every
+    // dynamic instance has the same value), at the top of the entry block's adjoint.
+    let deferred = deferred_definitions(cx);
     let returns: Vec<BlockId> = return_blocks(f).iter().map(|r| adjoint_block[r.index()]).collect();
     if returns.is_empty() {
         let nil = a.nil;
@@ -410,7 +435,11 @@ pub fn adjoint(cx: &Context) -> Function {
         _ => None,
     }).collect();
 
-    let local = values_used_only_where_defined(f);
+    let mut local = values_used_only_where_defined(f);
+    for &pc in &deferred {
+        let d = f.code[pc].def().expect("deferred definitions define");
+        local.iter_mut().for_each(|l| l.retain(|&r| r != d));
+    }
     for blk in 0..nblocks {
         a.b.switch_to(adjoint_block[blk]);
         a.popped_here.clear();
@@ -437,8 +466,13 @@ pub fn adjoint(cx: &Context) -> Function {
             }
             _ => {}
         }
+        if blk == 0 {
+            for &pc in deferred.iter().rev() {
+                a.instruction(pc);
+            }
+        }
         for pc in (f.blocks[blk].start as usize..end - 1).rev() {
-            if cx.active[pc] {
+            if cx.active[pc] && !deferred.contains(&pc) {
                 a.instruction(pc);
             }
         }

@@ -223,6 +223,11 @@ impl Plan {
         Record::Once(r)
     }
 
+    /// Whether the adjoint recomputes `r` (from invariants and constants only).
+    pub fn is_recomputed(&self, r: Reg) -> bool {
+        self.recompute[r.index()]
+    }
+
     /// The registers a recomputation of `r` reads (invariants or further recomputations).
     pub fn recompute_operands(&self, r: Reg) -> Vec<Reg> {
         let mut out = vec![];
