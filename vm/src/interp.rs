@@ -911,7 +911,11 @@ impl Vm {
                         self.tape.push(v);
                     }
                     Instr::TapeSave { src } => {
-                        let v = crate::ad::adjoints::snapshot(&reg!(src));
+                        let v = match reg!(src) {
+                            Value::Float(x) => Value::Float(x),
+                            Value::Int(i) => Value::Int(i),
+                            ref other => crate::ad::adjoints::snapshot(other),
+                        };
                         self.tape.push(v);
                     }
                     Instr::TapePushCtl { bit } => self.tape.ctl.push(bit as u8),

@@ -28,7 +28,7 @@ pub struct Runs {
 }
 
 impl Runs {
-    #[inline]
+    #[inline(always)]
     pub fn push(&mut self, sym: u8) {
         self.len += 1;
         if let Some(last) = self.runs.last_mut() {
@@ -40,7 +40,7 @@ impl Runs {
         self.runs.push((sym, 1));
     }
 
-    #[inline]
+    #[inline(always)]
     pub fn pop(&mut self) -> Option<u8> {
         let last = self.runs.last_mut()?;
         let sym = last.0;
@@ -101,7 +101,7 @@ pub struct Segment {
 }
 
 impl Tape {
-    #[inline]
+    #[inline(always)]
     pub fn push(&mut self, v: Value) {
         match v {
             Value::Float(x) => {
@@ -119,7 +119,7 @@ impl Tape {
         }
     }
 
-    #[inline]
+    #[inline(always)]
     pub fn pop(&mut self) -> Option<Value> {
         match self.kinds.pop()? {
             FLOAT => Some(Value::Float(f64::from_bits(self.words.pop()?))),
