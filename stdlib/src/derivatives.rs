@@ -14,6 +14,7 @@
 //! the first on a tie.
 
 use crate::args::*;
+use crate::custom_rules;
 use crate::matrices::{lu, transpose_of};
 use std::f64::consts::PI;
 use zygvm_vm::ad::adjoints::{accumulate, element};
@@ -723,7 +724,12 @@ pub const CUSTOM: &[(&str, zygvm_vm::builtin::TapeFn, zygvm_vm::builtin::Adjoint
     ("pop", pop_tape, pop_adjoint),
     ("insert", insert_tape, insert_adjoint),
     ("remove", remove_tape, remove_adjoint),
+    (custom_rules::CUSTOM_GRADIENT_APPLY, custom_rules::custom_gradient_tape, custom_rules::custom_gradient_adjoint),
+    (custom_rules::CHECKPOINT_APPLY, custom_rules::checkpoint_tape, custom_rules::checkpoint_adjoint),
 ];
+
+/// The differentiation operators themselves (nesting them is issue 4's work).
+const NESTED: &[&str] = &["gradient", "value_and_gradient", "grad.apply", "pullback", "pullback.back", "derivative", "jvp", "jacobian", "hessian"];
 
 /// Writes the rules into the built-in table.
 pub fn attach(table: &mut [Builtin]) {
@@ -736,6 +742,10 @@ pub fn attach(table: &mut [Builtin]) {
             b.deriv = Deriv::Pullback(*pb);
         } else if let Some((_, tape, adjoint)) = CUSTOM.iter().find(|(n, _, _)| *n == name) {
             b.deriv = Deriv::Custom { tape: *tape, adjoint: *adjoint };
+        } else if name == "checkpoint" {
+            b.deriv = Deriv::Pullback(custom_rules::checkpoint_pullback);
+        } else if NESTED.contains(&name) {
+            b.deriv = Deriv::Nested;
         } else if CONSTANT.contains(&name) {
             b.deriv = Deriv::Constant;
         }

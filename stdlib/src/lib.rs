@@ -7,6 +7,7 @@
 pub mod args;
 pub mod arrays;
 pub mod core;
+pub mod custom_rules;
 pub mod derivatives;
 pub mod differentiate;
 pub mod io;
@@ -135,6 +136,10 @@ pub fn builtins() -> Vec<Builtin> {
     add("pullback", 1, ANY, differentiate::pullback);
     add(zygvm_vm::ad::driver::BACK, 4, ANY, differentiate::pullback_back);
     add("stop_gradient", 1, 1, differentiate::stop_gradient);
+    add("custom_gradient", 2, 2, custom_rules::custom_gradient);
+    add(custom_rules::CUSTOM_GRADIENT_APPLY, 2, ANY, custom_rules::custom_gradient_apply);
+    add("checkpoint", 1, 1, custom_rules::checkpoint);
+    add(custom_rules::CHECKPOINT_APPLY, 1, ANY, custom_rules::checkpoint_apply);
     for f in math::FLOAT_FNS {
         t.push(Builtin {
             name: f.name.to_string(),

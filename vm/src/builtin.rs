@@ -55,6 +55,10 @@ pub enum Deriv {
     /// No rule (host functions): differentiating through a call whose result needs a
     /// derivative is a runtime error.
     Missing,
+    /// A differentiation operator (`gradient`, `grad(f)`, `derivative`, ...): differentiating
+    /// through it (nested differentiation) is not built yet, a runtime error when a
+    /// derivative has to flow through it.
+    Nested,
 }
 
 impl Builtin {

@@ -35,8 +35,14 @@ impl Vm {
                 self.run_function(d.tape, Some(c.clone()), args)
             }
             Value::Builtin(b) => self.tape_builtin(*b, args),
-            // Constructing a struct records nothing; nested differentiation is not recorded
-            // either (its adjoint refuses a non-zero cotangent).
+            // A built-in with values bound first (`grad(f)`, `checkpoint(f)`, ...): its tape
+            // protocol sees the bound values as leading arguments.
+            Value::Partial(p) => {
+                let mut all = p.bound.to_vec();
+                all.extend_from_slice(args);
+                self.tape_builtin(p.builtin, &all)
+            }
+            // Constructing a struct records nothing.
             _ => self.call_value(f, args),
         }
     }
@@ -68,10 +74,18 @@ impl Vm {
                 d_in.insert(0, Value::Nil);
                 Ok(Value::tuple(d_in))
             }
-            Value::Partial(p) if !matches!(dy, Value::Nil) => Err(VmError::new(format!(
-                "cannot differentiate through {}: nested differentiation is not supported yet",
-                self.program().builtins[p.builtin.index()].name
-            ))),
+            // The callee's own adjoint is the tuple of its bound values' adjoints.
+            Value::Partial(p) => {
+                let nb = p.bound.len();
+                let mut d = vec![Value::Nil; nb];
+                d.extend(d_in);
+                self.adjoint_builtin(p.builtin, dy, &mut d)?;
+                let rest = d.split_off(nb);
+                let d_callee = if d.iter().all(|v| matches!(v, Value::Nil)) { Value::Nil } else { Value::tuple(d) };
+                let mut out = vec![d_callee];
+                out.extend(rest);
+                Ok(Value::tuple(out))
+            }
             _ => {
                 d_in.insert(0, Value::Nil);
                 Ok(Value::tuple(d_in))
@@ -83,7 +97,7 @@ impl Vm {
     pub fn tape_builtin(&mut self, b: BuiltinId, args: &[Value]) -> VmResult<Value> {
         let deriv = self.program().builtins[b.index()].deriv;
         match deriv {
-            Deriv::Constant | Deriv::Missing => self.call_builtin(b, args),
+            Deriv::Constant | Deriv::Missing | Deriv::Nested => self.call_builtin(b, args),
             Deriv::Pullback(_) => {
                 let y = self.call_builtin(b, args)?;
                 for a in args {
@@ -105,7 +119,11 @@ impl Vm {
         let deriv = self.program().builtins[b.index()].deriv;
         match deriv {
             Deriv::Constant => Ok(()),
-            Deriv::Missing if matches!(dy, Value::Nil) => Ok(()),
+            Deriv::Missing | Deriv::Nested if matches!(dy, Value::Nil) => Ok(()),
+            Deriv::Nested => Err(VmError::new(format!(
+                "cannot differentiate through {}: nested differentiation is not supported yet",
+                self.program().builtins[b.index()].name
+            ))),
             Deriv::Missing => Err(VmError::new(format!(
                 "cannot differentiate through {}: it has no derivative rule",
                 self.program().builtins[b.index()].name

@@ -1,0 +1,143 @@
+//! `custom_gradient(f, rule)` and `checkpoint(f)`: functions that compute `f` but tell reverse
+//! mode something other than "differentiate `f`'s body".
+//!
+//! Both return a `Partial` of a built-in (`custom_gradient.apply`, `checkpoint.apply`) with `f`
+//! bound first, so that outside differentiation calling them is just calling `f`, and under
+//! reverse mode the call site's `CallTape` reaches their tape protocol (`Deriv::Custom`):
+//!
+//! | built-in | primal-with-tape | adjoint |
+//! | --- | --- | --- |
+//! | `custom_gradient.apply(f, rule, x..)` | `(y, back) = rule(x..)`; push `back` | `dx.. += back(dy)` |
+//! | `checkpoint.apply(f, x..)` | push copies of `x..` and `f`; `y = f(x..)` untaped | rerun `f`'s primal-with-tape on the copies, then its adjoint |
+//!
+//! `checkpoint` therefore holds two tape entries per call, whatever `f` does inside, and pays
+//! one more run of `f` in the adjoint. The adjoint of `f` itself (closure captures) flows back
+//! through `checkpoint`'s pullback; `custom_gradient`'s rule speaks only for the inputs.
+
+use std::rc::Rc;
+use zygvm_vm::ad::adjoints::{accumulate, deep_copy, element};
+use zygvm_vm::bytecode::BuiltinId;
+use zygvm_vm::value::{Partial, Value};
+use zygvm_vm::{Vm, VmError, VmResult};
+
+pub const CUSTOM_GRADIENT_APPLY: &str = "custom_gradient.apply";
+pub const CHECKPOINT_APPLY: &str = "checkpoint.apply";
+
+fn bind(vm: &Vm, name: &str, bound: Vec<Value>) -> VmResult<Value> {
+    let id = vm
+        .program()
+        .builtins
+        .iter()
+        .position(|b| b.name == name)
+        .ok_or_else(|| VmError::new(format!("internal error: {name} missing")))?;
+    Ok(Value::Partial(Rc::new(Partial { builtin: BuiltinId(id as u32), bound: bound.into_boxed_slice() })))
+}
+
+fn need_function(what: &str, v: &Value) -> VmResult<()> {
+    if v.is_callable() {
+        Ok(())
+    } else {
+        Err(VmError::new(format!("{what} needs a function, got {}", v.type_name())))
+    }
+}
+
+/// `custom_gradient(f, rule)`.
+pub fn custom_gradient(vm: &mut Vm, a: &[Value]) -> VmResult<Value> {
+    need_function("custom_gradient", &a[0])?;
+    need_function("custom_gradient's rule", &a[1])?;
+    bind(vm, CUSTOM_GRADIENT_APPLY, a.to_vec())
+}
+
+/// `custom_gradient(f, rule)(x..)` outside reverse mode: `f(x..)`.
+pub fn custom_gradient_apply(vm: &mut Vm, a: &[Value]) -> VmResult<Value> {
+    vm.call_value(&a[0], &a[2..])
+}
+
+/// Under reverse mode: the rule gives the value and the pullback, which goes on the tape.
+pub fn custom_gradient_tape(vm: &mut Vm, a: &[Value]) -> VmResult<Value> {
+    let r = vm.call_value(&a[1], &a[2..])?;
+    let (y, back) = match &r {
+        Value::Tuple(t) if t.len() == 2 && t[1].is_callable() => (t[0].clone(), t[1].clone()),
+        other => {
+            return Err(VmError::new(format!(
+                "custom_gradient's rule must return a tuple (y, back) with a function back, got {}",
+                other.type_name()
+            )))
+        }
+    };
+    vm.tape_push(back);
+    Ok(y)
+}
+
+pub fn custom_gradient_adjoint(vm: &mut Vm, dy: Value, d: &mut [Value]) -> VmResult<()> {
+    let back = vm.tape_pop()?;
+    if matches!(dy, Value::Nil) {
+        return Ok(());
+    }
+    let n = d.len() - 2;
+    let dx = vm.call_value(&back, &[dy])?;
+    match &dx {
+        Value::Tuple(t) if t.len() == n => {
+            for (slot, g) in d[2..].iter_mut().zip(t.iter()) {
+                *slot = accumulate(std::mem::take(slot), g.clone())?;
+            }
+            Ok(())
+        }
+        other => Err(VmError::new(format!(
+            "custom_gradient's back must return a tuple of {n} adjoint{} (one per input), got {}",
+            if n == 1 { "" } else { "s" },
+            describe(other)
+        ))),
+    }
+}
+
+fn describe(v: &Value) -> String {
+    match v {
+        Value::Tuple(t) => format!("a tuple of length {}", t.len()),
+        other => other.type_name().to_string(),
+    }
+}
+
+/// `checkpoint(f)`.
+pub fn checkpoint(vm: &mut Vm, a: &[Value]) -> VmResult<Value> {
+    need_function("checkpoint", &a[0])?;
+    bind(vm, CHECKPOINT_APPLY, a.to_vec())
+}
+
+/// `checkpoint(f)(x..)` outside reverse mode: `f(x..)`.
+pub fn checkpoint_apply(vm: &mut Vm, a: &[Value]) -> VmResult<Value> {
+    vm.call_value(&a[0], &a[1..])
+}
+
+/// Under reverse mode: only the inputs (copied, as `f` or later code may mutate them) and `f`.
+pub fn checkpoint_tape(vm: &mut Vm, a: &[Value]) -> VmResult<Value> {
+    let inputs = Value::tuple(a[1..].iter().map(deep_copy).collect());
+    let y = vm.call_value(&a[0], &a[1..])?;
+    vm.tape_push(inputs);
+    vm.tape_push(a[0].clone());
+    Ok(y)
+}
+
+pub fn checkpoint_adjoint(vm: &mut Vm, dy: Value, d: &mut [Value]) -> VmResult<()> {
+    let f = vm.tape_pop()?;
+    let Value::Tuple(inputs) = vm.tape_pop()? else {
+        return Err(VmError::new("internal differentiation error: checkpoint record"));
+    };
+    if matches!(dy, Value::Nil) {
+        return Ok(());
+    }
+    // Recompute: the primal-with-tape routine writes f's records on top of the tape, and
+    // f's adjoint consumes exactly those.
+    let _ = vm.call_tape(&f, &inputs)?;
+    let out = vm.call_adjoint(&f, dy, vec![Value::Nil; inputs.len()])?;
+    for (k, slot) in d.iter_mut().enumerate() {
+        *slot = accumulate(std::mem::take(slot), element(&out, k))?;
+    }
+    Ok(())
+}
+
+/// `checkpoint`'s own pullback: the adjoint of the returned function is the tuple of its bound
+/// values' adjoints, the first being `f`'s.
+pub fn checkpoint_pullback(_: &mut Vm, dy: &Value, _: &[Value], _: &Value) -> VmResult<Vec<Value>> {
+    Ok(vec![element(dy, 0)])
+}
