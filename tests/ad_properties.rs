@@ -1,8 +1,9 @@
-//! Property tests of reverse mode: random Zy programs (straight-line arithmetic over the
+//! Property tests of reverse and forward mode: random Zy programs (straight-line arithmetic over the
 //! differentiable built-ins, branches on data, loops with fixed and data-dependent trip counts,
 //! calls, recursion, closures, `map`/`reduce`, arrays with in-place mutation, struct fields)
 //! are differentiated by `gradient`, and every partial derivative is checked against central
-//! finite differences of the same program run forward.
+//! finite differences of the same program run forward. Forward mode (`jvp` along each input)
+//! must agree with the gradient to 1e-12 relative.
 //!
 //! Every assignment is squashed by a bounded function, so values stay in a range where finite
 //! differences are well conditioned. A point where the program is not smooth (a branch or a
@@ -233,6 +234,7 @@ fn render(stmts: &[Stmt]) -> String {
     let sum: Vec<String> = (0..r.visible()).map(|k| format!("v{k}")).collect();
     r.line(&sum.join(" + "));
     r.out.push_str("}\nfn g(x, y) { gradient(f, x, y) }\n");
+    r.out.push_str("fn t(x, y) { (jvp(f, (x, y), (1.0, 0.0))[1], jvp(f, (x, y), (0.0, 1.0))[1]) }\n");
     r.out
 }
 
@@ -265,6 +267,14 @@ fn check(stmts: &[Stmt], x: f64, y: f64) -> Result<(), TestCaseError> {
         prop_assert!(
             (gr - f1).abs() <= 1e-6 * scale,
             "d/d{name}: gradient {gr} vs finite difference {f1} at ({x}, {y})\n{src}"
+        );
+    }
+    let t = vm.call_value("t", vec![Value::Float(x), Value::Float(y)]).map_err(|e| TestCaseError::fail(format!("{e}\n{src}")))?;
+    let Value::Tuple(t) = t else { return Err(TestCaseError::fail("jvp pair is not a tuple")) };
+    for (name, gr, tn) in [("x", gx, float(&t[0])), ("y", gy, float(&t[1]))] {
+        prop_assert!(
+            (gr - tn).abs() <= 1e-12 * gr.abs().max(tn.abs()).max(1.0),
+            "d/d{name}: gradient {gr} vs forward mode {tn} at ({x}, {y})\n{src}"
         );
     }
     CHECKED.fetch_add(1, Ordering::Relaxed);

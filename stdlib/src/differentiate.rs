@@ -1,7 +1,7 @@
 //! The differentiation built-ins of §7 (reverse mode): thin wrappers over `zygvm_vm::ad::driver`.
 
 use std::rc::Rc;
-use zygvm_vm::ad::driver;
+use zygvm_vm::ad::{driver, forward};
 use zygvm_vm::value::{Partial, Value};
 use zygvm_vm::{Vm, VmError, VmResult};
 
@@ -63,4 +63,29 @@ pub fn pullback_back(vm: &mut Vm, a: &[Value]) -> VmResult<Value> {
 /// `stop_gradient(x)`: `x`; its derivative rule is the constant one (derivatives.rs).
 pub fn stop_gradient(_: &mut Vm, a: &[Value]) -> VmResult<Value> {
     Ok(a[0].clone())
+}
+
+// ---- forward mode ----
+
+/// `derivative(f, x)`.
+pub fn derivative(vm: &mut Vm, a: &[Value]) -> VmResult<Value> {
+    forward::derivative(vm, &a[0], &a[1])
+}
+
+/// `jvp(f, (x1..xn), (t1..tn))`: `(y, ẏ)`.
+pub fn jvp(vm: &mut Vm, a: &[Value]) -> VmResult<Value> {
+    let (Value::Tuple(xs), Value::Tuple(ts)) = (&a[1], &a[2]) else {
+        return Err(VmError::new(format!(
+            "jvp needs tuples of inputs and tangents, got {} and {}",
+            a[1].type_name(),
+            a[2].type_name()
+        )));
+    };
+    let (y, t) = forward::jvp(vm, &a[0], xs, ts)?;
+    Ok(Value::tuple(vec![y, t]))
+}
+
+/// `jacobian(f, x)`.
+pub fn jacobian(vm: &mut Vm, a: &[Value]) -> VmResult<Value> {
+    forward::jacobian(vm, &a[0], &a[1])
 }

@@ -9,6 +9,7 @@ pub mod arrays;
 pub mod core;
 pub mod custom_rules;
 pub mod derivatives;
+pub mod tangents;
 pub mod differentiate;
 pub mod io;
 pub mod math;
@@ -136,6 +137,9 @@ pub fn builtins() -> Vec<Builtin> {
     add("pullback", 1, ANY, differentiate::pullback);
     add(zygvm_vm::ad::driver::BACK, 4, ANY, differentiate::pullback_back);
     add("stop_gradient", 1, 1, differentiate::stop_gradient);
+    add("derivative", 2, 2, differentiate::derivative);
+    add("jvp", 3, 3, differentiate::jvp);
+    add("jacobian", 2, 2, differentiate::jacobian);
     add("custom_gradient", 2, 2, custom_rules::custom_gradient);
     add(custom_rules::CUSTOM_GRADIENT_APPLY, 2, ANY, custom_rules::custom_gradient_apply);
     add("checkpoint", 1, 1, custom_rules::checkpoint);
@@ -149,8 +153,10 @@ pub fn builtins() -> Vec<Builtin> {
             scalar: Some(f.scalar),
             deriv: zygvm_vm::builtin::Deriv::Missing,
             scalar_deriv: None,
+            tangent: zygvm_vm::builtin::Tangent::FromPullback,
         });
     }
     derivatives::attach(&mut t);
+    tangents::attach(&mut t);
     t
 }

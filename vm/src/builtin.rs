@@ -31,6 +31,24 @@ pub struct Builtin {
     /// For one-argument scalar math: the derivative as an f64 function (the adjoint's fast
     /// path for `Math1`, and the elementwise rule on arrays).
     pub scalar_deriv: Option<fn(f64) -> f64>,
+    /// How forward mode differentiates a call (`vm/src/ad/forward.rs`).
+    pub tangent: Tangent,
+}
+
+/// `tangent(vm, args, tangents)`: the result and its tangent (forward mode).
+pub type TangentFn = fn(&mut Vm, &[Value], &[Value]) -> VmResult<(Value, Value)>;
+
+/// A built-in's derivative, as forward mode sees it.
+#[derive(Clone, Copy, Debug)]
+pub enum Tangent {
+    /// Follows from the reverse-mode rule: constant, elementwise `f'(x) ẋ`, or the Jacobian
+    /// applied to the tangents through the (linear) pullback.
+    FromPullback,
+    /// The built-in is linear in its differentiable arguments (`sum`, `slice`, `transpose`,
+    /// ...): its tangent is the built-in applied to the tangents.
+    Linear,
+    /// Its own rule (higher-order and mutating built-ins).
+    Rule(TangentFn),
 }
 
 /// `pullback(vm, dy, args, y)`: one adjoint contribution per argument (`nil` for none).
@@ -71,6 +89,7 @@ impl Builtin {
             scalar: None,
             deriv: Deriv::Missing,
             scalar_deriv: None,
+            tangent: Tangent::FromPullback,
         }
     }
 

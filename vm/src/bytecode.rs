@@ -244,6 +244,11 @@ opcodes! {
     AdjAdd { dst: def, a: reg, b: reg } => "R[dst] := R[a] (+) R[b] (adjoint accumulation; nil is zero; consumes both)";
     Pull { dst: def, rule: imm, args: list } => "R[dst] := RULE[rule](L[args]...) (a pullback rule of vm/src/ad/rules.rs)";
 
+    // ---- differentiation: the tangent routine (forward mode) ----
+    Tan { dst: def, rule: imm, args: list } => "R[dst] := TANGENT[rule](L[args]...) (a tangent rule of vm/src/ad/tangents.rs)";
+    CallTan { dst: def, callee: reg, args: list } => "R[dst] := (y, ẏ) of R[callee] in forward mode; L[args] = (ḟ callee, x.., ẋ..)";
+    CallBuiltinTan { dst: def, builtin: builtin, args: list } => "R[dst] := (y, ẏ) of BI[builtin] in forward mode; L[args] = (x.., ẋ..)";
+
     // ---- control flow (block terminators) ----
     Jump { target: block, args: list } => "B[target].params := L[args] (copied in order: no overlap); goto B[target]";
     JumpPar { target: block, args: list } => "B[target].params := L[args] (parallel copy); goto B[target]";

@@ -52,6 +52,10 @@ pub fn instr_text(f: &Function, p: &Program, i: &Instr) -> String {
         let code = rule.to_string();
         rest = rest.replacen(&code, &crate::ad::rules::describe(*rule, p), 1);
     }
+    if let Instr::Tan { rule, .. } = i {
+        let code = rule.to_string();
+        rest = rest.replacen(&code, &crate::ad::tangents::describe(*rule, p), 1);
+    }
     format!("{defs}{} {rest}", i.name()).trim_end().to_string()
 }
 
@@ -95,7 +99,7 @@ pub fn program_listing(p: &Program, only: Option<&str>) -> String {
 }
 
 /// What `--dump adjoint` prints: for each function (or those named `only`), its SSA form next
-/// to the two routines the differentiator generated from it (SSA form, before register
+/// to the three routines the differentiator generated from it (SSA form, before register
 /// allocation: what the differentiator reads and writes).
 pub fn adjoint_listing(p: &Program, only: Option<&str>) -> String {
     let mut out = String::new();
@@ -110,6 +114,8 @@ pub fn adjoint_listing(p: &Program, only: Option<&str>) -> String {
         out.push_str(&function_listing(p, &p.ssa_functions[d.tape.index()]));
         out.push_str("-- adjoint routine: (dy, incoming adjoints) -> (d closure, adjoints)\n");
         out.push_str(&function_listing(p, &p.ssa_functions[d.adjoint.index()]));
+        out.push_str("-- tangent routine (forward mode): (ḟ closure, x.., ẋ..) -> (y, ẏ)\n");
+        out.push_str(&function_listing(p, &p.ssa_functions[d.tangent.index()]));
         out.push('\n');
     }
     out

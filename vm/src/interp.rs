@@ -998,6 +998,46 @@ impl Vm {
                             }
                         }
                     }
+                    Instr::Tan { dst, rule, args } => {
+                        let vals: Vec<Value> = func.list(args).iter().map(|r| reg!(r).clone()).collect();
+                        let v = tri!(crate::ad::tangents::apply(&program, rule, &vals));
+                        set!(dst, v);
+                    }
+                    Instr::CallTan { dst, callee, args } => {
+                        account!();
+                        self.frames.last_mut().unwrap().pc = pc!() as u32;
+                        if self.steps >= self.next_check {
+                            tri!(self.check_limits());
+                        }
+                        match reg!(callee).clone() {
+                            Value::Func(f) => {
+                                let d = tri!(self.derivative_of(f));
+                                tri!(self.push_call(d.tangent, None, base, func.list(args), dst.0));
+                                continue 'frames;
+                            }
+                            Value::Closure(c) => {
+                                let d = tri!(self.derivative_of(c.func));
+                                tri!(self.push_call(d.tangent, Some(c), base, func.list(args), dst.0));
+                                continue 'frames;
+                            }
+                            callee => {
+                                let vals: Vec<Value> = func.list(args).iter().map(|r| reg!(r).clone()).collect();
+                                let n = (vals.len() - 1) / 2;
+                                let (y, t) = tri!(self.call_tangent(&callee, &vals[0], &vals[1..1 + n], &vals[1 + n..]));
+                                refresh!();
+                                set!(dst, Value::tuple(vec![y, t]));
+                            }
+                        }
+                    }
+                    Instr::CallBuiltinTan { dst, builtin, args } => {
+                        account!();
+                        self.frames.last_mut().unwrap().pc = pc!() as u32;
+                        let vals: Vec<Value> = func.list(args).iter().map(|r| reg!(r).clone()).collect();
+                        let n = vals.len() / 2;
+                        let (y, t) = tri!(self.tangent_builtin(builtin, &vals[..n], &vals[n..]));
+                        refresh!();
+                        set!(dst, Value::tuple(vec![y, t]));
+                    }
                     Instr::CallAdj { dst, callee, args } => {
                         account!();
                         self.frames.last_mut().unwrap().pc = pc!() as u32;

@@ -139,6 +139,9 @@ pub struct Derivative {
     /// `(d closure, d_out_1 .. d_out_n)`, where `d closure` is the tuple of the captures'
     /// adjoints (or `nil`).
     pub adjoint: FuncId,
+    /// The tangent routine (forward mode): parameters `(ḟ, x1..xn, ẋ1..ẋn)`, where `ḟ` is the
+    /// tuple of the captures' tangents (or `nil`), the function's captures; returns `(y, ẏ)`.
+    pub tangent: FuncId,
 }
 
 /// A struct declaration.

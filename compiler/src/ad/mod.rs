@@ -9,6 +9,8 @@
 //! - the **adjoint** routine (`adjoint.rs`): the reversed control-flow graph, popping the
 //!   tape and accumulating adjoints, with zeros wherever a gradient does not reach.
 //! Which values need any of this is decided first by activity analysis (`activity.rs`).
+//! Forward mode is a third routine, the **tangent** routine (`tangent.rs`): the function with
+//! each instruction followed by its tangent instruction.
 //! The derivative rules themselves are data: instruction rules in `zygvm_vm::ad::rules`,
 //! built-in rules in `zygvm_stdlib::derivatives`. See docs/differentiation.md.
 //!
@@ -21,12 +23,14 @@ pub mod adjoint;
 pub mod cfg;
 pub mod primal;
 pub mod saves;
+pub mod tangent;
 
 use zygvm_vm::builtin::Builtin;
 use zygvm_vm::bytecode::FuncId;
 use zygvm_vm::program::{Derivative, FuncKind, Function};
 
-/// Generates the derivative routines of every function of `ssa` (module mains excepted).
+/// Generates the derivative routines (primal-with-tape, adjoint, tangent) of every function of
+/// `ssa` (module mains excepted).
 /// Returns, per function, its routines' ids, and the routines themselves (SSA form), which the
 /// caller appends to the program in order: their ids continue from `ssa.len()`.
 pub fn differentiate_program(ssa: &[Function], builtins: &[Builtin]) -> (Vec<Option<Derivative>>, Vec<Function>) {
@@ -38,11 +42,12 @@ pub fn differentiate_program(ssa: &[Function], builtins: &[Builtin]) -> (Vec<Opt
         if f.kind == FuncKind::Main || entry_is_a_target {
             continue;
         }
-        derivatives[i] = Some(Derivative { tape: FuncId(next), adjoint: FuncId(next + 1) });
-        next += 2;
+        derivatives[i] = Some(Derivative { tape: FuncId(next), adjoint: FuncId(next + 1), tangent: FuncId(next + 2) });
+        next += 3;
     }
     let tape_of = |g: FuncId| derivatives.get(g.index()).copied().flatten().map(|d| d.tape);
     let adjoint_of = |g: FuncId| derivatives.get(g.index()).copied().flatten().map(|d| d.adjoint);
+    let tangent_of = |g: FuncId| derivatives.get(g.index()).copied().flatten().map(|d| d.tangent);
     let mut routines = vec![];
     for (i, f) in ssa.iter().enumerate() {
         if derivatives[i].is_none() {
@@ -81,8 +86,10 @@ pub fn differentiate_program(ssa: &[Function], builtins: &[Builtin]) -> (Vec<Opt
             plan: &plan,
             adjoint_of: &adjoint_of,
         });
+        let tan = tangent::tangent_routine(&tangent::Context { f, varied: &varied, builtins, tangent_of: &tangent_of });
         routines.push(tape);
         routines.push(adj);
+        routines.push(tan);
     }
     (derivatives, routines)
 }

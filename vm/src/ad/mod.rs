@@ -15,7 +15,9 @@
 pub mod adjoints;
 pub mod calls;
 pub mod driver;
+pub mod forward;
 pub mod rules;
+pub mod tangents;
 
 use crate::value::Value;
 

@@ -77,14 +77,14 @@ pub fn describe(code: u32, program: &Program) -> String {
     }
 }
 
-fn bin(op: BinOp, a: &Value, b: &Value) -> VmResult<Value> {
+pub(crate) fn bin(op: BinOp, a: &Value, b: &Value) -> VmResult<Value> {
     match (a, b) {
         (Value::Float(x), Value::Float(y)) => Ok(Value::Float(op.float(*x, *y))),
         _ => ops::binary(op, a, b),
     }
 }
 
-fn neg(a: &Value) -> VmResult<Value> {
+pub(crate) fn neg(a: &Value) -> VmResult<Value> {
     match a {
         Value::Float(x) => Ok(Value::Float(-x)),
         _ => ops::negate(a),
@@ -92,7 +92,7 @@ fn neg(a: &Value) -> VmResult<Value> {
 }
 
 /// Applies `f` to every number of a value (floats and float arrays / matrices).
-fn map_numbers(v: &Value, f: impl Fn(f64) -> f64) -> VmResult<Value> {
+pub(crate) fn map_numbers(v: &Value, f: impl Fn(f64) -> f64) -> VmResult<Value> {
     Ok(match v {
         Value::Float(x) => Value::Float(f(*x)),
         Value::Int(i) => Value::Float(f(*i as f64)),
@@ -119,7 +119,7 @@ fn map_numbers(v: &Value, f: impl Fn(f64) -> f64) -> VmResult<Value> {
 }
 
 /// Elementwise `f(a, b)` over numbers with broadcasting (for the `^` rules).
-fn zip_numbers(a: &Value, b: &Value, f: impl Fn(f64, f64) -> f64) -> VmResult<Value> {
+pub(crate) fn zip_numbers(a: &Value, b: &Value, f: impl Fn(f64, f64) -> f64) -> VmResult<Value> {
     match (a.as_f64(), b.as_f64()) {
         (Some(x), Some(y)) => Ok(Value::Float(f(x, y))),
         (Some(x), None) => map_numbers(b, |y| f(x, y)),
@@ -147,7 +147,7 @@ fn flat(v: &Value) -> VmResult<Vec<f64>> {
 }
 
 /// `dy * d(a^b)/da`.
-fn pow_da(x: f64, y: f64) -> f64 {
+pub(crate) fn pow_da(x: f64, y: f64) -> f64 {
     if y == 0.0 {
         0.0
     } else {
@@ -156,7 +156,7 @@ fn pow_da(x: f64, y: f64) -> f64 {
 }
 
 /// `d(a^b)/db`; exactly zero where `a = 0` (the limit from the right for `b > 0`).
-fn pow_db(x: f64, y: f64) -> f64 {
+pub(crate) fn pow_db(x: f64, y: f64) -> f64 {
     if x == 0.0 {
         0.0
     } else {

@@ -1,0 +1,260 @@
+//! Forward mode at run time: calling the tangent version of any callable value, the tangents
+//! of built-in calls, and the drivers behind `derivative`, `jvp` and `jacobian`.
+//!
+//! A Zy function's tangent version is its generated tangent routine (`compiler/src/ad/
+//! tangent.rs`): parameters `(ḟ, x1..xn, ẋ1..ẋn)` — `ḟ` being the tuple of the captures'
+//! tangents, or `nil` — and result `(y, ẏ)`. A built-in's follows from its `Tangent` entry.
+//! `nil` is the zero tangent throughout; the drivers turn it into zeros of the result's shape.
+
+use super::adjoints::{deep_copy, element, to_gradient};
+use super::rules::{bin, map_numbers};
+use crate::builtin::{Deriv, Tangent};
+use crate::bytecode::BuiltinId;
+use crate::error::{VmError, VmResult};
+use crate::interp::Vm;
+use crate::ops::BinOp;
+use crate::value::{Array, Value};
+
+fn pair(v: Value) -> VmResult<(Value, Value)> {
+    match v {
+        Value::Tuple(t) if t.len() == 2 => Ok((t[0].clone(), t[1].clone())),
+        _ => Err(VmError::new("internal differentiation error: a tangent routine returned no pair")),
+    }
+}
+
+/// The zero tangent of a freshly made value: a container the function may write into needs a
+/// real tangent container, so that the writes have somewhere to go; anything else is `nil`.
+pub fn zero_container(y: &Value) -> Value {
+    match y {
+        Value::Array(a) => match &*a.borrow() {
+            Array::Floats(x) => Value::float_array(vec![0.0; x.len()]),
+            Array::Values(x) => crate::access::new_array(vec![Value::Nil; x.len()]),
+        },
+        Value::Matrix(m) => {
+            let m = m.borrow();
+            Value::matrix(m.rows, m.cols, vec![0.0; m.rows * m.cols])
+        }
+        Value::Dict(_) => crate::access::new_dict(),
+        _ => Value::Nil,
+    }
+}
+
+/// `Σ a·b` over two values of the same shape (numbers, arrays, matrices, tuples); `nil` is 0.
+fn inner(a: &Value, b: &Value) -> f64 {
+    match (a, b) {
+        (Value::Nil, _) | (_, Value::Nil) => 0.0,
+        (Value::Float(_) | Value::Int(_), Value::Float(_) | Value::Int(_)) => a.as_f64().unwrap_or(0.0) * b.as_f64().unwrap_or(0.0),
+        (Value::Matrix(x), Value::Matrix(y)) => x.borrow().data.iter().zip(&y.borrow().data).map(|(p, q)| p * q).sum(),
+        _ => {
+            let n = crate::access::length(a).unwrap_or(0);
+            (0..n).map(|k| inner(&element(a, k), &element(b, k))).sum()
+        }
+    }
+}
+
+/// The value with a one at flat position `j` and zeros elsewhere, shaped like `y`.
+fn unit(y: &Value, j: usize) -> Value {
+    match y {
+        Value::Matrix(m) => {
+            let m = m.borrow();
+            let mut d = vec![0.0; m.rows * m.cols];
+            d[j] = 1.0;
+            Value::matrix(m.rows, m.cols, d)
+        }
+        _ => {
+            let n = crate::access::length(y).unwrap_or(0);
+            let mut d = vec![0.0; n];
+            d[j] = 1.0;
+            Value::float_array(d)
+        }
+    }
+}
+
+impl Vm {
+    /// Runs the tangent version of any callable value: `(y, ẏ)`.
+    pub fn call_tangent(&mut self, f: &Value, tf: &Value, args: &[Value], targs: &[Value]) -> VmResult<(Value, Value)> {
+        let with_tangents = || {
+            let mut all = Vec::with_capacity(2 * args.len() + 1);
+            all.push(tf.clone());
+            all.extend_from_slice(args);
+            all.extend_from_slice(targs);
+            all
+        };
+        match f {
+            Value::Func(id) => {
+                let t = self.derivative_of(*id)?.tangent;
+                pair(self.run_function(t, None, &with_tangents())?)
+            }
+            Value::Closure(c) => {
+                let t = self.derivative_of(c.func)?.tangent;
+                pair(self.run_function(t, Some(c.clone()), &with_tangents())?)
+            }
+            Value::Builtin(b) => self.tangent_builtin(*b, args, targs),
+            Value::Partial(p) => {
+                let mut all = p.bound.to_vec();
+                all.extend_from_slice(args);
+                let mut tall: Vec<Value> = (0..p.bound.len()).map(|k| element(tf, k)).collect();
+                tall.extend_from_slice(targs);
+                self.tangent_builtin(p.builtin, &all, &tall)
+            }
+            Value::StructCtor(_) => {
+                let y = self.call_value(f, args)?;
+                let ty = if targs.iter().all(|t| matches!(t, Value::Nil)) { Value::Nil } else { self.call_value(f, targs)? };
+                Ok((y, ty))
+            }
+            other => Err(VmError::new(format!("cannot call a value of type {}", other.type_name()))),
+        }
+    }
+
+    /// The tangent version of a built-in call.
+    pub fn tangent_builtin(&mut self, b: BuiltinId, args: &[Value], targs: &[Value]) -> VmResult<(Value, Value)> {
+        let (deriv, tangent, scalar_deriv) = {
+            let bi = &self.program().builtins[b.index()];
+            (bi.deriv, bi.tangent, bi.scalar_deriv)
+        };
+        if let Tangent::Rule(rule) = tangent {
+            self.check_builtin_arity(b, args.len())?;
+            return rule(self, args, targs);
+        }
+        let y = self.call_builtin(b, args)?;
+        if targs.iter().all(|t| matches!(t, Value::Nil)) {
+            let ty = match deriv {
+                Deriv::Constant | Deriv::Pullback(_) => zero_container(&y),
+                _ => Value::Nil,
+            };
+            return Ok((y, ty));
+        }
+        let name = || self.program().builtins[b.index()].name.clone();
+        let ty = match deriv {
+            Deriv::Constant => zero_container(&y),
+            Deriv::Missing => return Err(VmError::new(format!("cannot differentiate through {}: it has no derivative rule", name()))),
+            Deriv::Nested => {
+                return Err(VmError::new(format!(
+                    "cannot differentiate through {}: nested differentiation is not supported yet",
+                    name()
+                )))
+            }
+            Deriv::Custom { .. } => return Err(VmError::new(format!("forward mode has no rule for {} yet", name()))),
+            Deriv::Pullback(pullback) => match (tangent, scalar_deriv) {
+                (_, Some(d)) if args.len() == 1 => bin(BinOp::Mul, &map_numbers(&args[0], d)?, &targs[0])?,
+                (Tangent::Linear, _) => {
+                    let program = self.program().clone();
+                    let dense: Vec<Value> = args
+                        .iter()
+                        .zip(targs)
+                        .map(|(x, t)| match (x, t) {
+                            (Value::Int(_) | Value::Bool(_) | Value::Str(_) | Value::Nil, Value::Nil) => x.clone(),
+                            (x, t) => to_gradient(t, x, &program),
+                        })
+                        .collect();
+                    self.call_builtin(b, &dense)?
+                }
+                // The Jacobian applied to the tangents, one pullback per output number (the
+                // pullback is linear in its cotangent): exact, and cheap for the numbers and
+                // small arrays these built-ins return.
+                _ => match &y {
+                    Value::Float(_) => {
+                        let d = pullback(self, &Value::Float(1.0), args, &y)?;
+                        Value::Float(d.iter().zip(targs).map(|(d, t)| inner(d, t)).sum())
+                    }
+                    Value::Array(_) | Value::Matrix(_) if to_flat(&y).is_some() => {
+                        let m = to_flat(&y).map(|v| v.len()).unwrap_or(0);
+                        let mut out = Vec::with_capacity(m);
+                        for j in 0..m {
+                            let d = pullback(self, &unit(&y, j), args, &y)?;
+                            out.push(d.iter().zip(targs).map(|(d, t)| inner(d, t)).sum());
+                        }
+                        match &y {
+                            Value::Matrix(mm) => {
+                                let mm = mm.borrow();
+                                Value::matrix(mm.rows, mm.cols, out)
+                            }
+                            _ => Value::float_array(out),
+                        }
+                    }
+                    other => {
+                        return Err(VmError::new(format!(
+                            "forward mode has no rule for {} returning {} yet",
+                            name(),
+                            other.type_name()
+                        )))
+                    }
+                },
+            },
+        };
+        Ok((y, ty))
+    }
+}
+
+fn to_flat(y: &Value) -> Option<Vec<f64>> {
+    match y {
+        Value::Array(a) => a.borrow().to_f64s(),
+        Value::Matrix(m) => Some(m.borrow().data.clone()),
+        _ => None,
+    }
+}
+
+// ---- the drivers ----
+
+fn check_float_input(what: &str, x: &Value) -> VmResult<()> {
+    match x {
+        Value::Float(_) => Ok(()),
+        Value::Array(a) if matches!(&*a.borrow(), Array::Floats(_)) => Ok(()),
+        Value::Matrix(_) => Ok(()),
+        other => Err(VmError::new(format!("{what} needs float inputs, got {}", other.type_name()))),
+    }
+}
+
+/// `derivative(f, x)`: `ḟ(x)` with `ẋ = 1`, shaped like `f(x)`.
+pub fn derivative(vm: &mut Vm, f: &Value, x: &Value) -> VmResult<Value> {
+    if !matches!(x, Value::Float(_)) {
+        return Err(VmError::new(format!("derivative needs a float input, got {}", x.type_name())));
+    }
+    let (y, ty) = vm.call_tangent(f, &Value::Nil, std::slice::from_ref(x), &[Value::Float(1.0)])?;
+    let program = vm.program().clone();
+    Ok(to_gradient(&ty, &y, &program))
+}
+
+/// `jvp(f, (x..), (ẋ..))`: `(y, ẏ)`.
+pub fn jvp(vm: &mut Vm, f: &Value, xs: &[Value], ts: &[Value]) -> VmResult<(Value, Value)> {
+    if xs.len() != ts.len() {
+        return Err(VmError::new(format!("jvp needs one tangent per input: {} inputs, {} tangents", xs.len(), ts.len())));
+    }
+    for (x, t) in xs.iter().zip(ts) {
+        check_float_input("jvp", x)?;
+        super::adjoints::check_cotangent(t, x).map_err(|e| VmError::new(format!("jvp: tangent {e}")))?;
+    }
+    let ts: Vec<Value> = ts.iter().map(deep_copy).collect();
+    let (y, ty) = vm.call_tangent(f, &Value::Nil, xs, &ts)?;
+    let program = vm.program().clone();
+    let ty = to_gradient(&ty, &y, &program);
+    Ok((y, ty))
+}
+
+/// `jacobian(f, x)`: one forward sweep per input element, one row per output element.
+pub fn jacobian(vm: &mut Vm, f: &Value, x: &Value) -> VmResult<Value> {
+    check_float_input("jacobian", x)?;
+    let n = to_flat(x).map(|v| v.len()).unwrap_or(1);
+    let program = vm.program().clone();
+    let mut columns: Vec<Vec<f64>> = Vec::with_capacity(n);
+    for j in 0..n {
+        let seed = if matches!(x, Value::Float(_)) { Value::Float(1.0) } else { unit(x, j) };
+        let (y, ty) = vm.call_tangent(f, &Value::Nil, &[deep_copy(x)], &[seed])?;
+        let ty = to_gradient(&ty, &y, &program);
+        let col = match &ty {
+            Value::Float(v) => vec![*v],
+            other => to_flat(other).ok_or_else(|| {
+                VmError::new(format!("jacobian needs a function returning a float array, got {}", y.type_name()))
+            })?,
+        };
+        columns.push(col);
+    }
+    let m = columns.first().map(|c| c.len()).unwrap_or(0);
+    let mut data = Vec::with_capacity(m * n);
+    for i in 0..m {
+        for c in &columns {
+            data.push(c.get(i).copied().unwrap_or(0.0));
+        }
+    }
+    Ok(Value::matrix(m, n, data))
+}

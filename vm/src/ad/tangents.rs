@@ -1,0 +1,269 @@
+//! Tangent rules of the instructions (forward mode): what the tangent routine's
+//! `Tan { dst, rule, args }` computes. Each pairs with one instruction of the function, in
+//! Slang's forward-mode manner: the tangent routine runs the instruction, then its rule.
+//! Read against a calculus book (`ȧ` is `a`'s tangent):
+//!
+//! | instruction | rule | tangent |
+//! | --- | --- | --- |
+//! | `y = a + b` | Add | `ẏ = ȧ + ḃ` (broadcast to `y`'s shape) |
+//! | `y = a - b` | Sub | `ẏ = ȧ - ḃ` |
+//! | `y = a * b` | Mul | `ẏ = ȧ b + a ḃ` |
+//! | `y = a / b` | Div | `ẏ = (ȧ - y ḃ) / b` |
+//! | `y = a % b` | Mod | `ẏ = ȧ - trunc(a / b) ḃ` |
+//! | `y = a ^ b` | Pow | `ẏ = ȧ b a^(b-1) + ḃ a^b ln a` (0 where `a = 0`) |
+//! | `y = A @ B` | MatMul | `ẏ = Ȧ @ B + A @ Ḃ` |
+//! | `y = -a` | Neg | `ẏ = -ȧ` |
+//! | `y = f(x)` (`Math1`) | Math1 | `ẏ = f'(x) ẋ` |
+//! | `y = obj[i]`, `m[i, j]`, `s.f`, `t[k]` | Index, Index2, Field, TupleGet | the same part of the container's tangent |
+//! | `obj[i] = v`, `m[i, j] = v` | SetIndex, SetIndex2 | the same write into the container's tangent |
+//! | `for x in seq` | IterPrep | `seq`'s tangent (a dict's keys carry none) |
+//! | `y = [x0, x1, ..]` | NewArray | `[ẋ0, ẋ1, ..]`, a float array (zeros for `nil`) when `y` is one |
+//!
+//! Other aggregates (`(..)`, struct construction, closures) need no rule: the tangent routine
+//! builds the same aggregate from the tangents with the ordinary instruction. An array of
+//! numbers gets a float-array tangent so that array arithmetic on tangents works.
+//! `nil` is the zero tangent, so a constant operand costs nothing and contributes an exact
+//! zero. A container written inside the function gets a real tangent container when it is
+//! created, so writes into it and reads through its aliases see the same tangent.
+
+use super::rules::{bin, map_numbers, neg, pow_da, pow_db, zip_numbers};
+use crate::access;
+use crate::error::{VmError, VmResult};
+use crate::ops::BinOp;
+use crate::program::Program;
+use crate::value::{Array, Value};
+
+macro_rules! tangent_rules {
+    ($($name:ident),* $(,)?) => {
+        /// A tangent rule; `Tan`'s `rule` operand is `TanRule as u32 | payload << 8`.
+        #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+        #[repr(u8)]
+        pub enum TanRule { $($name),* }
+        const ALL: &[TanRule] = &[$(TanRule::$name),*];
+        impl TanRule {
+            pub fn name(self) -> &'static str {
+                match self { $(TanRule::$name => stringify!($name)),* }
+            }
+        }
+    };
+}
+
+tangent_rules! {
+    Add, Sub, Mul, Div, Mod, Pow, MatMul, Neg, Math1, Index, Index2, SetIndex, SetIndex2, Field,
+    TupleGet, IterPrep, NewArray,
+}
+
+impl TanRule {
+    /// The `Tan` operand for this rule with a payload (a builtin, field symbol or position).
+    pub fn encode(self, payload: u32) -> u32 {
+        self as u32 | payload << 8
+    }
+
+    pub fn decode(code: u32) -> (TanRule, u32) {
+        (ALL[(code & 0xff) as usize], code >> 8)
+    }
+
+    /// The operands each rule reads, in order (the transform and the docs agree on these).
+    pub fn operands(self) -> &'static str {
+        match self {
+            TanRule::Add | TanRule::Sub => "ȧ, ḃ, y",
+            TanRule::Mul | TanRule::MatMul => "a, ȧ, b, ḃ",
+            TanRule::Div => "ȧ, ḃ, b, y",
+            TanRule::Mod => "ȧ, ḃ, a, b",
+            TanRule::Pow => "a, ȧ, b, ḃ",
+            TanRule::Neg | TanRule::Field | TanRule::TupleGet => "ȧ",
+            TanRule::Math1 => "x, ẋ",
+            TanRule::Index => "ȯbj, idx",
+            TanRule::Index2 => "ȯbj, i, j",
+            TanRule::SetIndex => "ȯbj, idx, v̇",
+            TanRule::SetIndex2 => "ȯbj, i, j, v̇",
+            TanRule::IterPrep => "ṡeq, seq",
+            TanRule::NewArray => "y, ẋ0, ẋ1, ..",
+        }
+    }
+}
+
+/// Text for the disassembler: `Mul`, `Math1(sin)`, `TupleGet(1)`.
+pub fn describe(code: u32, program: &Program) -> String {
+    let (rule, payload) = TanRule::decode(code);
+    match rule {
+        TanRule::Math1 => format!("Math1({})", program.builtins[payload as usize].name),
+        TanRule::Field => format!("Field({})", program.symbols[payload as usize]),
+        TanRule::TupleGet => format!("TupleGet({payload})"),
+        _ => rule.name().to_string(),
+    }
+}
+
+fn is_zero(v: &Value) -> bool {
+    matches!(v, Value::Nil)
+}
+
+/// `a + b` with `nil` as zero.
+pub fn add(a: Value, b: Value) -> VmResult<Value> {
+    match (a, b) {
+        (Value::Nil, b) => Ok(b),
+        (a, Value::Nil) => Ok(a),
+        (a, b) => bin(BinOp::Add, &a, &b),
+    }
+}
+
+/// A tangent brought to the shape of the value it belongs to (a scalar tangent of a
+/// broadcast result becomes a full array or matrix).
+fn fit(t: Value, y: &Value) -> Value {
+    match (&t, y) {
+        (Value::Float(x), Value::Array(a)) => Value::float_array(vec![*x; a.borrow().len()]),
+        (Value::Float(x), Value::Matrix(m)) => {
+            let m = m.borrow();
+            Value::matrix(m.rows, m.cols, vec![*x; m.rows * m.cols])
+        }
+        _ => t,
+    }
+}
+
+/// `t * x`, skipped (nil) when the tangent is zero.
+fn scaled(t: &Value, x: &Value) -> VmResult<Value> {
+    if is_zero(t) {
+        Ok(Value::Nil)
+    } else {
+        bin(BinOp::Mul, t, x)
+    }
+}
+
+/// A zero of a container's element when the tangent written is `nil`: float arrays and
+/// matrices hold numbers only.
+fn element_tangent(container: &Value, v: Value) -> Value {
+    match (container, v) {
+        (Value::Array(a), Value::Nil) if matches!(&*a.borrow(), Array::Floats(_)) => Value::Float(0.0),
+        (Value::Matrix(_), Value::Nil) => Value::Float(0.0),
+        (_, v) => v,
+    }
+}
+
+/// Applies the tangent rule `code` to its operands.
+pub fn apply(program: &Program, code: u32, args: &[Value]) -> VmResult<Value> {
+    let (rule, payload) = TanRule::decode(code);
+    let nil = Value::Nil;
+    let arg = |k: usize| args.get(k).unwrap_or(&nil);
+    match rule {
+        TanRule::Add => Ok(fit(add(arg(0).clone(), arg(1).clone())?, arg(2))),
+        TanRule::Sub => {
+            let d = match (arg(0), arg(1)) {
+                (_, Value::Nil) => arg(0).clone(),
+                (Value::Nil, b) => neg(b)?,
+                (a, b) => bin(BinOp::Sub, a, b)?,
+            };
+            Ok(fit(d, arg(2)))
+        }
+        TanRule::Mul => add(scaled(arg(1), arg(2))?, scaled(arg(3), arg(0))?),
+        TanRule::Div => {
+            let (ta, tb, b, y) = (arg(0), arg(1), arg(2), arg(3));
+            let num = match tb {
+                Value::Nil => ta.clone(),
+                tb => {
+                    let ytb = bin(BinOp::Mul, y, tb)?;
+                    match ta {
+                        Value::Nil => neg(&ytb)?,
+                        ta => bin(BinOp::Sub, ta, &ytb)?,
+                    }
+                }
+            };
+            if is_zero(&num) {
+                Ok(Value::Nil)
+            } else {
+                Ok(fit(bin(BinOp::Div, &num, b)?, y))
+            }
+        }
+        TanRule::Mod => {
+            let (ta, tb, a, b) = (arg(0), arg(1), arg(2), arg(3));
+            let tb_part = match tb {
+                Value::Nil => Value::Nil,
+                tb => neg(&bin(BinOp::Mul, &zip_numbers(a, b, |x, y| (x / y).trunc())?, tb)?)?,
+            };
+            add(ta.clone(), tb_part)
+        }
+        TanRule::Pow => {
+            let (a, ta, b, tb) = (arg(0), arg(1), arg(2), arg(3));
+            let da = if is_zero(ta) { Value::Nil } else { bin(BinOp::Mul, ta, &zip_numbers(a, b, pow_da)?)? };
+            let db = if is_zero(tb) { Value::Nil } else { bin(BinOp::Mul, tb, &zip_numbers(a, b, pow_db)?)? };
+            add(da, db)
+        }
+        TanRule::MatMul => {
+            let (a, ta, b, tb) = (arg(0), arg(1), arg(2), arg(3));
+            let da = if is_zero(ta) { Value::Nil } else { crate::ops::matmul(ta, b)? };
+            let db = if is_zero(tb) { Value::Nil } else { crate::ops::matmul(a, tb)? };
+            add(da, db)
+        }
+        TanRule::Neg => match arg(0) {
+            Value::Nil => Ok(Value::Nil),
+            t => neg(t),
+        },
+        TanRule::Math1 => {
+            let (x, t) = (arg(0), arg(1));
+            if is_zero(t) {
+                return Ok(Value::Nil);
+            }
+            let b = &program.builtins[payload as usize];
+            let Some(deriv) = b.scalar_deriv else {
+                return Err(VmError::new(format!("{} has no derivative rule", b.name)));
+            };
+            match (x, t) {
+                (Value::Float(x), Value::Float(t)) => Ok(Value::Float(deriv(*x) * t)),
+                (x, t) => bin(BinOp::Mul, &map_numbers(x, deriv)?, t),
+            }
+        }
+        TanRule::Index => match (arg(0), arg(1)) {
+            (Value::Nil, _) => Ok(Value::Nil),
+            // A dict's tangent holds only the keys written with a tangent.
+            (Value::Dict(d), idx) => Ok(d.borrow().get(&crate::dict::Key::from_value(idx)?).cloned().unwrap_or(Value::Nil)),
+            (t, idx) => access::index_value(t, idx),
+        },
+        TanRule::Index2 => match arg(0) {
+            Value::Nil => Ok(Value::Nil),
+            t => access::index2(t, arg(1), arg(2)),
+        },
+        TanRule::SetIndex => {
+            let (t, idx, v) = (arg(0), arg(1), arg(2));
+            match t {
+                Value::Nil if is_zero(v) => {}
+                Value::Nil => return Err(untracked()),
+                t => access::set_index(t, idx, element_tangent(t, v.clone()))?,
+            }
+            Ok(Value::Nil)
+        }
+        TanRule::SetIndex2 => {
+            let (t, v) = (arg(0), arg(3));
+            match t {
+                Value::Nil if is_zero(v) => {}
+                Value::Nil => return Err(untracked()),
+                t => access::set_index2(t, arg(1), arg(2), &element_tangent(t, v.clone()))?,
+            }
+            Ok(Value::Nil)
+        }
+        TanRule::Field => match arg(0) {
+            Value::Struct(s) => {
+                let fields = &program.structs[s.def.index()].fields;
+                let k = fields.iter().position(|f| f.0 == payload).unwrap_or(0);
+                Ok(s.fields.get(k).cloned().unwrap_or(Value::Nil))
+            }
+            _ => Ok(Value::Nil),
+        },
+        TanRule::TupleGet => Ok(super::adjoints::element(arg(0), payload as usize)),
+        TanRule::NewArray => Ok(match arg(0) {
+            Value::Array(a) if matches!(&*a.borrow(), Array::Floats(_)) => {
+                Value::float_array(args[1..].iter().map(|t| t.as_f64().unwrap_or(0.0)).collect())
+            }
+            _ => access::new_array(args[1..].to_vec()),
+        }),
+        TanRule::IterPrep => Ok(match arg(1) {
+            Value::Dict(_) => Value::Nil,
+            _ => arg(0).clone(),
+        }),
+    }
+}
+
+fn untracked() -> VmError {
+    VmError::new(
+        "forward mode: a varying value is written into a container whose derivative is not tracked \
+         (a module variable, or an argument passed without a tangent)",
+    )
+}
