@@ -53,7 +53,7 @@ pub enum Differentiate {
 }
 
 /// The built-ins that run derivative routines.
-const DIFFERENTIATION_BUILTINS: &[&str] = &["gradient", "value_and_gradient", "grad", "pullback", "checkpoint", "derivative", "jvp", "jacobian"];
+const DIFFERENTIATION_BUILTINS: &[&str] = &["gradient", "value_and_gradient", "grad", "pullback", "checkpoint", "derivative", "jvp", "jacobian", "hessian"];
 
 fn uses_differentiation(functions: &[zygvm_vm::program::Function], builtins: &[Builtin]) -> bool {
     functions.iter().flat_map(|f| f.code.iter()).any(|i| match *i {

@@ -12,7 +12,8 @@
 //!
 //! `checkpoint` therefore holds two tape entries per call, whatever `f` does inside, and pays
 //! one more run of `f` in the adjoint. The adjoint of `f` itself (closure captures) flows back
-//! through `checkpoint`'s pullback; `custom_gradient`'s rule speaks only for the inputs.
+//! through `checkpoint`'s pullback (`nested_rules.rs`); `custom_gradient`'s rule speaks only
+//! for the inputs.
 
 use std::rc::Rc;
 use zygvm_vm::ad::adjoints::{accumulate, deep_copy, element};
@@ -134,10 +135,4 @@ pub fn checkpoint_adjoint(vm: &mut Vm, dy: Value, d: &mut [Value]) -> VmResult<(
         *slot = accumulate(std::mem::take(slot), element(&out, k))?;
     }
     Ok(())
-}
-
-/// `checkpoint`'s own pullback: the adjoint of the returned function is the tuple of its bound
-/// values' adjoints, the first being `f`'s.
-pub fn checkpoint_pullback(_: &mut Vm, dy: &Value, _: &[Value], _: &Value) -> VmResult<Vec<Value>> {
-    Ok(vec![element(dy, 0)])
 }

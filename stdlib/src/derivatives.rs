@@ -2,7 +2,7 @@
 //! check against a calculus book. `attach` writes them into the built-in table.
 //!
 //! - `UNARY`: one-argument math, applied elementwise: `f'(x)` as an f64 function; the pullback
-//!   is `dx = dy * f'(x)`.
+//!   is `dx = dy * f'(x)`; and `f''(x)`, for second derivatives (forward over reverse).
 //! - `PULLBACKS`: pure built-ins: `(dy, args, y) -> one adjoint contribution per argument`.
 //! - `CUSTOM`: higher-order and mutating built-ins, with their own tape protocol.
 //! - `CONSTANT`: built-ins whose result carries no derivative (ints, bools, strings, piecewise
@@ -42,9 +42,9 @@ fn scale_by(dy: &Value, x: &Value, g: fn(f64) -> f64) -> VmResult<Value> {
 }
 
 macro_rules! unary {
-    ($($name:ident => |$x:ident| $d:expr;)*) => {
-        /// One-argument math: name, derivative, pullback.
-        pub const UNARY: &[(&str, fn(f64) -> f64, Rule)] = &[$(
+    ($($name:ident => |$x:ident| $d:expr, $d2:expr;)*) => {
+        /// One-argument math: name, derivative, pullback, second derivative.
+        pub const UNARY: &[(&str, fn(f64) -> f64, Rule, fn(f64) -> f64)] = &[$(
             (
                 stringify!($name),
                 { fn d($x: f64) -> f64 { $d } d },
@@ -55,6 +55,7 @@ macro_rules! unary {
                     }
                     pb
                 },
+                { #[allow(unused_variables)] fn d2($x: f64) -> f64 { $d2 } d2 },
             )
         ),*];
     };
@@ -65,28 +66,28 @@ fn sigmoid(x: f64) -> f64 {
 }
 
 unary! {
-    sin => |x| x.cos();
-    cos => |x| -x.sin();
-    tan => |x| 1.0 + x.tan() * x.tan();
-    asin => |x| 1.0 / (1.0 - x * x).sqrt();
-    acos => |x| -1.0 / (1.0 - x * x).sqrt();
-    atan => |x| 1.0 / (1.0 + x * x);
-    sinh => |x| x.cosh();
-    cosh => |x| x.sinh();
-    tanh => |x| 1.0 - x.tanh() * x.tanh();
-    exp => |x| x.exp();
-    expm1 => |x| x.exp();
-    log => |x| 1.0 / x;
-    log1p => |x| 1.0 / (1.0 + x);
-    log2 => |x| 1.0 / (x * std::f64::consts::LN_2);
-    log10 => |x| 1.0 / (x * std::f64::consts::LN_10);
-    sqrt => |x| 0.5 / x.sqrt();
-    cbrt => |x| 1.0 / (3.0 * x.cbrt() * x.cbrt());
-    sigmoid => |x| sigmoid(x) * (1.0 - sigmoid(x));
-    softplus => |x| sigmoid(x);
-    erf => |x| 2.0 / PI.sqrt() * (-x * x).exp();
-    abs => |x| if x > 0.0 { 1.0 } else if x < 0.0 { -1.0 } else { 0.0 };
-    relu => |x| if x > 0.0 { 1.0 } else { 0.0 };
+    sin => |x| x.cos(), -x.sin();
+    cos => |x| -x.sin(), -x.cos();
+    tan => |x| 1.0 + x.tan() * x.tan(), 2.0 * x.tan() * (1.0 + x.tan() * x.tan());
+    asin => |x| 1.0 / (1.0 - x * x).sqrt(), x / (1.0 - x * x).powf(1.5);
+    acos => |x| -1.0 / (1.0 - x * x).sqrt(), -x / (1.0 - x * x).powf(1.5);
+    atan => |x| 1.0 / (1.0 + x * x), -2.0 * x / ((1.0 + x * x) * (1.0 + x * x));
+    sinh => |x| x.cosh(), x.sinh();
+    cosh => |x| x.sinh(), x.cosh();
+    tanh => |x| 1.0 - x.tanh() * x.tanh(), -2.0 * x.tanh() * (1.0 - x.tanh() * x.tanh());
+    exp => |x| x.exp(), x.exp();
+    expm1 => |x| x.exp(), x.exp();
+    log => |x| 1.0 / x, -1.0 / (x * x);
+    log1p => |x| 1.0 / (1.0 + x), -1.0 / ((1.0 + x) * (1.0 + x));
+    log2 => |x| 1.0 / (x * std::f64::consts::LN_2), -1.0 / (x * x * std::f64::consts::LN_2);
+    log10 => |x| 1.0 / (x * std::f64::consts::LN_10), -1.0 / (x * x * std::f64::consts::LN_10);
+    sqrt => |x| 0.5 / x.sqrt(), -0.25 / (x * x.sqrt());
+    cbrt => |x| 1.0 / (3.0 * x.cbrt() * x.cbrt()), -2.0 / (9.0 * x * x.cbrt() * x.cbrt());
+    sigmoid => |x| sigmoid(x) * (1.0 - sigmoid(x)), sigmoid(x) * (1.0 - sigmoid(x)) * (1.0 - 2.0 * sigmoid(x));
+    softplus => |x| sigmoid(x), sigmoid(x) * (1.0 - sigmoid(x));
+    erf => |x| 2.0 / PI.sqrt() * (-x * x).exp(), -4.0 * x / PI.sqrt() * (-x * x).exp();
+    abs => |x| if x > 0.0 { 1.0 } else if x < 0.0 { -1.0 } else { 0.0 }, 0.0;
+    relu => |x| if x > 0.0 { 1.0 } else { 0.0 }, 0.0;
 }
 
 /// Built-ins whose result carries no derivative.
@@ -728,22 +729,22 @@ pub const CUSTOM: &[(&str, zygvm_vm::builtin::TapeFn, zygvm_vm::builtin::Adjoint
     (custom_rules::CHECKPOINT_APPLY, custom_rules::checkpoint_tape, custom_rules::checkpoint_adjoint),
 ];
 
-/// The differentiation operators themselves (nesting them is issue 4's work).
-const NESTED: &[&str] = &["gradient", "value_and_gradient", "grad.apply", "pullback", "pullback.back", "derivative", "jvp", "jacobian", "hessian"];
+/// Differentiation operators that cannot be differentiated yet (the others have rules in
+/// `nested_rules.rs`).
+const NESTED: &[&str] = &["pullback", "pullback.back", "jacobian", "hessian"];
 
 /// Writes the rules into the built-in table.
 pub fn attach(table: &mut [Builtin]) {
     for b in table.iter_mut() {
         let name = b.name.as_str();
-        if let Some((_, d, pb)) = UNARY.iter().find(|(n, _, _)| *n == name) {
+        if let Some((_, d, pb, d2)) = UNARY.iter().find(|(n, _, _, _)| *n == name) {
             b.scalar_deriv = Some(*d);
+            b.scalar_deriv2 = Some(*d2);
             b.deriv = Deriv::Pullback(*pb);
         } else if let Some((_, pb)) = PULLBACKS.iter().find(|(n, _)| *n == name) {
             b.deriv = Deriv::Pullback(*pb);
         } else if let Some((_, tape, adjoint)) = CUSTOM.iter().find(|(n, _, _)| *n == name) {
             b.deriv = Deriv::Custom { tape: *tape, adjoint: *adjoint };
-        } else if name == "checkpoint" {
-            b.deriv = Deriv::Pullback(custom_rules::checkpoint_pullback);
         } else if NESTED.contains(&name) {
             b.deriv = Deriv::Nested;
         } else if CONSTANT.contains(&name) {

@@ -89,3 +89,8 @@ pub fn jvp(vm: &mut Vm, a: &[Value]) -> VmResult<Value> {
 pub fn jacobian(vm: &mut Vm, a: &[Value]) -> VmResult<Value> {
     forward::jacobian(vm, &a[0], &a[1])
 }
+
+/// `hessian(f, x)`: forward over reverse, one sweep per column.
+pub fn hessian(vm: &mut Vm, a: &[Value]) -> VmResult<Value> {
+    zygvm_vm::ad::nested::hessian(vm, &a[0], &a[1])
+}

@@ -9,6 +9,7 @@ pub mod arrays;
 pub mod core;
 pub mod custom_rules;
 pub mod derivatives;
+pub mod nested_rules;
 pub mod tangents;
 pub mod differentiate;
 pub mod io;
@@ -140,6 +141,7 @@ pub fn builtins() -> Vec<Builtin> {
     add("derivative", 2, 2, differentiate::derivative);
     add("jvp", 3, 3, differentiate::jvp);
     add("jacobian", 2, 2, differentiate::jacobian);
+    add("hessian", 2, 2, differentiate::hessian);
     add("custom_gradient", 2, 2, custom_rules::custom_gradient);
     add(custom_rules::CUSTOM_GRADIENT_APPLY, 2, ANY, custom_rules::custom_gradient_apply);
     add("checkpoint", 1, 1, custom_rules::checkpoint);
@@ -154,9 +156,12 @@ pub fn builtins() -> Vec<Builtin> {
             deriv: zygvm_vm::builtin::Deriv::Missing,
             scalar_deriv: None,
             tangent: zygvm_vm::builtin::Tangent::FromPullback,
+            scalar_deriv2: None,
+            second: None,
         });
     }
     derivatives::attach(&mut t);
     tangents::attach(&mut t);
+    nested_rules::attach(&mut t);
     t
 }

@@ -33,7 +33,16 @@ pub struct Builtin {
     pub scalar_deriv: Option<fn(f64) -> f64>,
     /// How forward mode differentiates a call (`vm/src/ad/forward.rs`).
     pub tangent: Tangent,
+    /// For one-argument scalar math: the second derivative (forward over reverse).
+    pub scalar_deriv2: Option<fn(f64) -> f64>,
+    /// The tangent of the pullback (forward over reverse), for built-ins whose pullback
+    /// depends on their arguments other than through `scalar_deriv` or linearity.
+    pub second: Option<SecondFn>,
 }
+
+/// `second(vm, dy, ḋy, args, ȧrgs, y, ẏ)`: the tangents of the pullback's contributions,
+/// `d/dε pullback(dy + ε ḋy, args + ε ȧrgs)`.
+pub type SecondFn = fn(&mut Vm, &Value, &Value, &[Value], &[Value], &Value, &Value) -> VmResult<Vec<Value>>;
 
 /// `tangent(vm, args, tangents)`: the result and its tangent (forward mode).
 pub type TangentFn = fn(&mut Vm, &[Value], &[Value]) -> VmResult<(Value, Value)>;
@@ -90,6 +99,8 @@ impl Builtin {
             deriv: Deriv::Missing,
             scalar_deriv: None,
             tangent: Tangent::FromPullback,
+            scalar_deriv2: None,
+            second: None,
         }
     }
 

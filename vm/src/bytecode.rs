@@ -248,6 +248,10 @@ opcodes! {
     Tan { dst: def, rule: imm, args: list } => "R[dst] := TANGENT[rule](L[args]...) (a tangent rule of vm/src/ad/tangents.rs)";
     CallTan { dst: def, callee: reg, args: list } => "R[dst] := (y, ẏ) of R[callee] in forward mode; L[args] = (ḟ callee, x.., ẋ..)";
     CallBuiltinTan { dst: def, builtin: builtin, args: list } => "R[dst] := (y, ẏ) of BI[builtin] in forward mode; L[args] = (x.., ẋ..)";
+    CallTanTape { dst: def, callee: reg, args: list } => "R[dst] := (y, ẏ) of R[callee]'s primal-with-tape, each record pushed beside its tangent; L[args] as CallTan";
+    CallTanAdj { dst: def, callee: reg, args: list } => "R[dst] := (adjoints, their tangents) of R[callee]'s adjoint; L[args] = (ḟ, dy, d_in.., ḋy, ḋ_in..)";
+    CallBuiltinTanTape { dst: def, builtin: builtin, args: list } => "R[dst] := (y, ẏ) of BI[builtin], recording its pullback's needs and their tangents; L[args] = (x.., ẋ..)";
+    CallBuiltinTanAdj { dst: def, builtin: builtin, args: list } => "R[dst] := ((nil, d args..), tangents) of BI[builtin]'s adjoint; L[args] = (dy, d_in.., ḋy, ḋ_in..)";
 
     // ---- control flow (block terminators) ----
     Jump { target: block, args: list } => "B[target].params := L[args] (copied in order: no overlap); goto B[target]";

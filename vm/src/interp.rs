@@ -1038,6 +1038,61 @@ impl Vm {
                         refresh!();
                         set!(dst, Value::tuple(vec![y, t]));
                     }
+                    Instr::CallTanTape { dst, callee, args } | Instr::CallTanAdj { dst, callee, args } => {
+                        account!();
+                        self.frames.last_mut().unwrap().pc = pc!() as u32;
+                        if self.steps >= self.next_check {
+                            tri!(self.check_limits());
+                        }
+                        let tape = matches!(instr, Instr::CallTanTape { .. });
+                        let routine = |d: crate::program::Derivative| if tape { d.tangent_tape } else { d.tangent_adjoint };
+                        match reg!(callee).clone() {
+                            Value::Func(f) => {
+                                let d = tri!(self.derivative_of(f));
+                                tri!(self.push_call(routine(d), None, base, func.list(args), dst.0));
+                                continue 'frames;
+                            }
+                            Value::Closure(c) => {
+                                let d = tri!(self.derivative_of(c.func));
+                                let captures = if tape { Some(c) } else { None };
+                                tri!(self.push_call(routine(d), captures, base, func.list(args), dst.0));
+                                continue 'frames;
+                            }
+                            callee => {
+                                let vals: Vec<Value> = func.list(args).iter().map(|r| reg!(r).clone()).collect();
+                                let n = (vals.len() - 1) / 2;
+                                let (y, t) = if tape {
+                                    tri!(self.call_tangent_tape(&callee, &vals[0], &vals[1..1 + n], &vals[1 + n..]))
+                                } else {
+                                    let (d, td) = (vals[2..1 + n].to_vec(), vals[2 + n..].to_vec());
+                                    tri!(self.call_tangent_adjoint(&callee, vals[1].clone(), d, vals[1 + n].clone(), td))
+                                };
+                                refresh!();
+                                set!(dst, Value::tuple(vec![y, t]));
+                            }
+                        }
+                    }
+                    Instr::CallBuiltinTanTape { dst, builtin, args } => {
+                        account!();
+                        self.frames.last_mut().unwrap().pc = pc!() as u32;
+                        let vals: Vec<Value> = func.list(args).iter().map(|r| reg!(r).clone()).collect();
+                        let n = vals.len() / 2;
+                        let (y, t) = tri!(self.tangent_tape_builtin(builtin, &vals[..n], &vals[n..]));
+                        refresh!();
+                        set!(dst, Value::tuple(vec![y, t]));
+                    }
+                    Instr::CallBuiltinTanAdj { dst, builtin, args } => {
+                        account!();
+                        self.frames.last_mut().unwrap().pc = pc!() as u32;
+                        let vals: Vec<Value> = func.list(args).iter().map(|r| reg!(r).clone()).collect();
+                        let n = vals.len() / 2;
+                        let (mut d, mut td) = (vals[1..n].to_vec(), vals[n + 1..].to_vec());
+                        tri!(self.tangent_adjoint_builtin(builtin, &vals[0], &mut d, &vals[n], &mut td));
+                        refresh!();
+                        d.insert(0, Value::Nil);
+                        td.insert(0, Value::Nil);
+                        set!(dst, Value::tuple(vec![Value::tuple(d), Value::tuple(td)]));
+                    }
                     Instr::CallAdj { dst, callee, args } => {
                         account!();
                         self.frames.last_mut().unwrap().pc = pc!() as u32;

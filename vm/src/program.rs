@@ -142,6 +142,12 @@ pub struct Derivative {
     /// The tangent routine (forward mode): parameters `(ḟ, x1..xn, ẋ1..ẋn)`, where `ḟ` is the
     /// tuple of the captures' tangents (or `nil`), the function's captures; returns `(y, ẏ)`.
     pub tangent: FuncId,
+    /// The tangent routines of the primal-with-tape and adjoint routines (forward over
+    /// reverse: Hessian-vector products, and every nesting of a derivative inside another).
+    /// The first takes `(ḟ, x.., ẋ..)` and pushes each record beside its tangent; the second
+    /// takes `(nil, dy, d_in.., ḋy, ḋ_in..)` and returns `((d closure, d args..), tangents)`.
+    pub tangent_tape: FuncId,
+    pub tangent_adjoint: FuncId,
 }
 
 /// A struct declaration.

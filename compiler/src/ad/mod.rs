@@ -10,7 +10,8 @@
 //!   tape and accumulating adjoints, with zeros wherever a gradient does not reach.
 //! Which values need any of this is decided first by activity analysis (`activity.rs`).
 //! Forward mode is a third routine, the **tangent** routine (`tangent.rs`): the function with
-//! each instruction followed by its tangent instruction.
+//! each instruction followed by its tangent instruction; the same transform applied to the
+//! primal-with-tape and adjoint routines gives forward over reverse (second derivatives).
 //! The derivative rules themselves are data: instruction rules in `zygvm_vm::ad::rules`,
 //! built-in rules in `zygvm_stdlib::derivatives`. See docs/differentiation.md.
 //!
@@ -42,8 +43,14 @@ pub fn differentiate_program(ssa: &[Function], builtins: &[Builtin]) -> (Vec<Opt
         if f.kind == FuncKind::Main || entry_is_a_target {
             continue;
         }
-        derivatives[i] = Some(Derivative { tape: FuncId(next), adjoint: FuncId(next + 1), tangent: FuncId(next + 2) });
-        next += 3;
+        derivatives[i] = Some(Derivative {
+            tape: FuncId(next),
+            adjoint: FuncId(next + 1),
+            tangent: FuncId(next + 2),
+            tangent_tape: FuncId(next + 3),
+            tangent_adjoint: FuncId(next + 4),
+        });
+        next += 5;
     }
     let tape_of = |g: FuncId| derivatives.get(g.index()).copied().flatten().map(|d| d.tape);
     let adjoint_of = |g: FuncId| derivatives.get(g.index()).copied().flatten().map(|d| d.adjoint);
@@ -87,9 +94,14 @@ pub fn differentiate_program(ssa: &[Function], builtins: &[Builtin]) -> (Vec<Opt
             adjoint_of: &adjoint_of,
         });
         let tan = tangent::tangent_routine(&tangent::Context { f, varied: &varied, builtins, tangent_of: &tangent_of });
-        routines.push(tape);
-        routines.push(adj);
-        routines.push(tan);
+        // Forward over reverse: the tangent routines of the two reverse-mode routines.
+        let no_direct = |_: FuncId| None;
+        let of_routine = |g: &zygvm_vm::program::Function| {
+            let all = vec![true; g.num_regs as usize];
+            tangent::tangent_routine(&tangent::Context { f: g, varied: &all, builtins, tangent_of: &no_direct })
+        };
+        let (tan_tape, tan_adj) = (of_routine(&tape), of_routine(&adj));
+        routines.extend([tape, adj, tan, tan_tape, tan_adj]);
     }
     (derivatives, routines)
 }

@@ -15,6 +15,11 @@
 //!  then      tangent registers, the shared nil, temporaries
 //! ```
 //!
+//! The same transcriber makes the tangent routines of the primal-with-tape and adjoint routines
+//! (forward over reverse, `zygvm_vm::ad::nested`): each tape record is pushed and popped beside
+//! its tangent, accumulation is linear, and pullback rules have second-order tangents. There
+//! every register counts as varied.
+//!
 //! Only varied registers (`activity.rs`) get a tangent register; every other value's tangent
 //! is the shared `nil` (zero). The per-instruction tangents are the rules of
 //! `zygvm_vm::ad::tangents` (`Tan`), ordinary aggregate instructions for tuples, structs and
@@ -200,12 +205,21 @@ fn transcribe(cx: &Context, m: &Map, out: &mut Out, i: Instr, span: Span) {
                 span,
             );
         }
-        Instr::Call { dst, callee, args } if dst_varied || any_varied(f.list(args)) || varied(callee) => {
+        Instr::Call { dst, callee, args } | Instr::CallTape { dst, callee, args } | Instr::CallAdj { dst, callee, args }
+            if dst_varied || any_varied(f.list(args)) || varied(callee) =>
+        {
             let mut regs = vec![m.t(callee)];
             regs.extend(f.list(args).iter().map(|&a| m.p(a)));
             regs.extend(f.list(args).iter().map(|&a| m.t(a)));
-            let (list, pair) = (out.list(&regs), out.fresh());
-            out.emit(Instr::CallTan { dst: pair, callee: m.p(callee), args: list }, span);
+            let (list, pair, callee) = (out.list(&regs), out.fresh(), m.p(callee));
+            out.emit(
+                match i {
+                    Instr::Call { .. } => Instr::CallTan { dst: pair, callee, args: list },
+                    Instr::CallTape { .. } => Instr::CallTanTape { dst: pair, callee, args: list },
+                    _ => Instr::CallTanAdj { dst: pair, callee, args: list },
+                },
+                span,
+            );
             out.split(m, pair, dst, span);
         }
         Instr::CallDirect { dst, func, args } if dst_varied || any_varied(f.list(args)) => {
@@ -225,12 +239,37 @@ fn transcribe(cx: &Context, m: &Map, out: &mut Out, i: Instr, span: Span) {
             }
             out.split(m, pair, dst, span);
         }
-        Instr::CallBuiltin { dst, builtin, args } if dst_varied || any_varied(f.list(args)) => {
+        Instr::CallBuiltin { dst, builtin, args }
+        | Instr::CallBuiltinTape { dst, builtin, args }
+        | Instr::CallBuiltinAdj { dst, builtin, args }
+            if dst_varied || any_varied(f.list(args)) =>
+        {
             let mut regs: Vec<Reg> = f.list(args).iter().map(|&a| m.p(a)).collect();
             regs.extend(f.list(args).iter().map(|&a| m.t(a)));
             let (list, pair) = (out.list(&regs), out.fresh());
-            out.emit(Instr::CallBuiltinTan { dst: pair, builtin, args: list }, span);
+            out.emit(
+                match i {
+                    Instr::CallBuiltin { .. } => Instr::CallBuiltinTan { dst: pair, builtin, args: list },
+                    Instr::CallBuiltinTape { .. } => Instr::CallBuiltinTanTape { dst: pair, builtin, args: list },
+                    _ => Instr::CallBuiltinTanAdj { dst: pair, builtin, args: list },
+                },
+                span,
+            );
             out.split(m, pair, dst, span);
+        }
+        // The tape of a routine under forward mode holds each record, then its tangent.
+        Instr::TapePush { src } => {
+            out.emit(p, span);
+            out.emit(Instr::TapePush { src: m.t(src) }, span);
+        }
+        Instr::TapeSave { src } => {
+            out.emit(p, span);
+            out.emit(Instr::TapeSave { src: m.t(src) }, span);
+        }
+        Instr::TapePop { dst } => {
+            let td = m.tan[dst.index()].unwrap_or_else(|| out.fresh());
+            out.emit(Instr::TapePop { dst: td }, span);
+            out.emit(p, span);
         }
         _ => {
             out.emit(p, span);
@@ -269,6 +308,17 @@ fn tangent_of_instruction(cx: &Context, m: &Map, out: &mut Out, i: Instr, span: 
         Instr::GetField { dst, obj, field } => out.rule(t(dst), TanRule::Field, field.0, &[t(obj)], span),
         Instr::TupleGet { dst, src, idx } => out.rule(t(dst), TanRule::TupleGet, idx, &[t(src)], span),
         Instr::IterPrep { dst, src } => out.rule(t(dst), TanRule::IterPrep, 0, &[t(src), p(src)], span),
+        // An adjoint routine's own instructions: accumulation is linear, a pullback rule has
+        // its second-order tangent (`zygvm_vm::ad::second_order`).
+        Instr::AdjAdd { dst, a, b } => {
+            let td = t(dst);
+            out.emit(Instr::AdjAdd { dst: td, a: t(a), b: t(b) }, span);
+        }
+        Instr::Pull { dst, rule, args } => {
+            let mut operands: Vec<Reg> = f.list(args).iter().map(|&r| p(r)).collect();
+            operands.extend(f.list(args).iter().map(|&r| t(r)));
+            out.rule(t(dst), TanRule::Pull, rule, &operands, span)
+        }
         // Aggregates: the same aggregate of the tangents.
         Instr::NewArray { dst, items } => {
             let mut operands = vec![p(dst)];

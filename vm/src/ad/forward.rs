@@ -53,7 +53,7 @@ fn inner(a: &Value, b: &Value) -> f64 {
 }
 
 /// The value with a one at flat position `j` and zeros elsewhere, shaped like `y`.
-fn unit(y: &Value, j: usize) -> Value {
+pub fn unit(y: &Value, j: usize) -> Value {
     match y {
         Value::Matrix(m) => {
             let m = m.borrow();

@@ -16,7 +16,9 @@ pub mod adjoints;
 pub mod calls;
 pub mod driver;
 pub mod forward;
+pub mod nested;
 pub mod rules;
+pub mod second_order;
 pub mod tangents;
 
 use crate::value::Value;

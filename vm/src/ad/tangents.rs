@@ -17,6 +17,7 @@
 //! | `y = obj[i]`, `m[i, j]`, `s.f`, `t[k]` | Index, Index2, Field, TupleGet | the same part of the container's tangent |
 //! | `obj[i] = v`, `m[i, j] = v` | SetIndex, SetIndex2 | the same write into the container's tangent |
 //! | `for x in seq` | IterPrep | `seq`'s tangent (a dict's keys carry none) |
+//! | `Pull` of an adjoint routine | Pull | the pullback's tangent (`second_order.rs`) |
 //! | `y = [x0, x1, ..]` | NewArray | `[ẋ0, ẋ1, ..]`, a float array (zeros for `nil`) when `y` is one |
 //!
 //! Other aggregates (`(..)`, struct construction, closures) need no rule: the tangent routine
@@ -50,7 +51,7 @@ macro_rules! tangent_rules {
 
 tangent_rules! {
     Add, Sub, Mul, Div, Mod, Pow, MatMul, Neg, Math1, Index, Index2, SetIndex, SetIndex2, Field,
-    TupleGet, IterPrep, NewArray,
+    TupleGet, IterPrep, NewArray, Pull,
 }
 
 impl TanRule {
@@ -79,6 +80,7 @@ impl TanRule {
             TanRule::SetIndex2 => "ȯbj, i, j, v̇",
             TanRule::IterPrep => "ṡeq, seq",
             TanRule::NewArray => "y, ẋ0, ẋ1, ..",
+            TanRule::Pull => "the pullback's operands, then their tangents",
         }
     }
 }
@@ -90,6 +92,7 @@ pub fn describe(code: u32, program: &Program) -> String {
         TanRule::Math1 => format!("Math1({})", program.builtins[payload as usize].name),
         TanRule::Field => format!("Field({})", program.symbols[payload as usize]),
         TanRule::TupleGet => format!("TupleGet({payload})"),
+        TanRule::Pull => format!("Pull({})", super::rules::describe(payload, program)),
         _ => rule.name().to_string(),
     }
 }
@@ -248,6 +251,10 @@ pub fn apply(program: &Program, code: u32, args: &[Value]) -> VmResult<Value> {
             _ => Ok(Value::Nil),
         },
         TanRule::TupleGet => Ok(super::adjoints::element(arg(0), payload as usize)),
+        TanRule::Pull => {
+            let n = args.len() / 2;
+            super::second_order::pull_tangent(program, payload, &args[..n], &args[n..])
+        }
         TanRule::NewArray => Ok(match arg(0) {
             Value::Array(a) if matches!(&*a.borrow(), Array::Floats(_)) => {
                 Value::float_array(args[1..].iter().map(|t| t.as_f64().unwrap_or(0.0)).collect())
