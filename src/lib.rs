@@ -126,7 +126,7 @@ impl ProgramBuilder {
             };
             // A host function shadows a standard one of the same name.
             table.retain(|b| b.name != h.name);
-            table.push(Builtin { name: h.name.clone(), min_args: min, max_args: max, imp: BuiltinImpl::Host(i), scalar: None, deriv: zygvm_vm::builtin::Deriv::Missing, scalar_deriv: None, tangent: zygvm_vm::builtin::Tangent::FromPullback, scalar_deriv2: None, second: None });
+            table.push(Builtin { name: h.name.clone(), min_args: min, max_args: max, imp: BuiltinImpl::Host(i), scalar: None, deriv: zygvm_vm::builtin::Deriv::Missing, scalar_deriv: None, tangent: zygvm_vm::builtin::Tangent::FromPullback, scalar_deriv2: None, second: None, custom_second: None });
         }
         let source = zygvm_compiler::Source { name, text: source, dir, differentiate: self.differentiate };
         let loader = |p: &Path| std::fs::read_to_string(p);

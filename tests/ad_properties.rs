@@ -3,7 +3,8 @@
 //! calls, recursion, closures, `map`/`reduce`, arrays with in-place mutation, struct fields)
 //! are differentiated by `gradient`, and every partial derivative is checked against central
 //! finite differences of the same program run forward. Forward mode (`jvp` along each input)
-//! must agree with the gradient to 1e-12 relative.
+//! must agree with the gradient to 1e-12 relative, and `hessian` (forward over reverse) with
+//! central finite differences of the gradient, and be symmetric.
 //!
 //! Every assignment is squashed by a bounded function, so values stay in a range where finite
 //! differences are well conditioned. A point where the program is not smooth (a branch or a
@@ -235,6 +236,7 @@ fn render(stmts: &[Stmt]) -> String {
     r.line(&sum.join(" + "));
     r.out.push_str("}\nfn g(x, y) { gradient(f, x, y) }\n");
     r.out.push_str("fn t(x, y) { (jvp(f, (x, y), (1.0, 0.0))[1], jvp(f, (x, y), (0.0, 1.0))[1]) }\n");
+    r.out.push_str("fn h(x, y) { hessian(fn(v) { f(v[0], v[1]) }, [x, y]) }\n");
     r.out
 }
 
@@ -277,7 +279,45 @@ fn check(stmts: &[Stmt], x: f64, y: f64) -> Result<(), TestCaseError> {
             "d/d{name}: gradient {gr} vs forward mode {tn} at ({x}, {y})\n{src}"
         );
     }
+    check_hessian(&mut vm, &src, x, y)?;
     CHECKED.fetch_add(1, Ordering::Relaxed);
+    Ok(())
+}
+
+fn gradient_at(vm: &mut Vm, x: f64, y: f64) -> [f64; 2] {
+    match vm.call_value("g", vec![Value::Float(x), Value::Float(y)]).unwrap() {
+        Value::Tuple(g) => [float(&g[0]), float(&g[1])],
+        other => panic!("gradient {other:?}"),
+    }
+}
+
+/// `hessian` against central differences of the gradient (two step sizes must agree, as
+/// above), and its symmetry.
+fn check_hessian(vm: &mut Vm, src: &str, x: f64, y: f64) -> Result<(), TestCaseError> {
+    let h = vm.call_value("h", vec![Value::Float(x), Value::Float(y)]).map_err(|e| TestCaseError::fail(format!("{e}\n{src}")))?;
+    let entry = |i: usize, j: usize| match &h {
+        Value::Matrix { data, .. } => data[i * 2 + j],
+        _ => f64::NAN,
+    };
+    let scale = (0..4).map(|k| entry(k / 2, k % 2).abs()).fold(1.0, f64::max);
+    prop_assert!((entry(0, 1) - entry(1, 0)).abs() <= 1e-9 * scale, "hessian not symmetric: {h:?}\n{src}");
+    for (j, (dx, dy)) in [(1.0, 0.0), (0.0, 1.0)].into_iter().enumerate() {
+        let fd = |vm: &mut Vm, s: f64| {
+            let (p, m) = (gradient_at(vm, x + s * dx, y + s * dy), gradient_at(vm, x - s * dx, y - s * dy));
+            [(p[0] - m[0]) / (2.0 * s), (p[1] - m[1]) / (2.0 * s)]
+        };
+        let (f1, f2) = (fd(vm, 1e-5), fd(vm, 1e-4));
+        for i in 0..2 {
+            prop_assume!(f1[i].abs() < 1e4 && (f1[i] - f2[i]).abs() <= 1e-4 * f1[i].abs().max(1.0));
+            let s = f1[i].abs().max(entry(i, j).abs()).max(1.0);
+            prop_assert!(
+                (entry(i, j) - f1[i]).abs() <= 1e-5 * s,
+                "H[{i}, {j}] = {} vs finite difference of the gradient {} at ({x}, {y})\n{src}",
+                entry(i, j),
+                f1[i]
+            );
+        }
+    }
     Ok(())
 }
 

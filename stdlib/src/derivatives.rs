@@ -278,7 +278,7 @@ fn copy(dy: &Value, _: &[Value]) -> VmResult<Vec<Value>> {
     Ok(vec![zygvm_vm::ad::adjoints::deep_copy(dy)])
 }
 /// Element adjoints of a sequence cotangent, as a vector of `n` values.
-fn elements(dy: &Value, n: usize) -> Vec<Value> {
+pub(crate) fn elements(dy: &Value, n: usize) -> Vec<Value> {
     (0..n).map(|k| element(dy, k)).collect()
 }
 fn slice(dy: &Value, a: &[Value]) -> VmResult<Vec<Value>> {
@@ -506,14 +506,14 @@ pullbacks! {
 
 // ---- higher-order and mutating built-ins: their own tape protocol ----
 
-fn pop_int(vm: &mut Vm) -> VmResult<usize> {
+pub(crate) fn pop_int(vm: &mut Vm) -> VmResult<usize> {
     match vm.tape_pop()? {
         Value::Int(n) => Ok(n as usize),
         other => Err(VmError::new(format!("internal differentiation error: tape holds {other:?}"))),
     }
 }
 
-fn add_into(slot: &mut Value, v: Value) -> VmResult<()> {
+pub(crate) fn add_into(slot: &mut Value, v: Value) -> VmResult<()> {
     *slot = accumulate(std::mem::take(slot), v)?;
     Ok(())
 }
@@ -594,7 +594,7 @@ fn filter_tape(vm: &mut Vm, a: &[Value]) -> VmResult<Value> {
     Ok(zygvm_vm::access::new_array(out))
 }
 
-fn filter_adjoint(vm: &mut Vm, dy: Value, d: &mut [Value]) -> VmResult<()> {
+pub(crate) fn filter_adjoint(vm: &mut Vm, dy: Value, d: &mut [Value]) -> VmResult<()> {
     let Value::Tuple(kept) = vm.tape_pop()? else {
         return err("internal differentiation error: filter record");
     };
@@ -650,7 +650,7 @@ fn push_tape(vm: &mut Vm, a: &[Value]) -> VmResult<Value> {
     vm.tape_push(Value::Int(n as i64));
     Ok(Value::Nil)
 }
-fn push_adjoint(vm: &mut Vm, _: Value, d: &mut [Value]) -> VmResult<()> {
+pub(crate) fn push_adjoint(vm: &mut Vm, _: Value, d: &mut [Value]) -> VmResult<()> {
     let n = pop_int(vm)?;
     let mut items = adjoint_items(&d[0]);
     let dv = if items.len() >= n { items.remove(n - 1) } else { Value::Nil };
@@ -668,7 +668,7 @@ fn pop_tape(vm: &mut Vm, a: &[Value]) -> VmResult<Value> {
     vm.tape_push(Value::Int(n as i64));
     Ok(y)
 }
-fn pop_adjoint(vm: &mut Vm, dy: Value, d: &mut [Value]) -> VmResult<()> {
+pub(crate) fn pop_adjoint(vm: &mut Vm, dy: Value, d: &mut [Value]) -> VmResult<()> {
     let n = pop_int(vm)?;
     if matches!(dy, Value::Nil) {
         return Ok(());
@@ -686,7 +686,7 @@ fn insert_tape(vm: &mut Vm, a: &[Value]) -> VmResult<Value> {
     vm.tape_push(a[1].clone());
     Ok(Value::Nil)
 }
-fn insert_adjoint(vm: &mut Vm, _: Value, d: &mut [Value]) -> VmResult<()> {
+pub(crate) fn insert_adjoint(vm: &mut Vm, _: Value, d: &mut [Value]) -> VmResult<()> {
     let i = pop_int(vm)?;
     let mut items = adjoint_items(&d[0]);
     let dv = if i < items.len() { items.remove(i) } else { Value::Nil };
@@ -702,7 +702,7 @@ fn remove_tape(vm: &mut Vm, a: &[Value]) -> VmResult<Value> {
     vm.tape_push(a[1].clone());
     Ok(y)
 }
-fn remove_adjoint(vm: &mut Vm, dy: Value, d: &mut [Value]) -> VmResult<()> {
+pub(crate) fn remove_adjoint(vm: &mut Vm, dy: Value, d: &mut [Value]) -> VmResult<()> {
     let i = pop_int(vm)?;
     if matches!(d[0], Value::Nil) && matches!(dy, Value::Nil) {
         return Ok(());

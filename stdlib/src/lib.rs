@@ -8,8 +8,10 @@ pub mod args;
 pub mod arrays;
 pub mod core;
 pub mod custom_rules;
+pub mod custom_second;
 pub mod derivatives;
 pub mod nested_rules;
+pub mod second_derivatives;
 pub mod tangents;
 pub mod differentiate;
 pub mod io;
@@ -158,10 +160,13 @@ pub fn builtins() -> Vec<Builtin> {
             tangent: zygvm_vm::builtin::Tangent::FromPullback,
             scalar_deriv2: None,
             second: None,
+            custom_second: None,
         });
     }
     derivatives::attach(&mut t);
     tangents::attach(&mut t);
     nested_rules::attach(&mut t);
+    second_derivatives::attach(&mut t);
+    custom_second::attach(&mut t);
     t
 }

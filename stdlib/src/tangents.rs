@@ -33,7 +33,7 @@ fn untracked(name: &str) -> VmError {
     ))
 }
 
-fn map_tangent(vm: &mut Vm, a: &[Value], t: &[Value]) -> VmResult<(Value, Value)> {
+pub(crate) fn map_tangent(vm: &mut Vm, a: &[Value], t: &[Value]) -> VmResult<(Value, Value)> {
     let (f, tf) = (&a[0], &t[0]);
     if let Value::Matrix(m) = &a[1] {
         let (rows, cols, data) = {
@@ -62,7 +62,7 @@ fn map_tangent(vm: &mut Vm, a: &[Value], t: &[Value]) -> VmResult<(Value, Value)
     Ok((zygvm_vm::access::new_array(ys), zygvm_vm::access::new_array(ts)))
 }
 
-fn filter_tangent(vm: &mut Vm, a: &[Value], t: &[Value]) -> VmResult<(Value, Value)> {
+pub(crate) fn filter_tangent(vm: &mut Vm, a: &[Value], t: &[Value]) -> VmResult<(Value, Value)> {
     let xs = items("filter", &a[1])?;
     let (mut ys, mut ts) = (vec![], vec![]);
     for (k, x) in xs.iter().enumerate() {
@@ -96,7 +96,7 @@ fn stored(x: &Value, t: &Value) -> Value {
     }
 }
 
-fn push_tangent(vm: &mut Vm, a: &[Value], t: &[Value]) -> VmResult<(Value, Value)> {
+pub(crate) fn push_tangent(vm: &mut Vm, a: &[Value], t: &[Value]) -> VmResult<(Value, Value)> {
     crate::arrays::push(vm, a)?;
     match &t[0] {
         Value::Nil if matches!(t[1], Value::Nil) => {}
@@ -108,7 +108,7 @@ fn push_tangent(vm: &mut Vm, a: &[Value], t: &[Value]) -> VmResult<(Value, Value
     Ok((Value::Nil, Value::Nil))
 }
 
-fn pop_tangent(vm: &mut Vm, a: &[Value], t: &[Value]) -> VmResult<(Value, Value)> {
+pub(crate) fn pop_tangent(vm: &mut Vm, a: &[Value], t: &[Value]) -> VmResult<(Value, Value)> {
     let y = crate::arrays::pop(vm, a)?;
     let ty = match &t[0] {
         Value::Nil => Value::Nil,
@@ -117,7 +117,7 @@ fn pop_tangent(vm: &mut Vm, a: &[Value], t: &[Value]) -> VmResult<(Value, Value)
     Ok((y, ty))
 }
 
-fn insert_tangent(vm: &mut Vm, a: &[Value], t: &[Value]) -> VmResult<(Value, Value)> {
+pub(crate) fn insert_tangent(vm: &mut Vm, a: &[Value], t: &[Value]) -> VmResult<(Value, Value)> {
     crate::arrays::insert(vm, a)?;
     match &t[0] {
         Value::Nil if matches!(t[2], Value::Nil) => {}
@@ -129,7 +129,7 @@ fn insert_tangent(vm: &mut Vm, a: &[Value], t: &[Value]) -> VmResult<(Value, Val
     Ok((Value::Nil, Value::Nil))
 }
 
-fn remove_tangent(vm: &mut Vm, a: &[Value], t: &[Value]) -> VmResult<(Value, Value)> {
+pub(crate) fn remove_tangent(vm: &mut Vm, a: &[Value], t: &[Value]) -> VmResult<(Value, Value)> {
     let y = crate::arrays::remove(vm, a)?;
     let ty = match &t[0] {
         Value::Nil => Value::Nil,

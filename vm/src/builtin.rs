@@ -38,6 +38,16 @@ pub struct Builtin {
     /// The tangent of the pullback (forward over reverse), for built-ins whose pullback
     /// depends on their arguments other than through `scalar_deriv` or linearity.
     pub second: Option<SecondFn>,
+    /// Forward over reverse for a built-in with its own tape protocol (`Deriv::Custom`).
+    pub custom_second: Option<CustomSecond>,
+}
+
+/// The tangents of a `Deriv::Custom` built-in's two steps: `tape(vm, args, ȧrgs)` returns
+/// `(y, ẏ)` and pushes its records with their tangents; `adjoint(vm, dy, d, ḋy, ḋ)` pops them.
+#[derive(Clone, Copy, Debug)]
+pub struct CustomSecond {
+    pub tape: TangentFn,
+    pub adjoint: fn(&mut Vm, &Value, &mut [Value], &Value, &mut [Value]) -> VmResult<()>,
 }
 
 /// `second(vm, dy, ḋy, args, ȧrgs, y, ẏ)`: the tangents of the pullback's contributions,
@@ -101,6 +111,7 @@ impl Builtin {
             tangent: Tangent::FromPullback,
             scalar_deriv2: None,
             second: None,
+            custom_second: None,
         }
     }
 

@@ -55,6 +55,14 @@ pub fn differentiate_program(ssa: &[Function], builtins: &[Builtin]) -> (Vec<Opt
     let tape_of = |g: FuncId| derivatives.get(g.index()).copied().flatten().map(|d| d.tape);
     let adjoint_of = |g: FuncId| derivatives.get(g.index()).copied().flatten().map(|d| d.adjoint);
     let tangent_of = |g: FuncId| derivatives.get(g.index()).copied().flatten().map(|d| d.tangent);
+    // The routines call each other directly (a primal-with-tape routine calls its callee's
+    // primal-with-tape routine, an adjoint its adjoint): their tangent routines do likewise.
+    let routine_tangents: std::collections::HashMap<FuncId, FuncId> = derivatives
+        .iter()
+        .flatten()
+        .flat_map(|d| [(d.tape, d.tangent_tape), (d.adjoint, d.tangent_adjoint)])
+        .collect();
+    let routine_tangent = |g: FuncId| routine_tangents.get(&g).copied();
     let mut routines = vec![];
     for (i, f) in ssa.iter().enumerate() {
         if derivatives[i].is_none() {
@@ -95,10 +103,9 @@ pub fn differentiate_program(ssa: &[Function], builtins: &[Builtin]) -> (Vec<Opt
         });
         let tan = tangent::tangent_routine(&tangent::Context { f, varied: &varied, builtins, tangent_of: &tangent_of });
         // Forward over reverse: the tangent routines of the two reverse-mode routines.
-        let no_direct = |_: FuncId| None;
         let of_routine = |g: &zygvm_vm::program::Function| {
             let all = vec![true; g.num_regs as usize];
-            tangent::tangent_routine(&tangent::Context { f: g, varied: &all, builtins, tangent_of: &no_direct })
+            tangent::tangent_routine(&tangent::Context { f: g, varied: &all, builtins, tangent_of: &routine_tangent })
         };
         let (tan_tape, tan_adj) = (of_routine(&tape), of_routine(&adj));
         routines.extend([tape, adj, tan, tan_tape, tan_adj]);

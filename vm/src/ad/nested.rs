@@ -158,21 +158,30 @@ impl Vm {
                 self.tape.push(snapshot(&ty));
                 Ok((y, ty))
             }
-            Deriv::Custom { .. } => Err(VmError::new(format!(
-                "second derivatives through {} are not supported yet",
-                self.program().builtins[b.index()].name
-            ))),
+            Deriv::Custom { .. } => match self.program().builtins[b.index()].custom_second {
+                Some(second) => {
+                    self.check_builtin_arity(b, args.len())?;
+                    (second.tape)(self, args, targs)
+                }
+                None => Err(VmError::new(format!(
+                    "second derivatives through {} are not supported yet",
+                    self.program().builtins[b.index()].name
+                ))),
+            },
         }
     }
 
     /// The tangent of a built-in's adjoint step: pops its records and their tangents and
     /// accumulates the contributions (`d`) and their tangents (`td`).
     pub fn tangent_adjoint_builtin(&mut self, b: BuiltinId, dy: &Value, d: &mut [Value], tdy: &Value, td: &mut [Value]) -> VmResult<()> {
-        let (deriv, tangent, d1, d2, second, name) = {
+        let (deriv, tangent, d1, d2, second, custom, name) = {
             let bi = &self.program().builtins[b.index()];
-            (bi.deriv, bi.tangent, bi.scalar_deriv, bi.scalar_deriv2, bi.second, bi.name.clone())
+            (bi.deriv, bi.tangent, bi.scalar_deriv, bi.scalar_deriv2, bi.second, bi.custom_second, bi.name.clone())
         };
         let name = || name.clone();
+        if let (Deriv::Custom { .. }, Some(custom)) = (deriv, custom) {
+            return (custom.adjoint)(self, dy, d, tdy, td);
+        }
         let zero = matches!(dy, Value::Nil) && matches!(tdy, Value::Nil);
         match deriv {
             Deriv::Constant => Ok(()),
