@@ -47,11 +47,13 @@ pub struct ProgramBuilder {
     hosts: Vec<HostFunction>,
     dir: Option<PathBuf>,
     differentiate: zygvm_compiler::Differentiate,
+    /// `host_derivative` names that matched no host function (reported by `compile`).
+    unknown_derivatives: Vec<String>,
 }
 
 impl Default for ProgramBuilder {
     fn default() -> ProgramBuilder {
-        ProgramBuilder { hosts: vec![], dir: None, differentiate: zygvm_compiler::Differentiate::Always }
+        ProgramBuilder { hosts: vec![], dir: None, differentiate: zygvm_compiler::Differentiate::Always, unknown_derivatives: vec![] }
     }
 }
 
@@ -77,7 +79,57 @@ impl ProgramBuilder {
     where
         F: Fn(&[Value]) -> Result<Value, String> + Send + Sync + 'static,
     {
-        self.hosts.push(HostFunction { name: name.to_string(), arity, func: Arc::new(f) });
+        self.hosts.push(HostFunction { name: name.to_string(), arity, func: Arc::new(f), pullback: None, tangent: None });
+        self
+    }
+
+    /// Gives the host function `name` (registered before) derivative rules, so that
+    /// differentiation flows through it: `pullback(args, y, dy)` returns one adjoint per
+    /// argument (`Value::Nil` for none) for reverse mode; `tangent(args, tangents, y)`, if
+    /// given, returns `ẏ` for forward mode (without it forward mode applies the pullback to
+    /// unit cotangents, one per output number). Second derivatives through a host function
+    /// are not supported. Without rules, a derivative reaching a host function is a runtime
+    /// error.
+    ///
+    /// ```
+    /// use zygvm::{Program, Value, Vm};
+    ///
+    /// let program = Program::builder()
+    ///     .host_function("cube", Some(1), |a| match a[0] {
+    ///         Value::Float(x) => Ok(Value::Float(x * x * x)),
+    ///         _ => Err("expects a float".to_string()),
+    ///     })
+    ///     .host_derivative(
+    ///         "cube",
+    ///         |a, _y, dy| match (&a[0], dy) {
+    ///             (Value::Float(x), Value::Float(d)) => Ok(vec![Value::Float(3.0 * x * x * d)]),
+    ///             _ => Err("expects floats".to_string()),
+    ///         },
+    ///         Some(|a: &[Value], t: &[Value], _y: &Value| match (&a[0], &t[0]) {
+    ///             (Value::Float(x), Value::Float(dx)) => Ok(Value::Float(3.0 * x * x * dx)),
+    ///             _ => Err("expects floats".to_string()),
+    ///         }),
+    ///     )
+    ///     .compile("host.zy", "fn f(x) { cube(x) * 2.0 }\nfn d(x) { derivative(f, x) }")?;
+    /// let mut vm = Vm::new(&program);
+    /// vm.run()?;
+    /// let (y, g) = vm.value_and_gradient("f", vec![Value::Float(2.0)])?;
+    /// assert_eq!((y, g), (Value::Float(16.0), vec![Value::Float(24.0)]));
+    /// let d: f64 = vm.call("d", (2.0,))?;
+    /// assert_eq!(d, 24.0);
+    /// # Ok::<(), zygvm::Error>(())
+    /// ```
+    pub fn host_derivative<P, T>(mut self, name: &str, pullback: P, tangent: Option<T>) -> ProgramBuilder
+    where
+        P: Fn(&[Value], &Value, &Value) -> Result<Vec<Value>, String> + Send + Sync + 'static,
+        T: Fn(&[Value], &[Value], &Value) -> Result<Value, String> + Send + Sync + 'static,
+    {
+        if let Some(h) = self.hosts.iter_mut().rev().find(|h| h.name == name) {
+            h.pullback = Some(Arc::new(pullback));
+            h.tangent = tangent.map(|t| Arc::new(t) as Arc<zygvm_vm::host::HostTangentFn>);
+        } else {
+            self.unknown_derivatives.push(name.to_string());
+        }
         self
     }
 
@@ -118,6 +170,10 @@ impl ProgramBuilder {
     }
 
     fn compile_in(self, name: &str, source: &str, dir: PathBuf) -> Result<Program, Error> {
+        if let Some(unknown) = self.unknown_derivatives.first() {
+            let message = format!("host_derivative: no host function named {unknown} was registered before it");
+            return Err(Error::compile(vec![zygvm_vm::error::Diagnostic { message, location: None }]));
+        }
         let mut table: Vec<Builtin> = zygvm_stdlib::builtins();
         for (i, h) in self.hosts.iter().enumerate() {
             let (min, max) = match h.arity {
@@ -126,7 +182,7 @@ impl ProgramBuilder {
             };
             // A host function shadows a standard one of the same name.
             table.retain(|b| b.name != h.name);
-            table.push(Builtin { name: h.name.clone(), min_args: min, max_args: max, imp: BuiltinImpl::Host(i), scalar: None, deriv: zygvm_vm::builtin::Deriv::Missing, scalar_deriv: None, tangent: zygvm_vm::builtin::Tangent::FromPullback, scalar_deriv2: None, second: None, custom_second: None });
+            table.push(Builtin { name: h.name.clone(), min_args: min, max_args: max, imp: BuiltinImpl::Host(i), scalar: None, deriv: if h.pullback.is_some() { zygvm_vm::builtin::Deriv::Host } else { zygvm_vm::builtin::Deriv::Missing }, scalar_deriv: None, tangent: zygvm_vm::builtin::Tangent::FromPullback, scalar_deriv2: None, second: None, custom_second: None });
         }
         let source = zygvm_compiler::Source { name, text: source, dir, differentiate: self.differentiate };
         let loader = |p: &Path| std::fs::read_to_string(p);

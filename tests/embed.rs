@@ -149,3 +149,36 @@ fn gradients_from_the_host() {
     let other = Vm::new(&program).back(&pb2, Value::Float(1.0)).unwrap_err();
     assert!(other.message.contains("another VM"));
 }
+
+#[test]
+fn host_functions_with_derivative_rules() {
+    let scale = |a: &[Value]| match (&a[0], &a[1]) {
+        (Value::Float(x), Value::Float(k)) => Ok(Value::Float(x * k)),
+        _ => Err("expects floats".to_string()),
+    };
+    let pullback = |a: &[Value], _: &Value, dy: &Value| match (&a[0], &a[1], dy) {
+        (Value::Float(x), Value::Float(k), Value::Float(d)) => Ok(vec![Value::Float(k * d), Value::Float(x * d)]),
+        _ => Err("expects floats".to_string()),
+    };
+    type NoTangent = fn(&[Value], &[Value], &Value) -> Result<Value, String>;
+    let src = "fn f(x) { scale(x, x + 1.0) }\nfn d(x) { derivative(f, x) }\nfn plain(x) { raw(x) }";
+    let program = Program::builder()
+        .host_function("scale", Some(2), scale)
+        .host_derivative("scale", pullback, None::<NoTangent>)
+        .host_function("raw", Some(1), |a| Ok(a[0].clone()))
+        .compile("host.zy", src)
+        .unwrap();
+    let mut vm = Vm::new(&program);
+    vm.run().unwrap();
+    // d/dx x (x + 1) = 2x + 1, by reverse mode and by forward mode through the pullback.
+    let (_, g) = vm.value_and_gradient("f", vec![Value::Float(3.0)]).unwrap();
+    assert_eq!(g, vec![Value::Float(7.0)]);
+    let d: f64 = vm.call("d", (3.0,)).unwrap();
+    assert_eq!(d, 7.0);
+    // Without rules, a derivative reaching the host function is an error naming it.
+    let e = vm.value_and_gradient("plain", vec![Value::Float(1.0)]).unwrap_err();
+    assert!(e.to_string().contains("raw: it has no derivative rule"), "{e}");
+    // Rules for a name never registered are reported when compiling.
+    let e = Program::builder().host_derivative("nope", pullback, None::<NoTangent>).compile("x.zy", "1").unwrap_err();
+    assert!(e.to_string().contains("no host function named nope"), "{e}");
+}

@@ -92,6 +92,9 @@ pub enum Deriv {
     /// No rule (host functions): differentiating through a call whose result needs a
     /// derivative is a runtime error.
     Missing,
+    /// A host function with derivative rules written in Rust by the embedding program
+    /// (`HostFunction::pullback`, `tangent`): recorded like `Pullback`.
+    Host,
     /// A differentiation operator (`gradient`, `grad(f)`, `derivative`, ...): differentiating
     /// through it (nested differentiation) is not built yet, a runtime error when a
     /// derivative has to flow through it.

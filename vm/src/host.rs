@@ -25,6 +25,13 @@ pub enum HostValue {
 /// The signature of a host function: arguments in, a value or an error message out.
 pub type HostFn = dyn Fn(&[HostValue]) -> Result<HostValue, String> + Send + Sync;
 
+/// A host function's pullback: `(args, y, dy)` to one adjoint per argument (`Nil` for none).
+pub type HostPullbackFn = dyn Fn(&[HostValue], &HostValue, &HostValue) -> Result<Vec<HostValue>, String> + Send + Sync;
+
+/// A host function's tangent rule: `(args, tangents, y)` to `ẏ` (tangents of arguments that
+/// carry none are zeros of their shape).
+pub type HostTangentFn = dyn Fn(&[HostValue], &[HostValue], &HostValue) -> Result<HostValue, String> + Send + Sync;
+
 /// A Rust closure registered under a name, callable from Zy.
 #[derive(Clone)]
 pub struct HostFunction {
@@ -32,6 +39,11 @@ pub struct HostFunction {
     /// The number of arguments, or `None` for any.
     pub arity: Option<usize>,
     pub func: Arc<HostFn>,
+    /// Its derivative rules, when the host gave them (`ProgramBuilder::host_derivative`):
+    /// the pullback for reverse mode, and optionally a tangent rule for forward mode (without
+    /// one, forward mode applies the pullback to unit cotangents).
+    pub pullback: Option<Arc<HostPullbackFn>>,
+    pub tangent: Option<Arc<HostTangentFn>>,
 }
 
 impl HostValue {

@@ -13,6 +13,7 @@ use crate::bytecode::{BuiltinId, FuncId};
 use crate::error::{VmError, VmResult};
 use crate::interp::Vm;
 use crate::program::Derivative;
+use crate::host::HostValue;
 use crate::value::Value;
 
 impl Vm {
@@ -98,7 +99,7 @@ impl Vm {
         let deriv = self.program().builtins[b.index()].deriv;
         match deriv {
             Deriv::Constant | Deriv::Missing | Deriv::Nested => self.call_builtin(b, args),
-            Deriv::Pullback(_) => {
+            Deriv::Pullback(_) | Deriv::Host => {
                 let y = self.call_builtin(b, args)?;
                 for a in args {
                     self.tape.push(snapshot(a));
@@ -128,7 +129,7 @@ impl Vm {
                 "cannot differentiate through {}: it has no derivative rule",
                 self.program().builtins[b.index()].name
             ))),
-            Deriv::Pullback(rule) => {
+            Deriv::Pullback(_) | Deriv::Host => {
                 let y = self.tape_pop()?;
                 let n = d.len();
                 let mut args = vec![Value::Nil; n];
@@ -138,13 +139,43 @@ impl Vm {
                 if matches!(dy, Value::Nil) {
                     return Ok(());
                 }
-                let contributions = rule(self, &dy, &args, &y)?;
+                let contributions = self.pullback_of_builtin(b, &dy, &args, &y)?;
                 for (slot, c) in d.iter_mut().zip(contributions) {
                     *slot = accumulate(std::mem::take(slot), c)?;
                 }
                 Ok(())
             }
             Deriv::Custom { adjoint, .. } => adjoint(self, dy, d),
+        }
+    }
+
+    /// A pure built-in's pullback: its rule, or the host's Rust pullback.
+    pub(crate) fn pullback_of_builtin(&mut self, b: BuiltinId, dy: &Value, args: &[Value], y: &Value) -> VmResult<Vec<Value>> {
+        let program = self.program().clone();
+        let bi = &program.builtins[b.index()];
+        match (bi.deriv, bi.imp) {
+            (Deriv::Pullback(rule), _) => rule(self, dy, args, y),
+            (Deriv::Host, crate::builtin::BuiltinImpl::Host(i)) => {
+                let host = &program.host_functions[i];
+                let Some(pullback) = &host.pullback else {
+                    return Err(VmError::new(format!("cannot differentiate through {}: it has no derivative rule", host.name)));
+                };
+                let h = |v: &Value| HostValue::from_value(v, &program);
+                let hargs: Vec<HostValue> = args.iter().map(h).collect();
+                let out = pullback(&hargs, &h(y), &h(dy)).map_err(|m| VmError::new(format!("{}'s pullback: {m}", host.name)))?;
+                if out.len() != args.len() {
+                    return Err(VmError::new(format!(
+                        "{}'s pullback returned {} adjoints for {} arguments",
+                        host.name,
+                        out.len(),
+                        args.len()
+                    )));
+                }
+                out.iter()
+                    .map(|v| v.to_value(&program).map_err(|m| VmError::new(format!("{}'s pullback: {m}", host.name))))
+                    .collect()
+            }
+            _ => Err(VmError::new(format!("cannot differentiate through {}: it has no derivative rule", bi.name))),
         }
     }
 

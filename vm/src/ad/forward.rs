@@ -119,7 +119,7 @@ impl Vm {
         let y = self.call_builtin(b, args)?;
         if targs.iter().all(|t| matches!(t, Value::Nil)) {
             let ty = match deriv {
-                Deriv::Constant | Deriv::Pullback(_) => zero_container(&y),
+                Deriv::Constant | Deriv::Pullback(_) | Deriv::Host => zero_container(&y),
                 _ => Value::Nil,
             };
             return Ok((y, ty));
@@ -135,7 +135,11 @@ impl Vm {
                 )))
             }
             Deriv::Custom { .. } => return Err(VmError::new(format!("forward mode has no rule for {} yet", name()))),
-            Deriv::Pullback(pullback) => match (tangent, scalar_deriv) {
+            Deriv::Host => match self.host_tangent(b, args, targs, &y)? {
+                Some(ty) => ty,
+                None => self.transposed(b, args, targs, &y)?,
+            },
+            Deriv::Pullback(_) => match (tangent, scalar_deriv) {
                 (_, Some(d)) if args.len() == 1 => bin(BinOp::Mul, &map_numbers(&args[0], d)?, &targs[0])?,
                 (Tangent::Linear, _) => {
                     let program = self.program().clone();
@@ -149,40 +153,59 @@ impl Vm {
                         .collect();
                     self.call_builtin(b, &dense)?
                 }
-                // The Jacobian applied to the tangents, one pullback per output number (the
-                // pullback is linear in its cotangent): exact, and cheap for the numbers and
-                // small arrays these built-ins return.
-                _ => match &y {
-                    Value::Float(_) => {
-                        let d = pullback(self, &Value::Float(1.0), args, &y)?;
-                        Value::Float(d.iter().zip(targs).map(|(d, t)| inner(d, t)).sum())
-                    }
-                    Value::Array(_) | Value::Matrix(_) if to_flat(&y).is_some() => {
-                        let m = to_flat(&y).map(|v| v.len()).unwrap_or(0);
-                        let mut out = Vec::with_capacity(m);
-                        for j in 0..m {
-                            let d = pullback(self, &unit(&y, j), args, &y)?;
-                            out.push(d.iter().zip(targs).map(|(d, t)| inner(d, t)).sum());
-                        }
-                        match &y {
-                            Value::Matrix(mm) => {
-                                let mm = mm.borrow();
-                                Value::matrix(mm.rows, mm.cols, out)
-                            }
-                            _ => Value::float_array(out),
-                        }
-                    }
-                    other => {
-                        return Err(VmError::new(format!(
-                            "forward mode has no rule for {} returning {} yet",
-                            name(),
-                            other.type_name()
-                        )))
-                    }
-                },
+                _ => self.transposed(b, args, targs, &y)?,
             },
         };
         Ok((y, ty))
+    }
+}
+
+impl Vm {
+    /// The Jacobian applied to the tangents, one pullback per output number (a pullback is
+    /// linear in its cotangent): exact, and cheap for the numbers and small arrays built-ins
+    /// return.
+    fn transposed(&mut self, b: BuiltinId, args: &[Value], targs: &[Value], y: &Value) -> VmResult<Value> {
+        Ok(match y {
+            Value::Float(_) => {
+                let d = self.pullback_of_builtin(b, &Value::Float(1.0), args, y)?;
+                Value::Float(d.iter().zip(targs).map(|(d, t)| inner(d, t)).sum())
+            }
+            Value::Array(_) | Value::Matrix(_) if to_flat(y).is_some() => {
+                let m = to_flat(y).map(|v| v.len()).unwrap_or(0);
+                let mut out = Vec::with_capacity(m);
+                for j in 0..m {
+                    let d = self.pullback_of_builtin(b, &unit(y, j), args, y)?;
+                    out.push(d.iter().zip(targs).map(|(d, t)| inner(d, t)).sum());
+                }
+                match y {
+                    Value::Matrix(mm) => {
+                        let mm = mm.borrow();
+                        Value::matrix(mm.rows, mm.cols, out)
+                    }
+                    _ => Value::float_array(out),
+                }
+            }
+            other => {
+                return Err(VmError::new(format!(
+                    "forward mode has no rule for {} returning {} yet",
+                    self.program().builtins[b.index()].name,
+                    other.type_name()
+                )))
+            }
+        })
+    }
+
+    /// A host function's own tangent rule, if it has one.
+    fn host_tangent(&mut self, b: BuiltinId, args: &[Value], targs: &[Value], y: &Value) -> VmResult<Option<Value>> {
+        let program = self.program().clone();
+        let crate::builtin::BuiltinImpl::Host(i) = program.builtins[b.index()].imp else { return Ok(None) };
+        let host = &program.host_functions[i];
+        let Some(tangent) = &host.tangent else { return Ok(None) };
+        let h = |v: &Value| crate::host::HostValue::from_value(v, &program);
+        let hargs: Vec<_> = args.iter().map(h).collect();
+        let htangents: Vec<_> = args.iter().zip(targs).map(|(x, t)| h(&to_gradient(t, x, &program))).collect();
+        let ty = tangent(&hargs, &htangents, &h(y)).map_err(|m| VmError::new(format!("{}'s tangent: {m}", host.name)))?;
+        ty.to_value(&program).map(Some).map_err(|m| VmError::new(format!("{}'s tangent: {m}", host.name)))
     }
 }
 

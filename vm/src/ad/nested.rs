@@ -148,7 +148,7 @@ impl Vm {
     pub fn tangent_tape_builtin(&mut self, b: BuiltinId, args: &[Value], targs: &[Value]) -> VmResult<(Value, Value)> {
         match self.program().builtins[b.index()].deriv {
             Deriv::Constant | Deriv::Missing | Deriv::Nested => self.tangent_builtin(b, args, targs),
-            Deriv::Pullback(_) => {
+            Deriv::Pullback(_) | Deriv::Host => {
                 let (y, ty) = self.tangent_builtin(b, args, targs)?;
                 for (a, t) in args.iter().zip(targs) {
                     self.tape.push(snapshot(a));
@@ -189,7 +189,7 @@ impl Vm {
             Deriv::Missing | Deriv::Nested | Deriv::Custom { .. } => {
                 Err(VmError::new(format!("second derivatives through {} are not supported yet", name())))
             }
-            Deriv::Pullback(rule) => {
+            Deriv::Pullback(_) | Deriv::Host => {
                 let ty = self.tape_pop()?;
                 let y = self.tape_pop()?;
                 let n = d.len();
@@ -201,12 +201,12 @@ impl Vm {
                 if zero {
                     return Ok(());
                 }
-                let contributions = if matches!(dy, Value::Nil) { vec![Value::Nil; n] } else { rule(self, dy, &args, &y)? };
+                let contributions = if matches!(dy, Value::Nil) { vec![Value::Nil; n] } else { self.pullback_of_builtin(b, dy, &args, &y)? };
                 let tangents = match (second, d1, d2, tangent) {
                     (Some(second), _, _, _) => second(self, dy, tdy, &args, &targs, &y, &ty)?,
                     (None, Some(d1), Some(d2), _) if n == 1 => vec![unary_pullback_tangent(d1, d2, dy, tdy, &args[0], &targs[0])?],
                     (None, _, _, Tangent::Linear) if matches!(tdy, Value::Nil) => vec![Value::Nil; n],
-                    (None, _, _, Tangent::Linear) => rule(self, tdy, &args, &y)?,
+                    (None, _, _, Tangent::Linear) => self.pullback_of_builtin(b, tdy, &args, &y)?,
                     _ => return Err(VmError::new(format!("second derivatives through {} are not supported yet", name()))),
                 };
                 for (slot, c) in d.iter_mut().zip(contributions) {
