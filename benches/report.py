@@ -73,6 +73,13 @@ def main():
             f, g = median_seconds("forward", f"{name}_{key}"), median_seconds("gradient", f"{name}_{key}")
             ratios.append(f"{g / f:.2f}" if f and g else "-")
         print(f"| {w} | " + " | ".join(ratios) + " |")
+    print("\nSecond order (forward over reverse), zygvm interp, against one gradient in the same run:\n")
+    print("| workload | what | time | / one gradient |")
+    print("| --- | --- | --- | --- |")
+    for w, what in (("logsumexp", "full 100 x 100 Hessian (100 sweeps)"), ("mlp_loops", "one Hessian-vector product (weights)")):
+        h, g = median_seconds("second_order", f"{w}_zygvm-interp"), median_seconds("gradient", f"{w}_zygvm-interp")
+        if h and g:
+            print(f"| {w} | {what} | {fmt(h)} | {h / g:.1f} |")
     print()
     for w, iters in (("loop", 500), ("logreg_loops", 7840)):
         b = tape_bytes(w)

@@ -210,6 +210,30 @@ fn gradients(c: &mut Criterion) {
     g.finish();
 }
 
+/// Second derivatives (forward over reverse): `logsumexp`'s full Hessian (100 sweeps) and one
+/// Hessian-vector product of `mlp_loops` with respect to its weights. Checked first:
+/// `logsumexp`'s Hessian is `diag(s) - s sᵀ`, `s = softmax(x)`.
+fn second_order(c: &mut Criterion) {
+    let x = native::randn(1, 100);
+    let m = x.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+    let z: f64 = x.iter().map(|v| (v - m).exp()).sum();
+    let s: Vec<f64> = x.iter().map(|v| (v - m).exp() / z).collect();
+    let want: Vec<f64> = (0..100 * 100)
+        .map(|k| {
+            let (i, j) = (k / 100, k % 100);
+            (if i == j { s[i] } else { 0.0 }) - s[i] * s[j]
+        })
+        .collect();
+    assert!(all_close(&flat(&workload_vm("logsumexp").call_value("bench_hessian", vec![]).unwrap()), &want, 1e-12));
+    let mut g = c.benchmark_group("second_order");
+    g.sample_size(10).warm_up_time(Duration::from_millis(300)).measurement_time(Duration::from_secs(3));
+    for name in ["logsumexp", "mlp_loops"] {
+        let mut vm = workload_vm(name);
+        g.bench_function(format!("{name}/zygvm-interp"), |b| b.iter(|| vm.call_value("bench_hessian", vec![]).unwrap()));
+    }
+    g.finish();
+}
+
 fn native_forward(c: &mut Criterion) {
     let mut g = c.benchmark_group("forward");
     g.sample_size(20).warm_up_time(Duration::from_millis(300)).measurement_time(Duration::from_secs(2));
@@ -224,5 +248,5 @@ fn native_forward(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, sanity, sanity_gradients, native_forward, forward, gradients, compile);
+criterion_group!(benches, sanity, sanity_gradients, native_forward, forward, gradients, second_order, compile);
 criterion_main!(benches);
