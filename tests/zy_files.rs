@@ -67,3 +67,21 @@ fn zy_files() {
     println!("{} passed, {} failed", files.len() - failures.len(), failures.len());
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));
 }
+
+/// Every example in `examples/` runs to completion without an error.
+#[test]
+fn examples_run() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples");
+    let mut failures = vec![];
+    for e in std::fs::read_dir(&dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.extension().is_none_or(|x| x != "zy") {
+            continue;
+        }
+        let out = Command::new(env!("CARGO_BIN_EXE_zygvm")).arg(&p).stdin(std::process::Stdio::null()).output().unwrap();
+        if !out.status.success() || out.stdout.is_empty() {
+            failures.push(format!("{}: {:?}\n{}", p.display(), out.status, String::from_utf8_lossy(&out.stderr)));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
