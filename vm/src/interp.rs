@@ -999,8 +999,22 @@ impl Vm {
                         }
                     }
                     Instr::Tan { dst, rule, args } => {
-                        let vals: Vec<Value> = func.list(args).iter().map(|r| reg!(r).clone()).collect();
-                        let v = tri!(crate::ad::tangents::apply(&program, rule, &vals));
+                        let list = func.list(args);
+                        let nil = Value::Nil;
+                        let fast = crate::ad::tangents::fast(&program, rule, list.len(), |k| match list.get(k) {
+                            // SAFETY: as for `reg!`: list registers are below `num_regs`
+                            // (verifier) and the frame is live; nothing else touches the
+                            // registers while the rule reads them.
+                            Some(r) => unsafe { &*regs.add(r.index()) },
+                            None => &nil,
+                        });
+                        let v = match fast {
+                            Some(v) => v,
+                            None => {
+                                let vals: Vec<Value> = list.iter().map(|r| reg!(r).clone()).collect();
+                                tri!(crate::ad::tangents::apply(&program, rule, &vals))
+                            }
+                        };
                         set!(dst, v);
                     }
                     Instr::CallTan { dst, callee, args } => {

@@ -103,11 +103,13 @@ pub fn differentiate_program(ssa: &[Function], builtins: &[Builtin]) -> (Vec<Opt
         });
         let tan = tangent::tangent_routine(&tangent::Context { f, varied: &varied, builtins, tangent_of: &tangent_of });
         // Forward over reverse: the tangent routines of the two reverse-mode routines.
-        let of_routine = |g: &zygvm_vm::program::Function| {
-            let all = vec![true; g.num_regs as usize];
-            tangent::tangent_routine(&tangent::Context { f: g, varied: &all, builtins, tangent_of: &routine_tangent })
+        // The primal-with-tape routine keeps the function's registers, so the function's
+        // activity holds for it; in the adjoint every value may carry a tangent.
+        let of_routine = |g: &zygvm_vm::program::Function, varied: &[bool]| {
+            tangent::tangent_routine(&tangent::Context { f: g, varied, builtins, tangent_of: &routine_tangent })
         };
-        let (tan_tape, tan_adj) = (of_routine(&tape), of_routine(&adj));
+        debug_assert_eq!(tape.num_regs, f.num_regs);
+        let (tan_tape, tan_adj) = (of_routine(&tape, &varied), of_routine(&adj, &vec![true; adj.num_regs as usize]));
         routines.extend([tape, adj, tan, tan_tape, tan_adj]);
     }
     (derivatives, routines)

@@ -268,6 +268,86 @@ pub fn apply(program: &Program, code: u32, args: &[Value]) -> VmResult<Value> {
     }
 }
 
+/// A number, with `nil` (the zero tangent) as 0; `None` for anything else.
+#[inline(always)]
+fn num(v: &Value) -> Option<f64> {
+    match v {
+        Value::Float(x) => Some(*x),
+        Value::Nil => Some(0.0),
+        _ => None,
+    }
+}
+
+/// The float fast path of the commonest rules (scalar code and its adjoint under forward
+/// mode), reading operands straight from registers; `None` sends the call to `apply`. Primal
+/// operands must be floats, tangents floats or `nil`.
+#[inline(always)]
+pub fn fast<'v>(program: &Program, code: u32, n: usize, arg: impl Fn(usize) -> &'v Value) -> Option<Value> {
+    let (rule, payload) = TanRule::decode(code);
+    let f = |k: usize| match arg(k) {
+        Value::Float(x) => Some(*x),
+        _ => None,
+    };
+    let t = |k: usize| num(arg(k));
+    let v = match rule {
+        TanRule::Add => {
+            f(2)?;
+            t(0)? + t(1)?
+        }
+        TanRule::Sub => {
+            f(2)?;
+            t(0)? - t(1)?
+        }
+        TanRule::Mul => t(1)? * f(2)? + f(0)? * t(3)?,
+        TanRule::Div => (t(0)? - f(3)? * t(1)?) / f(2)?,
+        TanRule::Neg => -t(0)?,
+        TanRule::Math1 => program.builtins[payload as usize].scalar_deriv?(f(0)?) * t(1)?,
+        TanRule::Pull => return second_order_fast(program, payload, n / 2, &arg),
+        _ => return None,
+    };
+    Some(Value::Float(v))
+}
+
+/// Scalar cases of `second_order::pull_tangent`: operands `0..m` are the pullback's, `m..2m`
+/// their tangents.
+#[inline(always)]
+fn second_order_fast<'v>(program: &Program, code: u32, m: usize, arg: &impl Fn(usize) -> &'v Value) -> Option<Value> {
+    use super::rules::Rule;
+    let (rule, payload) = Rule::decode(code);
+    let f = |k: usize| match arg(k) {
+        Value::Float(x) => Some(*x),
+        _ => None,
+    };
+    let t = |k: usize| num(arg(m + k));
+    let v = match rule {
+        Rule::AddA | Rule::AddB | Rule::SubA | Rule::ModA => {
+            f(0)?;
+            t(0)?
+        }
+        Rule::SubB | Rule::Neg => {
+            f(0)?;
+            -t(0)?
+        }
+        Rule::MulA => t(0)? * f(2)? + f(0)? * t(2)?,
+        Rule::MulB => t(0)? * f(1)? + f(0)? * t(1)?,
+        Rule::DivA => {
+            let (d, b) = (f(0)?, f(2)?);
+            t(0)? / b - d * t(2)? / (b * b)
+        }
+        Rule::DivB => {
+            let (d, a, b) = (f(0)?, f(1)?, f(2)?);
+            -t(0)? * a / (b * b) - d * t(1)? / (b * b) + 2.0 * d * a * t(2)? / (b * b * b)
+        }
+        Rule::Math1 => {
+            let bi = &program.builtins[payload as usize];
+            let (d, x) = (f(0)?, f(1)?);
+            t(0)? * bi.scalar_deriv?(x) + d * bi.scalar_deriv2?(x) * t(1)?
+        }
+        _ => return None,
+    };
+    Some(Value::Float(v))
+}
+
 fn untracked() -> VmError {
     VmError::new(
         "forward mode: a varying value is written into a container whose derivative is not tracked \
