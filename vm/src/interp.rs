@@ -299,6 +299,69 @@ impl Vm {
         }
     }
 
+    /// The forward-mode instructions other than calls of Zy functions (`execute` pushes
+    /// those): tangent rules and tangent calls of built-ins and other callables.
+    ///
+    /// # Safety
+    /// `regs` must point to the current frame's registers, valid for every register of `f`.
+    #[inline(never)]
+    unsafe fn forward_mode_instr(&mut self, program: &Program, f: &crate::program::Function, instr: Instr, regs: *const Value) -> VmResult<Value> {
+        // SAFETY: the caller guarantees `regs` covers every register of `f`; the values are
+        // read (cloned) before any call below can grow the stack.
+        let read = |r: &Reg| unsafe { (*regs.add(r.index())).clone() };
+        let pair = |(y, t): (Value, Value)| Value::tuple(vec![y, t]);
+        match instr {
+            Instr::Tan { rule, args, .. } => {
+                let list = f.list(args);
+                let nil = Value::Nil;
+                // SAFETY: as for `read`.
+                let fast = crate::ad::tangents::fast(program, rule, list.len(), |k| match list.get(k) {
+                    Some(r) => unsafe { &*regs.add(r.index()) },
+                    None => &nil,
+                });
+                match fast {
+                    Some(v) => Ok(v),
+                    None => {
+                        let vals: Vec<Value> = list.iter().map(read).collect();
+                        crate::ad::tangents::apply(program, rule, &vals)
+                    }
+                }
+            }
+            Instr::CallTan { callee, args, .. } | Instr::CallTanTape { callee, args, .. } | Instr::CallTanAdj { callee, args, .. } => {
+                let callee = read(&callee);
+                let vals: Vec<Value> = f.list(args).iter().map(read).collect();
+                let n = (vals.len() - 1) / 2;
+                match instr {
+                    Instr::CallTan { .. } => self.call_tangent(&callee, &vals[0], &vals[1..1 + n], &vals[1 + n..]).map(pair),
+                    Instr::CallTanTape { .. } => self.call_tangent_tape(&callee, &vals[0], &vals[1..1 + n], &vals[1 + n..]).map(pair),
+                    _ => {
+                        let (d, td) = (vals[2..1 + n].to_vec(), vals[2 + n..].to_vec());
+                        self.call_tangent_adjoint(&callee, vals[1].clone(), d, vals[1 + n].clone(), td).map(pair)
+                    }
+                }
+            }
+            Instr::CallBuiltinTan { builtin, args, .. } | Instr::CallBuiltinTanTape { builtin, args, .. } => {
+                let vals: Vec<Value> = f.list(args).iter().map(read).collect();
+                let n = vals.len() / 2;
+                if matches!(instr, Instr::CallBuiltinTan { .. }) {
+                    self.tangent_builtin(builtin, &vals[..n], &vals[n..]).map(pair)
+                } else {
+                    self.tangent_tape_builtin(builtin, &vals[..n], &vals[n..]).map(pair)
+                }
+            }
+            Instr::CallBuiltinTanAdj { builtin, args, .. } => {
+                let vals: Vec<Value> = f.list(args).iter().map(read).collect();
+                let n = vals.len() / 2;
+                let (mut d, mut td) = (vals[1..n].to_vec(), vals[n + 1..].to_vec());
+                self.tangent_adjoint_builtin(builtin, &vals[0], &mut d, &vals[n], &mut td)?;
+                d.insert(0, Value::Nil);
+                td.insert(0, Value::Nil);
+                Ok(Value::tuple(vec![Value::tuple(d), Value::tuple(td)]))
+            }
+            other => Err(VmError::new(format!("internal error: {} is not a forward-mode instruction", other.name()))),
+        }
+    }
+
     /// Runs one function to completion from Rust (the host, a built-in, or the
     /// differentiation drivers), re-entering the dispatch loop.
     pub(crate) fn run_function(&mut self, func: FuncId, closure: Option<Rc<Closure>>, args: &[Value]) -> VmResult<Value> {
@@ -998,114 +1061,49 @@ impl Vm {
                             }
                         }
                     }
-                    Instr::Tan { dst, rule, args } => {
-                        let list = func.list(args);
-                        let nil = Value::Nil;
-                        let fast = crate::ad::tangents::fast(&program, rule, list.len(), |k| match list.get(k) {
-                            // SAFETY: as for `reg!`: list registers are below `num_regs`
-                            // (verifier) and the frame is live; nothing else touches the
-                            // registers while the rule reads them.
-                            Some(r) => unsafe { &*regs.add(r.index()) },
-                            None => &nil,
-                        });
-                        let v = match fast {
-                            Some(v) => v,
-                            None => {
-                                let vals: Vec<Value> = list.iter().map(|r| reg!(r).clone()).collect();
-                                tri!(crate::ad::tangents::apply(&program, rule, &vals))
-                            }
+                    // Forward mode and forward over reverse: calls of Zy functions push a
+                    // frame here; everything else is out of line (`forward_mode_instr`), so
+                    // that the dispatch loop stays as small as the other modes need.
+                    Instr::CallTan { dst, callee, args }
+                    | Instr::CallTanTape { dst, callee, args }
+                    | Instr::CallTanAdj { dst, callee, args }
+                        if matches!(reg!(callee), Value::Func(_) | Value::Closure(_)) =>
+                    {
+                        account!();
+                        self.frames.last_mut().unwrap().pc = pc!() as u32;
+                        if self.steps >= self.next_check {
+                            tri!(self.check_limits());
+                        }
+                        let (f, closure) = match reg!(callee).clone() {
+                            Value::Closure(c) => (c.func, Some(c)),
+                            Value::Func(f) => (f, None),
+                            _ => unreachable!("guarded above"),
                         };
+                        let d = tri!(self.derivative_of(f));
+                        let (routine, closure) = match instr {
+                            Instr::CallTan { .. } => (d.tangent, closure),
+                            Instr::CallTanTape { .. } => (d.tangent_tape, closure),
+                            // Adjoint routines have no captures.
+                            _ => (d.tangent_adjoint, None),
+                        };
+                        tri!(self.push_call(routine, closure, base, func.list(args), dst.0));
+                        continue 'frames;
+                    }
+                    Instr::Tan { dst, .. }
+                    | Instr::CallTan { dst, .. }
+                    | Instr::CallTanTape { dst, .. }
+                    | Instr::CallTanAdj { dst, .. }
+                    | Instr::CallBuiltinTan { dst, .. }
+                    | Instr::CallBuiltinTanTape { dst, .. }
+                    | Instr::CallBuiltinTanAdj { dst, .. } => {
+                        account!();
+                        self.frames.last_mut().unwrap().pc = pc!() as u32;
+                        // SAFETY: `regs` is this frame's register window (see `reg!`), live
+                        // for the call; the helper reads the instruction's list registers,
+                        // all below `num_regs` (verifier), before anything can move the stack.
+                        let v = tri!(unsafe { self.forward_mode_instr(&program, func, instr, regs) });
+                        refresh!();
                         set!(dst, v);
-                    }
-                    Instr::CallTan { dst, callee, args } => {
-                        account!();
-                        self.frames.last_mut().unwrap().pc = pc!() as u32;
-                        if self.steps >= self.next_check {
-                            tri!(self.check_limits());
-                        }
-                        match reg!(callee).clone() {
-                            Value::Func(f) => {
-                                let d = tri!(self.derivative_of(f));
-                                tri!(self.push_call(d.tangent, None, base, func.list(args), dst.0));
-                                continue 'frames;
-                            }
-                            Value::Closure(c) => {
-                                let d = tri!(self.derivative_of(c.func));
-                                tri!(self.push_call(d.tangent, Some(c), base, func.list(args), dst.0));
-                                continue 'frames;
-                            }
-                            callee => {
-                                let vals: Vec<Value> = func.list(args).iter().map(|r| reg!(r).clone()).collect();
-                                let n = (vals.len() - 1) / 2;
-                                let (y, t) = tri!(self.call_tangent(&callee, &vals[0], &vals[1..1 + n], &vals[1 + n..]));
-                                refresh!();
-                                set!(dst, Value::tuple(vec![y, t]));
-                            }
-                        }
-                    }
-                    Instr::CallBuiltinTan { dst, builtin, args } => {
-                        account!();
-                        self.frames.last_mut().unwrap().pc = pc!() as u32;
-                        let vals: Vec<Value> = func.list(args).iter().map(|r| reg!(r).clone()).collect();
-                        let n = vals.len() / 2;
-                        let (y, t) = tri!(self.tangent_builtin(builtin, &vals[..n], &vals[n..]));
-                        refresh!();
-                        set!(dst, Value::tuple(vec![y, t]));
-                    }
-                    Instr::CallTanTape { dst, callee, args } | Instr::CallTanAdj { dst, callee, args } => {
-                        account!();
-                        self.frames.last_mut().unwrap().pc = pc!() as u32;
-                        if self.steps >= self.next_check {
-                            tri!(self.check_limits());
-                        }
-                        let tape = matches!(instr, Instr::CallTanTape { .. });
-                        let routine = |d: crate::program::Derivative| if tape { d.tangent_tape } else { d.tangent_adjoint };
-                        match reg!(callee).clone() {
-                            Value::Func(f) => {
-                                let d = tri!(self.derivative_of(f));
-                                tri!(self.push_call(routine(d), None, base, func.list(args), dst.0));
-                                continue 'frames;
-                            }
-                            Value::Closure(c) => {
-                                let d = tri!(self.derivative_of(c.func));
-                                let captures = if tape { Some(c) } else { None };
-                                tri!(self.push_call(routine(d), captures, base, func.list(args), dst.0));
-                                continue 'frames;
-                            }
-                            callee => {
-                                let vals: Vec<Value> = func.list(args).iter().map(|r| reg!(r).clone()).collect();
-                                let n = (vals.len() - 1) / 2;
-                                let (y, t) = if tape {
-                                    tri!(self.call_tangent_tape(&callee, &vals[0], &vals[1..1 + n], &vals[1 + n..]))
-                                } else {
-                                    let (d, td) = (vals[2..1 + n].to_vec(), vals[2 + n..].to_vec());
-                                    tri!(self.call_tangent_adjoint(&callee, vals[1].clone(), d, vals[1 + n].clone(), td))
-                                };
-                                refresh!();
-                                set!(dst, Value::tuple(vec![y, t]));
-                            }
-                        }
-                    }
-                    Instr::CallBuiltinTanTape { dst, builtin, args } => {
-                        account!();
-                        self.frames.last_mut().unwrap().pc = pc!() as u32;
-                        let vals: Vec<Value> = func.list(args).iter().map(|r| reg!(r).clone()).collect();
-                        let n = vals.len() / 2;
-                        let (y, t) = tri!(self.tangent_tape_builtin(builtin, &vals[..n], &vals[n..]));
-                        refresh!();
-                        set!(dst, Value::tuple(vec![y, t]));
-                    }
-                    Instr::CallBuiltinTanAdj { dst, builtin, args } => {
-                        account!();
-                        self.frames.last_mut().unwrap().pc = pc!() as u32;
-                        let vals: Vec<Value> = func.list(args).iter().map(|r| reg!(r).clone()).collect();
-                        let n = vals.len() / 2;
-                        let (mut d, mut td) = (vals[1..n].to_vec(), vals[n + 1..].to_vec());
-                        tri!(self.tangent_adjoint_builtin(builtin, &vals[0], &mut d, &vals[n], &mut td));
-                        refresh!();
-                        d.insert(0, Value::Nil);
-                        td.insert(0, Value::Nil);
-                        set!(dst, Value::tuple(vec![Value::tuple(d), Value::tuple(td)]));
                     }
                     Instr::CallAdj { dst, callee, args } => {
                         account!();
