@@ -208,6 +208,10 @@ fn custom_gradient_adjoint(vm: &mut Vm, dy: &Value, d: &mut [Value], tdy: &Value
         return Ok(());
     }
     let (dx, tdx) = vm.call_tangent(&back, &tback, std::slice::from_ref(dy), std::slice::from_ref(tdy))?;
+    let n = d.len() - 2;
+    if !matches!(&dx, Value::Tuple(t) if t.len() == n) {
+        return Err(VmError::new(format!("custom_gradient's back must return a tuple of {n} adjoints (one per input), got {}", dx.type_name())));
+    }
     for k in 2..d.len() {
         add_into(&mut d[k], element(&dx, k - 2))?;
         add_into(&mut td[k], element(&tdx, k - 2))?;

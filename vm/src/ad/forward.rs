@@ -234,8 +234,19 @@ pub fn derivative(vm: &mut Vm, f: &Value, x: &Value) -> VmResult<Value> {
         return Err(VmError::new(format!("derivative needs a float input, got {}", x.type_name())));
     }
     let (y, ty) = vm.call_tangent(f, &Value::Nil, std::slice::from_ref(x), &[Value::Float(1.0)])?;
+    if !differentiable_result(&y) {
+        return Err(VmError::new(format!(
+            "derivative needs a function returning a number, array, matrix, tuple or struct, but it returned {}",
+            y.type_name()
+        )));
+    }
     let program = vm.program().clone();
     Ok(to_gradient(&ty, &y, &program))
+}
+
+/// Whether a result can carry a derivative (numbers and containers of them).
+fn differentiable_result(y: &Value) -> bool {
+    matches!(y, Value::Float(_) | Value::Int(_) | Value::Array(_) | Value::Matrix(_) | Value::Tuple(_) | Value::Struct(_) | Value::Dict(_))
 }
 
 /// `jvp(f, (x..), (ẋ..))`: `(y, ẏ)`.
@@ -245,10 +256,14 @@ pub fn jvp(vm: &mut Vm, f: &Value, xs: &[Value], ts: &[Value]) -> VmResult<(Valu
     }
     for (x, t) in xs.iter().zip(ts) {
         check_float_input("jvp", x)?;
-        super::adjoints::check_cotangent(t, x).map_err(|e| VmError::new(format!("jvp: tangent {e}")))?;
+        super::adjoints::check_cotangent(t, x)
+            .map_err(|e| VmError::new(format!("jvp: {}", e.replace("cotangent", "tangent").replace("the result", "the input"))))?;
     }
     let ts: Vec<Value> = ts.iter().map(deep_copy).collect();
     let (y, ty) = vm.call_tangent(f, &Value::Nil, xs, &ts)?;
+    if !differentiable_result(&y) {
+        return Err(VmError::new(format!("jvp needs a function returning a differentiable value, but it returned {}", y.type_name())));
+    }
     let program = vm.program().clone();
     let ty = to_gradient(&ty, &y, &program);
     Ok((y, ty))

@@ -95,6 +95,14 @@ impl Vm {
             }
             Value::Builtin(b) => self.tangent_tape_builtin(*b, args, targs),
             Value::StructCtor(_) => self.call_tangent(f, tf, args, targs),
+            // `checkpoint(f)`, `custom_gradient(f, rule)`: their own rules; a differentiation
+            // operator here would be a third derivative.
+            Value::Partial(p) if self.program().builtins[p.builtin.index()].custom_second.is_some() => {
+                let (mut all, mut tall) = (p.bound.to_vec(), (0..p.bound.len()).map(|k| element(tf, k)).collect::<Vec<_>>());
+                all.extend_from_slice(args);
+                tall.extend_from_slice(targs);
+                self.tangent_tape_builtin(p.builtin, &all, &tall)
+            }
             Value::Partial(p) => Err(third_order(&self.program().builtins[p.builtin.index()].name.clone())),
             other => Err(VmError::new(format!("cannot call a value of type {}", other.type_name()))),
         }
@@ -131,6 +139,19 @@ impl Vm {
                 d.insert(0, Value::Nil);
                 td.insert(0, Value::Nil);
                 Ok((Value::tuple(d), Value::tuple(td)))
+            }
+            Value::Partial(p) if self.program().builtins[p.builtin.index()].custom_second.is_some() => {
+                let nb = p.bound.len();
+                let (mut da, mut tda) = (vec![Value::Nil; nb], vec![Value::Nil; nb]);
+                da.append(&mut d);
+                tda.append(&mut td);
+                self.tangent_adjoint_builtin(p.builtin, &dy, &mut da, &tdy, &mut tda)?;
+                let (rest, trest) = (da.split_off(nb), tda.split_off(nb));
+                let bound = |v: Vec<Value>| if v.iter().all(|x| matches!(x, Value::Nil)) { Value::Nil } else { Value::tuple(v) };
+                let (mut out, mut tout) = (vec![bound(da)], vec![bound(tda)]);
+                out.extend(rest);
+                tout.extend(trest);
+                Ok((Value::tuple(out), Value::tuple(tout)))
             }
             Value::Partial(p) if !(matches!(dy, Value::Nil) && matches!(tdy, Value::Nil)) => {
                 Err(third_order(&self.program().builtins[p.builtin.index()].name.clone()))
