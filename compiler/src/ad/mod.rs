@@ -24,6 +24,7 @@ pub mod adjoint;
 pub mod cfg;
 pub mod primal;
 pub mod saves;
+pub mod simplify;
 pub mod tangent;
 
 use zygvm_vm::builtin::Builtin;
@@ -93,7 +94,7 @@ pub fn differentiate_program(ssa: &[Function], builtins: &[Builtin]) -> (Vec<Opt
             once: &plan.once,
             tape_of: &tape_of,
         });
-        let adj = adjoint::adjoint(&adjoint::Context {
+        let mut adj = adjoint::adjoint(&adjoint::Context {
             f,
             varied: &varied,
             active: &active,
@@ -101,6 +102,7 @@ pub fn differentiate_program(ssa: &[Function], builtins: &[Builtin]) -> (Vec<Opt
             plan: &plan,
             adjoint_of: &adjoint_of,
         });
+        simplify::simplify(&mut adj);
         let tan = tangent::tangent_routine(&tangent::Context { f, varied: &varied, builtins, tangent_of: &tangent_of });
         // Forward over reverse: the tangent routines of the two reverse-mode routines.
         // The primal-with-tape routine keeps the function's registers, so the function's
