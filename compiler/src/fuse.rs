@@ -7,6 +7,7 @@
 //! | `c = Lt a, b; Branch c, NEXT, E` (c used once)   | `BranchNotLt a, b, E` (also Le, Gt, Ge) |
 //! | `t = Mul x, y; d = Add acc, t` (t used once, d and acc share a register) | `MulAdd d, x, y` |
 //! | `d = Add a, k; Jump T ()` (d and a share a register, the jump copies nothing) | `AddJump d, k, T` (also `Sub`) |
+//! | `t = Pull R, L; d = AdjAdd acc, t` (t used once, d and acc share a register) | `PullAdd d, R, L` (an adjoint's accumulation) |
 //!
 //! The fused instruction has the same semantics, errors included, as the pair.
 
@@ -22,6 +23,8 @@ pub enum Fusion {
     MulAdd,
     /// This `Add`/`Sub` and the next `Jump` become an `AddJump`/`SubJump`.
     StepJump,
+    /// This `Pull` and the next `AdjAdd` become a `PullAdd`.
+    PullAdd,
 }
 
 /// For each instruction, whether it starts a fused pair. `reg_of` is the register assignment;
@@ -54,6 +57,12 @@ pub fn plan(f: &Function, reg_of: &[u32], jump_is_identity: impl Fn(usize) -> bo
                     if t == t2 && a != t && use_count[t.index()] == 1 && same(dst, a) =>
                 {
                     Fusion::MulAdd
+                }
+                (Instr::Pull { dst: t, .. }, Instr::AdjAdd { dst, a, b })
+                    if use_count[t.index()] == 1
+                        && ((b == t && a != t && same(dst, a)) || (a == t && b != t && same(dst, b))) =>
+                {
+                    Fusion::PullAdd
                 }
                 (Instr::Add { dst, a, .. } | Instr::Sub { dst, a, .. }, Instr::Jump { .. })
                     if same(dst, a) && jump_is_identity(pc + 1) =>
@@ -88,6 +97,8 @@ pub fn combine(kind: Fusion, x: Instr, y: Instr, map: impl Fn(Reg) -> Reg) -> In
         (Fusion::StepJump, Instr::Sub { dst, b, .. }, Instr::Jump { target, .. }) => {
             Instr::SubJump { dst: map(dst), k: map(b), target }
         }
+        // The rule's register list is remapped by the caller, as for any list operand.
+        (Fusion::PullAdd, Instr::Pull { rule, args, .. }, Instr::AdjAdd { dst, .. }) => Instr::PullAdd { dst: map(dst), rule, args },
         _ => unreachable!("planned fusion {kind:?}"),
     }
 }

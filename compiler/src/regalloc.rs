@@ -331,7 +331,21 @@ pub fn allocate(f: &Function) -> Function {
         out.spans.push(f.spans[pc]);
         let mut i = *i;
         if fused[pc] {
-            out.code.push(crate::fuse::combine(plan[pc], i, f.code[pc + 1], map));
+            let mut c = crate::fuse::combine(plan[pc], i, f.code[pc + 1], map);
+            let mut new_list = None;
+            c.for_each_operand(|o| {
+                if let Operand::List(l) = o {
+                    new_list = Some(f.list(l).iter().map(|&r| map(r)).collect::<Vec<_>>());
+                }
+            });
+            if let Some(regs) = new_list {
+                let nl = add_list(&mut out, regs);
+                c.map_operands(|o| match o {
+                    Operand::List(_) => Operand::List(nl),
+                    o => o,
+                });
+            }
+            out.code.push(c);
             continue;
         }
         match i {

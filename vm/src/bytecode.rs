@@ -265,6 +265,7 @@ opcodes! {
     BranchNotLe { a: reg, b: reg, else_blk: block } => "if not R[a] <= R[b] goto B[else_blk], else fall through";
     BranchNotGt { a: reg, b: reg, else_blk: block } => "if not R[a] > R[b] goto B[else_blk], else fall through";
     BranchNotGe { a: reg, b: reg, else_blk: block } => "if not R[a] >= R[b] goto B[else_blk], else fall through";
+    PullAdd { dst: acc, rule: imm, args: list } => "R[dst] := R[dst] (+) RULE[rule](L[args]...) (a Pull then an AdjAdd)";
     MulAdd { dst: acc, a: reg, b: reg } => "R[dst] := R[dst] + R[a] * R[b] (a Mul then an Add, no fused rounding)";
     AddJump { dst: acc, k: reg, target: block } => "R[dst] := R[dst] + R[k]; goto B[target] (a loop step and its back edge)";
     SubJump { dst: acc, k: reg, target: block } => "R[dst] := R[dst] - R[k]; goto B[target]";

@@ -47,7 +47,7 @@ pub fn instr_text(f: &Function, p: &Program, i: &Instr) -> String {
             operand_text(&mut rest, f, p, o);
         }
     });
-    if let Instr::Pull { rule, .. } = i {
+    if let Instr::Pull { rule, .. } | Instr::PullAdd { rule, .. } = i {
         // Show the rule by name rather than its encoded number.
         let code = rule.to_string();
         rest = rest.replacen(&code, &crate::ad::rules::describe(*rule, p), 1);

@@ -610,6 +610,33 @@ impl Vm {
                     return Err(self.unwind(e, depth));
                 }};
             }
+            // The value of a pullback rule over a register list: the float fast path reading
+            // registers in place, else the general rule on copies.
+            macro_rules! pull_value {
+                ($rule:expr, $args:expr) => {{
+                    let list = func.list($args);
+                    let nil = Value::Nil;
+                    let fast = crate::ad::rules::fast(&program, $rule, |k| match list.get(k) {
+                        // SAFETY: as for `reg!`: list registers are below `num_regs`
+                        // (verifier) and the frame is live; nothing else touches the
+                        // registers while the rule reads them.
+                        Some(r) => unsafe { &*regs.add(r.index()) },
+                        None => &nil,
+                    });
+                    match fast {
+                        Some(v) => v,
+                        None => {
+                            let mut buf = std::mem::take(&mut self.scratch);
+                            buf.clear();
+                            buf.extend(list.iter().map(|r| reg!(r).clone()));
+                            let r = crate::ad::rules::apply(&program, $rule, &buf);
+                            buf.clear();
+                            self.scratch = buf;
+                            tri!(r)
+                        }
+                    }
+                }};
+            }
             macro_rules! tri {
                 ($e:expr) => {
                     match $e {
@@ -1012,28 +1039,18 @@ impl Vm {
                         set!(dst, v);
                     }
                     Instr::Pull { dst, rule, args } => {
-                        let list = func.list(args);
-                        let nil = Value::Nil;
-                        let fast = crate::ad::rules::fast(&program, rule, |k| match list.get(k) {
-                            // SAFETY: as for `reg!`: list registers are below `num_regs`
-                            // (verifier) and the frame is live; nothing else touches the
-                            // registers while the rule reads them.
-                            Some(r) => unsafe { &*regs.add(r.index()) },
-                            None => &nil,
-                        });
-                        let v = match fast {
-                            Some(v) => v,
-                            None => {
-                                let mut buf = std::mem::take(&mut self.scratch);
-                                buf.clear();
-                                buf.extend(list.iter().map(|r| reg!(r).clone()));
-                                let r = crate::ad::rules::apply(&program, rule, &buf);
-                                buf.clear();
-                                self.scratch = buf;
-                                tri!(r)
-                            }
-                        };
+                        let v = pull_value!(rule, args);
                         set!(dst, v);
+                    }
+                    Instr::PullAdd { dst, rule, args } => {
+                        let v = pull_value!(rule, args);
+                        let sum = match (std::mem::take(&mut reg!(dst)), v) {
+                            (Value::Float(x), Value::Float(y)) => Value::Float(x + y),
+                            (Value::Nil, y) => y,
+                            (x, Value::Nil) => x,
+                            (x, y) => tri!(crate::ad::adjoints::accumulate(x, y)),
+                        };
+                        set!(dst, sum);
                     }
                     Instr::CallTape { dst, callee, args } => {
                         account!();

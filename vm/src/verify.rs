@@ -95,7 +95,7 @@ pub fn verify_function(p: &Program, f: &Function, ssa: bool) -> Result<(), Strin
                         return err(format!("{pc}: superinstruction in SSA form"));
                     }
                 }
-                Instr::MulAdd { .. } if ssa => return err(format!("{pc}: superinstruction in SSA form")),
+                Instr::MulAdd { .. } | Instr::PullAdd { .. } if ssa => return err(format!("{pc}: superinstruction in SSA form")),
                 Instr::Branch { then_blk, else_blk, .. } => {
                     for t in [then_blk, else_blk] {
                         if !f.list(f.blocks[t.index()].params).is_empty() {
