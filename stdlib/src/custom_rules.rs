@@ -7,8 +7,11 @@
 //!
 //! | built-in | primal-with-tape | adjoint |
 //! | --- | --- | --- |
-//! | `custom_gradient.apply(f, rule, x..)` | `(y, back) = rule(x..)`; push `back` | `dx.. += back(dy)` |
+//! | `custom_gradient.apply(f, rule, tangent_rule, x..)` | `(y, back) = rule(x..)`; push `back` | `dx.. += back(dy)` |
 //! | `checkpoint.apply(f, x..)` | push copies of `x..` and `f`; `y = f(x..)` untaped | rerun `f`'s primal-with-tape on the copies, then its adjoint |
+//!
+//! Forward mode uses `tangent_rule(x.., ẋ..)` for `ẏ` when it was given (an extension of the
+//! language reference, which has two arguments), and otherwise differentiates `f` itself.
 //!
 //! `checkpoint` therefore holds two tape entries per call, whatever `f` does inside, and pays
 //! one more run of `f` in the adjoint. The adjoint of `f` itself (closure captures) flows back
@@ -42,21 +45,29 @@ fn need_function(what: &str, v: &Value) -> VmResult<()> {
     }
 }
 
-/// `custom_gradient(f, rule)`.
+/// Values bound by `custom_gradient`: `f`, `rule`, and the tangent rule or `nil`.
+pub const CUSTOM_BOUND: usize = 3;
+
+/// `custom_gradient(f, rule)` or `custom_gradient(f, rule, tangent_rule)`.
 pub fn custom_gradient(vm: &mut Vm, a: &[Value]) -> VmResult<Value> {
     need_function("custom_gradient", &a[0])?;
     need_function("custom_gradient's rule", &a[1])?;
-    bind(vm, CUSTOM_GRADIENT_APPLY, a.to_vec())
+    let mut bound = a.to_vec();
+    match bound.get(2) {
+        Some(t) => need_function("custom_gradient's tangent rule", t)?,
+        None => bound.push(Value::Nil),
+    }
+    bind(vm, CUSTOM_GRADIENT_APPLY, bound)
 }
 
 /// `custom_gradient(f, rule)(x..)` outside reverse mode: `f(x..)`.
 pub fn custom_gradient_apply(vm: &mut Vm, a: &[Value]) -> VmResult<Value> {
-    vm.call_value(&a[0], &a[2..])
+    vm.call_value(&a[0], &a[CUSTOM_BOUND..])
 }
 
 /// Under reverse mode: the rule gives the value and the pullback, which goes on the tape.
 pub fn custom_gradient_tape(vm: &mut Vm, a: &[Value]) -> VmResult<Value> {
-    let r = vm.call_value(&a[1], &a[2..])?;
+    let r = vm.call_value(&a[1], &a[CUSTOM_BOUND..])?;
     let (y, back) = match &r {
         Value::Tuple(t) if t.len() == 2 && t[1].is_callable() => (t[0].clone(), t[1].clone()),
         other => {
@@ -75,11 +86,11 @@ pub fn custom_gradient_adjoint(vm: &mut Vm, dy: Value, d: &mut [Value]) -> VmRes
     if matches!(dy, Value::Nil) {
         return Ok(());
     }
-    let n = d.len() - 2;
+    let n = d.len() - CUSTOM_BOUND;
     let dx = vm.call_value(&back, &[dy])?;
     match &dx {
         Value::Tuple(t) if t.len() == n => {
-            for (slot, g) in d[2..].iter_mut().zip(t.iter()) {
+            for (slot, g) in d[CUSTOM_BOUND..].iter_mut().zip(t.iter()) {
                 *slot = accumulate(std::mem::take(slot), g.clone())?;
             }
             Ok(())

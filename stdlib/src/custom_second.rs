@@ -192,7 +192,8 @@ fn checkpoint_adjoint(vm: &mut Vm, dy: &Value, d: &mut [Value], tdy: &Value, td:
 }
 
 fn custom_gradient_tape(vm: &mut Vm, a: &[Value], t: &[Value]) -> VmResult<(Value, Value)> {
-    let (r, tr) = vm.call_tangent(&a[1], &t[1], &a[2..], &t[2..])?;
+    let k = crate::custom_rules::CUSTOM_BOUND;
+    let (r, tr) = vm.call_tangent(&a[1], &t[1], &a[k..], &t[k..])?;
     let back = element(&r, 1);
     if !back.is_callable() {
         return Err(VmError::new("custom_gradient's rule must return a tuple (y, back) with a function back"));
@@ -208,13 +209,14 @@ fn custom_gradient_adjoint(vm: &mut Vm, dy: &Value, d: &mut [Value], tdy: &Value
         return Ok(());
     }
     let (dx, tdx) = vm.call_tangent(&back, &tback, std::slice::from_ref(dy), std::slice::from_ref(tdy))?;
-    let n = d.len() - 2;
+    let k0 = crate::custom_rules::CUSTOM_BOUND;
+    let n = d.len() - k0;
     if !matches!(&dx, Value::Tuple(t) if t.len() == n) {
         return Err(VmError::new(format!("custom_gradient's back must return a tuple of {n} adjoints (one per input), got {}", dx.type_name())));
     }
-    for k in 2..d.len() {
-        add_into(&mut d[k], element(&dx, k - 2))?;
-        add_into(&mut td[k], element(&tdx, k - 2))?;
+    for k in k0..d.len() {
+        add_into(&mut d[k], element(&dx, k - k0))?;
+        add_into(&mut td[k], element(&tdx, k - k0))?;
     }
     Ok(())
 }

@@ -144,7 +144,7 @@ pub fn builtins() -> Vec<Builtin> {
     add("jvp", 3, 3, differentiate::jvp);
     add("jacobian", 2, 2, differentiate::jacobian);
     add("hessian", 2, 2, differentiate::hessian);
-    add("custom_gradient", 2, 2, custom_rules::custom_gradient);
+    add("custom_gradient", 2, 3, custom_rules::custom_gradient);
     add(custom_rules::CUSTOM_GRADIENT_APPLY, 2, ANY, custom_rules::custom_gradient_apply);
     add("checkpoint", 1, 1, custom_rules::checkpoint);
     add(custom_rules::CHECKPOINT_APPLY, 1, ANY, custom_rules::checkpoint_apply);

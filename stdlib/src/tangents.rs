@@ -10,6 +10,7 @@
 //! | `reduce(f, xs, init)` | the accumulator's tangent threaded through the tangent calls |
 //! | `push`, `pop`, `insert`, `remove` | the same operation on the array's tangent |
 //! | `custom_gradient(f, rule)(x..)` | `f`'s own tangent (the rule is for reverse mode) |
+//! | `custom_gradient(f, rule, tangent_rule)(x..)` | `tangent_rule(x.., ẋ..)` |
 //! | `checkpoint(f)(x..)` | `f`'s own tangent (nothing is stored in forward mode) |
 
 use crate::args::*;
@@ -143,8 +144,20 @@ fn bound_function_tangent(skip: usize) -> impl Fn(&mut Vm, &[Value], &[Value]) -
     move |vm, a, t| vm.call_tangent(&a[0], &t[0], &a[skip..], &t[skip..])
 }
 
+/// `custom_gradient(f, rule, tangent_rule)(x..)`: `(f(x..), tangent_rule(x.., ẋ..))`, the
+/// tangents given as zeros of their inputs' shapes where none flows; without a tangent rule,
+/// `f`'s own tangent.
 fn custom_gradient_tangent(vm: &mut Vm, a: &[Value], t: &[Value]) -> VmResult<(Value, Value)> {
-    bound_function_tangent(2)(vm, a, t)
+    let k = crate::custom_rules::CUSTOM_BOUND;
+    if matches!(a[2], Value::Nil) {
+        return bound_function_tangent(k)(vm, a, t);
+    }
+    let y = vm.call_value(&a[0], &a[k..])?;
+    let program = vm.program().clone();
+    let mut args = a[k..].to_vec();
+    args.extend(a[k..].iter().zip(&t[k..]).map(|(x, tx)| zygvm_vm::ad::adjoints::to_gradient(tx, x, &program)));
+    let ty = vm.call_value(&a[2], &args)?;
+    Ok((y, ty))
 }
 
 fn checkpoint_tangent(vm: &mut Vm, a: &[Value], t: &[Value]) -> VmResult<(Value, Value)> {
