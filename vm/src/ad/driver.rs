@@ -28,7 +28,17 @@ fn forward(vm: &mut Vm, f: &Value, args: &[Value]) -> VmResult<Value> {
 /// Pops the callee record and runs its adjoint with cotangent `dy`; the arguments' adjoints.
 fn backward(vm: &mut Vm, dy: Value, nargs: usize) -> VmResult<Vec<Value>> {
     let f = vm.tape_pop()?;
-    let out = vm.call_adjoint(&f, dy, vec![Value::Nil; nargs])?;
+    let out = match &f {
+        // The common case without the general path's argument shuffling: `(dy, nil..)`.
+        Value::Func(id) => {
+            let adjoint = vm.derivative_of(*id)?.adjoint;
+            let mut a = Vec::with_capacity(nargs + 1);
+            a.push(dy);
+            a.resize(nargs + 1, Value::Nil);
+            vm.run_function(adjoint, None, &a)?
+        }
+        _ => vm.call_adjoint(&f, dy, vec![Value::Nil; nargs])?,
+    };
     let Value::Tuple(t) = out else {
         return Err(VmError::new("internal differentiation error: an adjoint returned no tuple"));
     };
@@ -47,7 +57,8 @@ fn with_tape_mark<T>(vm: &mut Vm, body: impl FnOnce(&mut Vm) -> VmResult<T>) -> 
 /// the language reference says.
 pub fn value_and_gradient(vm: &mut Vm, f: &Value, args: &[Value]) -> VmResult<(Value, Vec<Value>)> {
     // The gradient has the shape of each argument as passed, even if `f` changes its length.
-    let lengths: Vec<Option<usize>> = args.iter().map(array_length).collect();
+    let lengths: Vec<Option<usize>> =
+        if args.iter().any(|a| matches!(a, Value::Array(_))) { args.iter().map(array_length).collect() } else { vec![] };
     with_tape_mark(vm, |vm| {
         let y = forward(vm, f, args)?;
         if !matches!(y, Value::Float(_) | Value::Int(_)) {
@@ -61,8 +72,8 @@ pub fn value_and_gradient(vm: &mut Vm, f: &Value, args: &[Value]) -> VmResult<(V
         let grads = d
             .iter()
             .zip(args)
-            .zip(&lengths)
-            .map(|((d, a), n)| fit_length(to_gradient(d, a, &program), d, *n))
+            .enumerate()
+            .map(|(k, (d, a))| fit_length(to_gradient(d, a, &program), d, lengths.get(k).copied().flatten()))
             .collect();
         Ok((y, grads))
     })
