@@ -302,11 +302,7 @@ pub fn allocate(f: &Function) -> Function {
         list_regs: vec![],
         span: f.span,
     };
-    let add_list = |out: &mut Function, regs: Vec<Reg>| -> ListId {
-        out.lists.push((out.list_regs.len() as u32, regs.len() as u32));
-        out.list_regs.extend(regs);
-        ListId(out.lists.len() as u32 - 1)
-    };
+    let add_list = |out: &mut Function, regs: Vec<Reg>| out.add_list(&regs);
     let params: Vec<Vec<Reg>> =
         f.blocks.iter().map(|bl| f.list(bl.params).iter().map(|&p| map(p)).collect()).collect();
     // New index of each old instruction (fusion removes the fused branches).

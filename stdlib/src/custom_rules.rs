@@ -20,7 +20,6 @@
 
 use std::rc::Rc;
 use zygvm_vm::ad::adjoints::{accumulate, deep_copy, element};
-use zygvm_vm::bytecode::BuiltinId;
 use zygvm_vm::value::{Partial, Value};
 use zygvm_vm::{Vm, VmError, VmResult};
 
@@ -28,13 +27,8 @@ pub const CUSTOM_GRADIENT_APPLY: &str = "custom_gradient.apply";
 pub const CHECKPOINT_APPLY: &str = "checkpoint.apply";
 
 fn bind(vm: &Vm, name: &str, bound: Vec<Value>) -> VmResult<Value> {
-    let id = vm
-        .program()
-        .builtins
-        .iter()
-        .position(|b| b.name == name)
-        .ok_or_else(|| VmError::new(format!("internal error: {name} missing")))?;
-    Ok(Value::Partial(Rc::new(Partial { builtin: BuiltinId(id as u32), bound: bound.into_boxed_slice() })))
+    let builtin = zygvm_vm::ad::driver::builtin_named(vm, name)?;
+    Ok(Value::Partial(Rc::new(Partial { builtin, bound: bound.into_boxed_slice() })))
 }
 
 fn need_function(what: &str, v: &Value) -> VmResult<()> {

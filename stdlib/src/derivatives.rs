@@ -246,7 +246,7 @@ fn norm(dy: &Value, a: &[Value], y: &Value) -> VmResult<Vec<Value>> {
     let g = num_of(dy);
     Ok(vec![shaped_like(&a[0], x.iter().map(|v| if n == 0.0 { 0.0 } else { g * v / n }).collect())])
 }
-fn softmax_of(x: &[f64]) -> Vec<f64> {
+pub(crate) fn softmax_of(x: &[f64]) -> Vec<f64> {
     let m = x.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
     let e: Vec<f64> = x.iter().map(|v| (v - m).exp()).collect();
     let s: f64 = e.iter().sum();

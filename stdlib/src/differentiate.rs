@@ -22,16 +22,8 @@ pub fn grad(vm: &mut Vm, a: &[Value]) -> VmResult<Value> {
     if !a[0].is_callable() {
         return Err(VmError::new(format!("grad needs a function, got {}", a[0].type_name())));
     }
-    let id = vm
-        .program()
-        .builtins
-        .iter()
-        .position(|b| b.name == GRAD_APPLY)
-        .ok_or_else(|| VmError::new("internal error: grad.apply missing"))?;
-    Ok(Value::Partial(Rc::new(Partial {
-        builtin: zygvm_vm::bytecode::BuiltinId(id as u32),
-        bound: vec![a[0].clone()].into_boxed_slice(),
-    })))
+    let builtin = driver::builtin_named(vm, GRAD_APPLY)?;
+    Ok(Value::Partial(Rc::new(Partial { builtin, bound: vec![a[0].clone()].into_boxed_slice() })))
 }
 
 /// The built-in `grad(f)` binds `f` to.

@@ -13,7 +13,8 @@
 //! adjoints in the same sweep. `grad(f)`, `checkpoint(f)` and `custom_gradient(f, rule)`
 //! build functions whose adjoint and tangent are those of the bound values.
 
-use zygvm_vm::ad::adjoints::{accumulate, deep_copy, element, to_gradient};
+use crate::derivatives::add_into;
+use zygvm_vm::ad::adjoints::{deep_copy, element, to_gradient};
 use zygvm_vm::ad::forward;
 use zygvm_vm::builtin::{Builtin, Deriv, Tangent, TangentFn};
 use zygvm_vm::value::Value;
@@ -120,16 +121,13 @@ fn record(vm: &mut Vm, a: &[Value], value: fn(&mut Vm, &[Value]) -> VmResult<Val
     Ok(y)
 }
 
-fn inputs(vm: &mut Vm) -> VmResult<Vec<Value>> {
+/// Pops the inputs `record` saved; `None` when no derivative flows (`dy` is zero).
+fn inputs(vm: &mut Vm, dy: &Value) -> VmResult<Option<Vec<Value>>> {
     match vm.tape_pop()? {
-        Value::Tuple(t) => Ok(t.to_vec()),
+        _ if matches!(dy, Value::Nil) => Ok(None),
+        Value::Tuple(t) => Ok(Some(t.to_vec())),
         _ => Err(VmError::new("internal differentiation error: nested record")),
     }
-}
-
-fn add_into(slot: &mut Value, v: Value) -> VmResult<()> {
-    *slot = accumulate(std::mem::take(slot), v)?;
-    Ok(())
 }
 
 /// `x̄ = H ȳ`-style adjoint of a gradient operator, from one sweep along `ẋ = tx`.
@@ -146,10 +144,7 @@ fn grad_apply_tape(vm: &mut Vm, a: &[Value]) -> VmResult<Value> {
     record(vm, a, crate::differentiate::grad_apply)
 }
 fn grad_apply_adjoint(vm: &mut Vm, dy: Value, d: &mut [Value]) -> VmResult<()> {
-    let a = inputs(vm)?;
-    if matches!(dy, Value::Nil) {
-        return Ok(());
-    }
+    let Some(a) = inputs(vm, &dy)? else { return Ok(()) };
     let mut tx = vec![nil(); a.len() - 1];
     tx[0] = dy;
     gradient_adjoint_with(vm, d, &a, tx, nil())
@@ -159,10 +154,7 @@ fn gradient_tape(vm: &mut Vm, a: &[Value]) -> VmResult<Value> {
     record(vm, a, crate::differentiate::gradient)
 }
 fn gradient_adjoint(vm: &mut Vm, dy: Value, d: &mut [Value]) -> VmResult<()> {
-    let a = inputs(vm)?;
-    if matches!(dy, Value::Nil) {
-        return Ok(());
-    }
+    let Some(a) = inputs(vm, &dy)? else { return Ok(()) };
     let tx = (0..a.len() - 1).map(|k| element(&dy, k)).collect();
     gradient_adjoint_with(vm, d, &a, tx, nil())
 }
@@ -172,10 +164,7 @@ fn value_and_gradient_tape(vm: &mut Vm, a: &[Value]) -> VmResult<Value> {
 }
 /// `(v̄, ḡ)`: `x̄ = v̄ ∇f + H ḡ`, the sweep along `ẋ = ḡ` with the cotangent's tangent `v̄`.
 fn value_and_gradient_adjoint(vm: &mut Vm, dy: Value, d: &mut [Value]) -> VmResult<()> {
-    let a = inputs(vm)?;
-    if matches!(dy, Value::Nil) {
-        return Ok(());
-    }
+    let Some(a) = inputs(vm, &dy)? else { return Ok(()) };
     let g = element(&dy, 1);
     let tx = (0..a.len() - 1).map(|k| element(&g, k)).collect();
     gradient_adjoint_with(vm, d, &a, tx, element(&dy, 0))
@@ -186,10 +175,7 @@ fn derivative_tape(vm: &mut Vm, a: &[Value]) -> VmResult<Value> {
 }
 /// `x̄ = ⟨ȳ, f''(x)⟩`: the tangent along `ẋ = 1` of the pullback of `ȳ`.
 fn derivative_adjoint(vm: &mut Vm, dy: Value, d: &mut [Value]) -> VmResult<()> {
-    let a = inputs(vm)?;
-    if matches!(dy, Value::Nil) {
-        return Ok(());
-    }
+    let Some(a) = inputs(vm, &dy)? else { return Ok(()) };
     let s = vm.forward_over_reverse(&a[0], &nil(), &a[1..2], &[Value::Float(1.0)], dy, nil())?;
     add_into(&mut d[0], s.td_callee)?;
     add_into(&mut d[1], s.tgrads[0].clone())
@@ -200,10 +186,7 @@ fn jvp_tape(vm: &mut Vm, a: &[Value]) -> VmResult<Value> {
 }
 /// `(ȳ₀, ȳ₁)`: one sweep along `ts` with cotangent `ȳ₁` and cotangent tangent `ȳ₀`.
 fn jvp_adjoint(vm: &mut Vm, dy: Value, d: &mut [Value]) -> VmResult<()> {
-    let a = inputs(vm)?;
-    if matches!(dy, Value::Nil) {
-        return Ok(());
-    }
+    let Some(a) = inputs(vm, &dy)? else { return Ok(()) };
     let (xs, ts) = (items(&a[1]), items(&a[2]));
     let s = vm.forward_over_reverse(&a[0], &nil(), &xs, &ts, element(&dy, 1), element(&dy, 0))?;
     add_into(&mut d[0], s.td_callee)?;

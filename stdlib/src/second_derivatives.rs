@@ -13,6 +13,7 @@
 //! | `softmax(x)` | `s ⊙ (dy - ⟨dy, s⟩)` | `ṡ ⊙ (dy - ⟨dy, s⟩) + s ⊙ (ḋy - ⟨ḋy, s⟩ - ⟨dy, ṡ⟩)` |
 //! | `norm(x)` | `dy x / y` | `ḋy x / y + dy ẋ / y - dy x ẏ / y²`, `ẏ = ⟨x, ẋ⟩ / y` |
 
+use crate::derivatives::softmax_of;
 use zygvm_vm::ad::rules::Rule;
 use zygvm_vm::ad::second_order::pull_tangent;
 use zygvm_vm::builtin::{Builtin, Deriv, SecondFn};
@@ -110,13 +111,6 @@ fn dot2(_: &mut Vm, dy: &Value, tdy: &Value, a: &[Value], t: &[Value], _: &Value
         Value::float_array(z.iter().zip(&tz).map(|(z, tz)| td * z + d * tz).collect()),
         Value::float_array(x.iter().zip(&tx).map(|(x, tx)| td * x + d * tx).collect()),
     ])
-}
-
-fn softmax_of(x: &[f64]) -> Vec<f64> {
-    let m = x.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
-    let e: Vec<f64> = x.iter().map(|v| (v - m).exp()).collect();
-    let s: f64 = e.iter().sum();
-    e.into_iter().map(|v| v / s).collect()
 }
 
 /// `ṡ = s ⊙ (ẋ - ⟨s, ẋ⟩)`: the tangent of `softmax` at `x` along `ẋ`.

@@ -97,14 +97,20 @@ fn stored(x: &Value, t: &Value) -> Value {
     }
 }
 
+/// The array tangent a write of `tv` must go into: `None` when there is nothing to write
+/// (no tangent array and a zero `tv`), an error when the array's tangent is not tracked.
+fn written<'t>(name: &str, ta: &'t Value, tv: &Value) -> VmResult<Option<&'t Value>> {
+    match ta {
+        Value::Nil if matches!(tv, Value::Nil) => Ok(None),
+        Value::Nil => Err(untracked(name)),
+        ta => Ok(Some(ta)),
+    }
+}
+
 pub(crate) fn push_tangent(vm: &mut Vm, a: &[Value], t: &[Value]) -> VmResult<(Value, Value)> {
     crate::arrays::push(vm, a)?;
-    match &t[0] {
-        Value::Nil if matches!(t[1], Value::Nil) => {}
-        Value::Nil => return Err(untracked("push")),
-        ta => {
-            crate::arrays::push(vm, &[ta.clone(), stored(&a[1], &t[1])])?;
-        }
+    if let Some(ta) = written("push", &t[0], &t[1])? {
+        crate::arrays::push(vm, &[ta.clone(), stored(&a[1], &t[1])])?;
     }
     Ok((Value::Nil, Value::Nil))
 }
@@ -120,12 +126,8 @@ pub(crate) fn pop_tangent(vm: &mut Vm, a: &[Value], t: &[Value]) -> VmResult<(Va
 
 pub(crate) fn insert_tangent(vm: &mut Vm, a: &[Value], t: &[Value]) -> VmResult<(Value, Value)> {
     crate::arrays::insert(vm, a)?;
-    match &t[0] {
-        Value::Nil if matches!(t[2], Value::Nil) => {}
-        Value::Nil => return Err(untracked("insert")),
-        ta => {
-            crate::arrays::insert(vm, &[ta.clone(), a[1].clone(), stored(&a[2], &t[2])])?;
-        }
+    if let Some(ta) = written("insert", &t[0], &t[2])? {
+        crate::arrays::insert(vm, &[ta.clone(), a[1].clone(), stored(&a[2], &t[2])])?;
     }
     Ok((Value::Nil, Value::Nil))
 }

@@ -121,6 +121,37 @@ impl Function {
         }
     }
 
+    /// A function with this one's name, kind, parameters, captures, register count and span,
+    /// and no code, blocks or lists yet: the start of a routine derived from it.
+    pub fn empty_like(&self) -> Function {
+        Function {
+            name: self.name.clone(),
+            kind: self.kind.clone(),
+            arity: self.arity,
+            num_captures: self.num_captures,
+            num_regs: self.num_regs,
+            code: vec![],
+            spans: vec![],
+            blocks: vec![],
+            lists: vec![],
+            list_regs: vec![],
+            span: self.span,
+        }
+    }
+
+    /// Appends a register list to the pool and returns its id (builders and passes).
+    pub fn add_list(&mut self, regs: &[Reg]) -> ListId {
+        self.lists.push((self.list_regs.len() as u32, regs.len() as u32));
+        self.list_regs.extend_from_slice(regs);
+        ListId(self.lists.len() as u32 - 1)
+    }
+
+    /// Appends an instruction with its source span (builders).
+    pub fn push(&mut self, i: Instr, span: Span) {
+        self.code.push(i);
+        self.spans.push(span);
+    }
+
     /// The block an instruction index belongs to.
     pub fn block_of(&self, pc: usize) -> BlockId {
         let i = self.blocks.partition_point(|b| (b.start as usize) <= pc);

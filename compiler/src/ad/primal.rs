@@ -29,28 +29,9 @@ pub struct Context<'a> {
     pub tape_of: &'a dyn Fn(FuncId) -> Option<FuncId>,
 }
 
-struct Out {
-    code: Vec<Instr>,
-    spans: Vec<Span>,
-    blocks: Vec<BlockInfo>,
-    lists: Vec<(u32, u32)>,
-    list_regs: Vec<Reg>,
-}
-
-impl Out {
-    fn emit(&mut self, i: Instr, span: Span) {
-        self.code.push(i);
-        self.spans.push(span);
-    }
-    fn list(&mut self, regs: &[Reg]) -> ListId {
-        self.lists.push((self.list_regs.len() as u32, regs.len() as u32));
-        self.list_regs.extend_from_slice(regs);
-        ListId(self.lists.len() as u32 - 1)
-    }
-    fn push_bits(&mut self, bits: &[u32], span: Span) {
-        for &bit in bits {
-            self.emit(Instr::TapePushCtl { bit }, span);
-        }
+fn push_bits(out: &mut Function, bits: &[u32], span: Span) {
+    for &bit in bits {
+        out.push(Instr::TapePushCtl { bit }, span);
     }
 }
 
@@ -59,13 +40,8 @@ pub fn primal_with_tape(cx: &Context) -> Function {
     let f = cx.f;
     let preds = predecessors(f);
     let returns = return_blocks(f);
-    let mut out = Out {
-        code: vec![],
-        spans: vec![],
-        blocks: vec![],
-        lists: f.lists.clone(),
-        list_regs: f.list_regs.clone(),
-    };
+    // Registers are unchanged, so the function's register lists stay valid.
+    let mut out = Function { lists: f.lists.clone(), list_regs: f.list_regs.clone(), ..f.empty_like() };
     // Edge blocks for conditional branches into merge blocks: (target, bits), appended last.
     let mut edge_blocks: Vec<(BlockId, Vec<u32>, Span)> = vec![];
     let nblocks = f.blocks.len();
@@ -76,7 +52,7 @@ pub fn primal_with_tape(cx: &Context) -> Function {
             let i = f.code[pc];
             let span = f.spans[pc];
             if !cx.active[pc] {
-                out.emit(i, span);
+                out.push(i, span);
                 continue;
             }
             let transformed = match i {
@@ -88,12 +64,12 @@ pub fn primal_with_tape(cx: &Context) -> Function {
                 Instr::CallBuiltin { dst, builtin, args } => Instr::CallBuiltinTape { dst, builtin, args },
                 other => other,
             };
-            out.emit(transformed, span);
+            out.push(transformed, span);
             for rec in &cx.records[pc] {
                 match *rec {
-                    Record::Tape(Save::Ref(r)) => out.emit(Instr::TapePush { src: r }, span),
-                    Record::Tape(Save::Snap(r)) => out.emit(Instr::TapeSave { src: r }, span),
-                    Record::Tape(Save::Shape(a, b)) => out.emit(Instr::TapeShape { a, b }, span),
+                    Record::Tape(Save::Ref(r)) => out.push(Instr::TapePush { src: r }, span),
+                    Record::Tape(Save::Snap(r)) => out.push(Instr::TapeSave { src: r }, span),
+                    Record::Tape(Save::Shape(a, b)) => out.push(Instr::TapeShape { a, b }, span),
                     Record::Once(_) | Record::Recompute(_) | Record::Reuse(_) => {}
                 }
             }
@@ -108,15 +84,15 @@ pub fn primal_with_tape(cx: &Context) -> Function {
         match term {
             Instr::Return { .. } => {
                 for &(r, snap) in cx.once {
-                    out.emit(if snap { Instr::TapeSave { src: r } } else { Instr::TapePush { src: r } }, span);
+                    out.push(if snap { Instr::TapeSave { src: r } } else { Instr::TapePush { src: r } }, span);
                 }
                 let j = returns.iter().position(|r| r.index() == b).expect("return block");
-                out.push_bits(&choice_bits(j, returns.len()), span);
-                out.emit(term, span);
+                push_bits(&mut out, &choice_bits(j, returns.len()), span);
+                out.push(term, span);
             }
             Instr::Jump { target, .. } | Instr::JumpPar { target, .. } => {
-                out.push_bits(&edge_bits(0, target), span);
-                out.emit(term, span);
+                push_bits(&mut out, &edge_bits(0, target), span);
+                out.push(term, span);
             }
             Instr::Branch { cond, then_blk, else_blk } => {
                 let mut targets = [then_blk, else_blk];
@@ -127,29 +103,17 @@ pub fn primal_with_tape(cx: &Context) -> Function {
                         *t = BlockId((nblocks + edge_blocks.len() - 1) as u32);
                     }
                 }
-                out.emit(Instr::Branch { cond, then_blk: targets[0], else_blk: targets[1] }, span);
+                out.push(Instr::Branch { cond, then_blk: targets[0], else_blk: targets[1] }, span);
             }
             other => unreachable!("terminator {other:?} in SSA form"),
         }
     }
     for (target, bits, span) in edge_blocks {
-        let empty = out.list(&[]);
-        let no_params = out.list(&[]);
+        let empty = out.add_list(&[]);
+        let no_params = out.add_list(&[]);
         out.blocks.push(BlockInfo { start: out.code.len() as u32, params: no_params });
-        out.push_bits(&bits, span);
-        out.emit(Instr::Jump { target, args: empty }, span);
+        push_bits(&mut out, &bits, span);
+        out.push(Instr::Jump { target, args: empty }, span);
     }
-    Function {
-        name: f.name.clone(),
-        kind: f.kind.clone(),
-        arity: f.arity,
-        num_captures: f.num_captures,
-        num_regs: f.num_regs,
-        code: out.code,
-        spans: out.spans,
-        blocks: out.blocks,
-        lists: out.lists,
-        list_regs: out.list_regs,
-        span: f.span,
-    }
+    out
 }

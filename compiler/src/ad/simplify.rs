@@ -115,10 +115,10 @@ fn remove_trivial_params(f: &mut Function, renames: &mut Renames, is_nil_def: &[
         changed = true;
         let keep = |regs: &[Reg]| -> Vec<Reg> { regs.iter().zip(&drop).filter(|(_, d)| !**d).map(|(r, _)| *r).collect() };
         let new_params = keep(&params);
-        f.blocks[b].params = new_list(f, &new_params);
+        f.blocks[b].params = f.add_list(&new_params);
         for &&(pc, _, args) in &into {
             let new_args = keep(f.list(args));
-            let list = new_list(f, &new_args);
+            let list = f.add_list(&new_args);
             match &mut f.code[pc] {
                 Instr::Jump { args, .. } | Instr::JumpPar { args, .. } => *args = list,
                 _ => {}
@@ -128,12 +128,6 @@ fn remove_trivial_params(f: &mut Function, renames: &mut Renames, is_nil_def: &[
         return changed | remove_trivial_params(f, renames, is_nil_def);
     }
     changed
-}
-
-fn new_list(f: &mut Function, regs: &[Reg]) -> ListId {
-    f.lists.push((f.list_regs.len() as u32, regs.len() as u32));
-    f.list_regs.extend_from_slice(regs);
-    ListId(f.lists.len() as u32 - 1)
 }
 
 /// Applies the renames to every use and drops the removed instructions.

@@ -65,28 +65,19 @@ impl Map {
     }
 }
 
-struct Out {
-    code: Vec<Instr>,
-    spans: Vec<Span>,
-    blocks: Vec<BlockInfo>,
-    lists: Vec<(u32, u32)>,
-    list_regs: Vec<Reg>,
-    next: u32,
-}
+/// The routine being built; its register count doubles as the next fresh register.
+struct Out(Function);
 
 impl Out {
     fn fresh(&mut self) -> Reg {
-        self.next += 1;
-        Reg(self.next - 1)
+        self.0.num_regs += 1;
+        Reg(self.0.num_regs - 1)
     }
     fn emit(&mut self, i: Instr, span: Span) {
-        self.code.push(i);
-        self.spans.push(span);
+        self.0.push(i, span);
     }
     fn list(&mut self, regs: &[Reg]) -> ListId {
-        self.lists.push((self.list_regs.len() as u32, regs.len() as u32));
-        self.list_regs.extend_from_slice(regs);
-        ListId(self.lists.len() as u32 - 1)
+        self.0.add_list(regs)
     }
     /// The tangent rule `rule` over `operands`, defining the tangent register `t`.
     fn rule(&mut self, t: Reg, rule: TanRule, payload: u32, operands: &[Reg], span: Span) {
@@ -98,6 +89,13 @@ impl Out {
         let args = self.list(operands);
         let scratch = self.fresh();
         self.emit(Instr::Tan { dst: scratch, rule: rule.encode(0), args }, span);
+    }
+    /// The argument list of a tangent call, `(first?, x.., ẋ..)`, and a register for its pair.
+    fn call_operands(&mut self, m: &Map, first: Option<Reg>, args: &[Reg]) -> (ListId, Reg) {
+        let mut regs: Vec<Reg> = first.into_iter().collect();
+        regs.extend(args.iter().map(|&a| m.p(a)));
+        regs.extend(args.iter().map(|&a| m.t(a)));
+        (self.list(&regs), self.fresh())
     }
     /// Splits the `(y, ẏ)` pair of a tangent call into `dst` and its tangent.
     fn split(&mut self, m: &Map, pair: Reg, dst: Reg, span: Span) {
@@ -113,14 +111,13 @@ pub fn tangent_routine(cx: &Context) -> Function {
     let f = cx.f;
     let (n, c) = (f.arity, f.num_captures);
     let mut m = Map { arity: n, tan: vec![None; f.num_regs as usize], nil: Reg(0) };
-    let mut out = Out {
-        code: vec![],
-        spans: vec![],
-        blocks: vec![],
+    let mut out = Out(Function {
+        arity: 2 * n + 1,
+        num_regs: f.num_regs + n + 1,
         lists: f.lists.clone(),
         list_regs: f.list_regs.iter().map(|&r| m.p(r)).collect(),
-        next: f.num_regs + n + 1,
-    };
+        ..f.empty_like()
+    });
     // A closure reading itself (`LoadSelf`) reads its tangent `ḟ` too.
     let selves: Vec<Reg> = f.code.iter().filter_map(|i| if let Instr::LoadSelf { dst } = i { Some(*dst) } else { None }).collect();
     for r in 0..f.num_regs {
@@ -139,7 +136,7 @@ pub fn tangent_routine(cx: &Context) -> Function {
         let mut new_params: Vec<Reg> = params.iter().map(|&p| m.p(p)).collect();
         new_params.extend(params.iter().filter(|&&p| cx.varied[p.index()]).map(|&p| m.t(p)));
         let params = out.list(&new_params);
-        out.blocks.push(BlockInfo { start: out.code.len() as u32, params });
+        out.0.blocks.push(BlockInfo { start: out.0.code.len() as u32, params });
         if b == 0 {
             out.emit(Instr::LoadNil { dst: m.nil }, f.span);
             for k in 0..c {
@@ -153,19 +150,7 @@ pub fn tangent_routine(cx: &Context) -> Function {
             transcribe(cx, &m, &mut out, f.code[pc], f.spans[pc]);
         }
     }
-    Function {
-        name: f.name.clone(),
-        kind: f.kind.clone(),
-        arity: 2 * n + 1,
-        num_captures: c,
-        num_regs: out.next,
-        code: out.code,
-        spans: out.spans,
-        blocks: out.blocks,
-        lists: out.lists,
-        list_regs: out.list_regs,
-        span: f.span,
-    }
+    out.0
 }
 
 /// Emits one instruction of the function and its tangent.
@@ -208,10 +193,8 @@ fn transcribe(cx: &Context, m: &Map, out: &mut Out, i: Instr, span: Span) {
         Instr::Call { dst, callee, args } | Instr::CallTape { dst, callee, args } | Instr::CallAdj { dst, callee, args }
             if dst_varied || any_varied(f.list(args)) || varied(callee) =>
         {
-            let mut regs = vec![m.t(callee)];
-            regs.extend(f.list(args).iter().map(|&a| m.p(a)));
-            regs.extend(f.list(args).iter().map(|&a| m.t(a)));
-            let (list, pair, callee) = (out.list(&regs), out.fresh(), m.p(callee));
+            let (list, pair) = out.call_operands(m, Some(m.t(callee)), f.list(args));
+            let callee = m.p(callee);
             out.emit(
                 match i {
                     Instr::Call { .. } => Instr::CallTan { dst: pair, callee, args: list },
@@ -223,10 +206,7 @@ fn transcribe(cx: &Context, m: &Map, out: &mut Out, i: Instr, span: Span) {
             out.split(m, pair, dst, span);
         }
         Instr::CallDirect { dst, func, args } if dst_varied || any_varied(f.list(args)) => {
-            let mut regs = vec![m.nil];
-            regs.extend(f.list(args).iter().map(|&a| m.p(a)));
-            regs.extend(f.list(args).iter().map(|&a| m.t(a)));
-            let (list, pair) = (out.list(&regs), out.fresh());
+            let (list, pair) = out.call_operands(m, Some(m.nil), f.list(args));
             match (cx.tangent_of)(func) {
                 Some(t) => out.emit(Instr::CallDirect { dst: pair, func: t, args: list }, span),
                 None => {
@@ -244,9 +224,7 @@ fn transcribe(cx: &Context, m: &Map, out: &mut Out, i: Instr, span: Span) {
         | Instr::CallBuiltinAdj { dst, builtin, args }
             if dst_varied || any_varied(f.list(args)) =>
         {
-            let mut regs: Vec<Reg> = f.list(args).iter().map(|&a| m.p(a)).collect();
-            regs.extend(f.list(args).iter().map(|&a| m.t(a)));
-            let (list, pair) = (out.list(&regs), out.fresh());
+            let (list, pair) = out.call_operands(m, None, f.list(args));
             out.emit(
                 match i {
                     Instr::CallBuiltin { .. } => Instr::CallBuiltinTan { dst: pair, builtin, args: list },

@@ -151,11 +151,14 @@ impl Vm {
 
     /// A pure built-in's pullback: its rule, or the host's Rust pullback.
     pub(crate) fn pullback_of_builtin(&mut self, b: BuiltinId, dy: &Value, args: &[Value], y: &Value) -> VmResult<Vec<Value>> {
-        let program = self.program().clone();
-        let bi = &program.builtins[b.index()];
-        match (bi.deriv, bi.imp) {
+        let (deriv, imp) = {
+            let bi = &self.program().builtins[b.index()];
+            (bi.deriv, bi.imp)
+        };
+        match (deriv, imp) {
             (Deriv::Pullback(rule), _) => rule(self, dy, args, y),
             (Deriv::Host, crate::builtin::BuiltinImpl::Host(i)) => {
+                let program = self.program().clone();
                 let host = &program.host_functions[i];
                 let Some(pullback) = &host.pullback else {
                     return Err(VmError::new(format!("cannot differentiate through {}: it has no derivative rule", host.name)));
@@ -175,7 +178,10 @@ impl Vm {
                     .map(|v| v.to_value(&program).map_err(|m| VmError::new(format!("{}'s pullback: {m}", host.name))))
                     .collect()
             }
-            _ => Err(VmError::new(format!("cannot differentiate through {}: it has no derivative rule", bi.name))),
+            _ => Err(VmError::new(format!(
+                "cannot differentiate through {}: it has no derivative rule",
+                self.program().builtins[b.index()].name
+            ))),
         }
     }
 

@@ -108,7 +108,8 @@ fn fit_length(g: Value, adj: &Value, n: Option<usize>) -> Value {
     Value::array(items)
 }
 
-fn builtin_named(vm: &Vm, name: &str) -> VmResult<crate::bytecode::BuiltinId> {
+/// The id of a built-in by name (the internal built-ins that partial applications bind to).
+pub fn builtin_named(vm: &Vm, name: &str) -> VmResult<crate::bytecode::BuiltinId> {
     vm.program()
         .builtins
         .iter()

@@ -15,7 +15,8 @@ use crate::interp::Vm;
 use crate::ops::BinOp;
 use crate::value::{Array, Value};
 
-fn pair(v: Value) -> VmResult<(Value, Value)> {
+/// The `(y, ẏ)` a tangent routine returns.
+pub(crate) fn pair(v: Value) -> VmResult<(Value, Value)> {
     match v {
         Value::Tuple(t) if t.len() == 2 => Ok((t[0].clone(), t[1].clone())),
         _ => Err(VmError::new("internal differentiation error: a tangent routine returned no pair")),
@@ -73,28 +74,13 @@ pub fn unit(y: &Value, j: usize) -> Value {
 impl Vm {
     /// Runs the tangent version of any callable value: `(y, ẏ)`.
     pub fn call_tangent(&mut self, f: &Value, tf: &Value, args: &[Value], targs: &[Value]) -> VmResult<(Value, Value)> {
-        let with_tangents = || {
-            let mut all = Vec::with_capacity(2 * args.len() + 1);
-            all.push(tf.clone());
-            all.extend_from_slice(args);
-            all.extend_from_slice(targs);
-            all
-        };
+        if let Some(r) = self.run_tangent_routine(f, |d| d.tangent, tf, args, targs) {
+            return r;
+        }
         match f {
-            Value::Func(id) => {
-                let t = self.derivative_of(*id)?.tangent;
-                pair(self.run_function(t, None, &with_tangents())?)
-            }
-            Value::Closure(c) => {
-                let t = self.derivative_of(c.func)?.tangent;
-                pair(self.run_function(t, Some(c.clone()), &with_tangents())?)
-            }
             Value::Builtin(b) => self.tangent_builtin(*b, args, targs),
             Value::Partial(p) => {
-                let mut all = p.bound.to_vec();
-                all.extend_from_slice(args);
-                let mut tall: Vec<Value> = (0..p.bound.len()).map(|k| element(tf, k)).collect();
-                tall.extend_from_slice(targs);
+                let (all, tall) = with_bound(p, tf, args, targs);
                 self.tangent_builtin(p.builtin, &all, &tall)
             }
             Value::StructCtor(_) => {
@@ -104,6 +90,29 @@ impl Vm {
             }
             other => Err(VmError::new(format!("cannot call a value of type {}", other.type_name()))),
         }
+    }
+
+    /// Runs the routine `pick` (one taking `(ḟ, x.., ẋ..)` and returning `(y, ẏ)`: the tangent
+    /// routine or the tangent primal-with-tape routine) of a Zy function value; `None` for
+    /// any other callable.
+    pub(crate) fn run_tangent_routine(
+        &mut self,
+        f: &Value,
+        pick: fn(&crate::program::Derivative) -> crate::bytecode::FuncId,
+        tf: &Value,
+        args: &[Value],
+        targs: &[Value],
+    ) -> Option<VmResult<(Value, Value)>> {
+        let (func, closure) = match f {
+            Value::Func(id) => (*id, None),
+            Value::Closure(c) => (c.func, Some(c.clone())),
+            _ => return None,
+        };
+        let mut all = Vec::with_capacity(2 * args.len() + 1);
+        all.push(tf.clone());
+        all.extend_from_slice(args);
+        all.extend_from_slice(targs);
+        Some(self.derivative_of(func).and_then(|d| pair(self.run_function(pick(&d), closure, &all)?)))
     }
 
     /// The tangent version of a built-in call.
@@ -207,6 +216,16 @@ impl Vm {
         let ty = tangent(&hargs, &htangents, &h(y)).map_err(|m| VmError::new(format!("{}'s tangent: {m}", host.name)))?;
         ty.to_value(&program).map(Some).map_err(|m| VmError::new(format!("{}'s tangent: {m}", host.name)))
     }
+}
+
+/// A partial application's bound values, then the call's arguments; and their tangents (those
+/// of the bound values are the elements of the partial's own tangent `tf`).
+pub(crate) fn with_bound(p: &crate::value::Partial, tf: &Value, args: &[Value], targs: &[Value]) -> (Vec<Value>, Vec<Value>) {
+    let mut all = p.bound.to_vec();
+    all.extend_from_slice(args);
+    let mut tall: Vec<Value> = (0..p.bound.len()).map(|k| element(tf, k)).collect();
+    tall.extend_from_slice(targs);
+    (all, tall)
 }
 
 fn to_flat(y: &Value) -> Option<Vec<f64>> {

@@ -12,6 +12,30 @@
 //! Calls nest: a callee's entries sit between its caller's, so the tape is a stack whose shape
 //! follows the call graph, never a trace of operations.
 
+/// An enum of derivative rules named by an instruction operand `rule as u32 | payload << 8`
+/// (the payload: a built-in, a field symbol, a position, or an inner rule's code).
+macro_rules! rule_enum {
+    ($(#[$doc:meta])* $enum:ident { $($name:ident),* $(,)? }) => {
+        $(#[$doc])*
+        #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+        #[repr(u8)]
+        pub enum $enum { $($name),* }
+        impl $enum {
+            const ALL: &'static [$enum] = &[$($enum::$name),*];
+            pub fn name(self) -> &'static str {
+                match self { $($enum::$name => stringify!($name)),* }
+            }
+            /// The instruction operand for this rule with a payload.
+            pub fn encode(self, payload: u32) -> u32 {
+                self as u32 | payload << 8
+            }
+            pub fn decode(code: u32) -> ($enum, u32) {
+                (Self::ALL[(code & 0xff) as usize], code >> 8)
+            }
+        }
+    };
+}
+
 pub mod adjoints;
 pub mod calls;
 pub mod driver;

@@ -17,19 +17,13 @@
 //! Perturbations cannot be confused: each level's tangent lives in its own registers.
 
 use super::adjoints::{accumulate, element, snapshot};
+use super::forward::{pair, with_bound};
 use super::second_order::unary_pullback_tangent;
 use crate::builtin::{Deriv, Tangent};
 use crate::bytecode::BuiltinId;
 use crate::error::{VmError, VmResult};
 use crate::interp::Vm;
 use crate::value::Value;
-
-fn pair(v: Value) -> VmResult<(Value, Value)> {
-    match v {
-        Value::Tuple(t) if t.len() == 2 => Ok((t[0].clone(), t[1].clone())),
-        _ => Err(VmError::new("internal differentiation error: a tangent routine returned no pair")),
-    }
-}
 
 fn third_order(what: &str) -> VmError {
     VmError::new(format!(
@@ -78,29 +72,16 @@ impl Vm {
 
     /// The tangent of the primal-with-tape version of any callable value.
     pub fn call_tangent_tape(&mut self, f: &Value, tf: &Value, args: &[Value], targs: &[Value]) -> VmResult<(Value, Value)> {
-        let all = || {
-            let mut all = vec![tf.clone()];
-            all.extend_from_slice(args);
-            all.extend_from_slice(targs);
-            all
-        };
+        if let Some(r) = self.run_tangent_routine(f, |d| d.tangent_tape, tf, args, targs) {
+            return r;
+        }
         match f {
-            Value::Func(id) => {
-                let t = self.derivative_of(*id)?.tangent_tape;
-                pair(self.run_function(t, None, &all())?)
-            }
-            Value::Closure(c) => {
-                let t = self.derivative_of(c.func)?.tangent_tape;
-                pair(self.run_function(t, Some(c.clone()), &all())?)
-            }
             Value::Builtin(b) => self.tangent_tape_builtin(*b, args, targs),
             Value::StructCtor(_) => self.call_tangent(f, tf, args, targs),
             // `checkpoint(f)`, `custom_gradient(f, rule)`: their own rules; a differentiation
             // operator here would be a third derivative.
             Value::Partial(p) if self.program().builtins[p.builtin.index()].custom_second.is_some() => {
-                let (mut all, mut tall) = (p.bound.to_vec(), (0..p.bound.len()).map(|k| element(tf, k)).collect::<Vec<_>>());
-                all.extend_from_slice(args);
-                tall.extend_from_slice(targs);
+                let (all, tall) = with_bound(p, tf, args, targs);
                 self.tangent_tape_builtin(p.builtin, &all, &tall)
             }
             Value::Partial(p) => Err(third_order(&self.program().builtins[p.builtin.index()].name.clone())),

@@ -35,34 +35,11 @@ use crate::ops::{self, BinOp};
 use crate::program::Program;
 use crate::value::{Array, Value};
 
-macro_rules! rules {
-    ($($name:ident),* $(,)?) => {
-        /// A pullback rule; `Pull`'s `rule` operand is `Rule as u32 | payload << 8`.
-        #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-        #[repr(u8)]
-        pub enum Rule { $($name),* }
-        const ALL: &[Rule] = &[$(Rule::$name),*];
-        impl Rule {
-            pub fn name(self) -> &'static str {
-                match self { $(Rule::$name => stringify!($name)),* }
-            }
-        }
-    };
-}
-
-rules! {
-    AddA, AddB, SubA, SubB, MulA, MulB, DivA, DivB, ModA, ModB, PowA, PowB, MatMulA, MatMulB,
-    Neg, Math1, Index, Index2, Field, TupleGet, Element, TakeIndex, TakeIndex2, IterPrep,
-}
-
-impl Rule {
-    /// The `Pull` operand for this rule with a payload (a builtin, field symbol or position).
-    pub fn encode(self, payload: u32) -> u32 {
-        self as u32 | payload << 8
-    }
-
-    pub fn decode(code: u32) -> (Rule, u32) {
-        (ALL[(code & 0xff) as usize], code >> 8)
+rule_enum! {
+    /// A pullback rule, the `rule` operand of `Pull`.
+    Rule {
+        AddA, AddB, SubA, SubB, MulA, MulB, DivA, DivB, ModA, ModB, PowA, PowB, MatMulA, MatMulB,
+        Neg, Math1, Index, Index2, Field, TupleGet, Element, TakeIndex, TakeIndex2, IterPrep,
     }
 }
 

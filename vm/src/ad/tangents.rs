@@ -34,54 +34,11 @@ use crate::ops::BinOp;
 use crate::program::Program;
 use crate::value::{Array, Value};
 
-macro_rules! tangent_rules {
-    ($($name:ident),* $(,)?) => {
-        /// A tangent rule; `Tan`'s `rule` operand is `TanRule as u32 | payload << 8`.
-        #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-        #[repr(u8)]
-        pub enum TanRule { $($name),* }
-        const ALL: &[TanRule] = &[$(TanRule::$name),*];
-        impl TanRule {
-            pub fn name(self) -> &'static str {
-                match self { $(TanRule::$name => stringify!($name)),* }
-            }
-        }
-    };
-}
-
-tangent_rules! {
-    Add, Sub, Mul, Div, Mod, Pow, MatMul, Neg, Math1, Index, Index2, SetIndex, SetIndex2, Field,
-    TupleGet, IterPrep, NewArray, Pull,
-}
-
-impl TanRule {
-    /// The `Tan` operand for this rule with a payload (a builtin, field symbol or position).
-    pub fn encode(self, payload: u32) -> u32 {
-        self as u32 | payload << 8
-    }
-
-    pub fn decode(code: u32) -> (TanRule, u32) {
-        (ALL[(code & 0xff) as usize], code >> 8)
-    }
-
-    /// The operands each rule reads, in order (the transform and the docs agree on these).
-    pub fn operands(self) -> &'static str {
-        match self {
-            TanRule::Add | TanRule::Sub => "ȧ, ḃ, y",
-            TanRule::Mul | TanRule::MatMul => "a, ȧ, b, ḃ",
-            TanRule::Div => "ȧ, ḃ, b, y",
-            TanRule::Mod => "ȧ, ḃ, a, b",
-            TanRule::Pow => "a, ȧ, b, ḃ",
-            TanRule::Neg | TanRule::Field | TanRule::TupleGet => "ȧ",
-            TanRule::Math1 => "x, ẋ",
-            TanRule::Index => "ȯbj, idx",
-            TanRule::Index2 => "ȯbj, i, j",
-            TanRule::SetIndex => "ȯbj, idx, v̇",
-            TanRule::SetIndex2 => "ȯbj, i, j, v̇",
-            TanRule::IterPrep => "ṡeq, seq",
-            TanRule::NewArray => "y, ẋ0, ẋ1, ..",
-            TanRule::Pull => "the pullback's operands, then their tangents",
-        }
+rule_enum! {
+    /// A tangent rule, the `rule` operand of `Tan`.
+    TanRule {
+        Add, Sub, Mul, Div, Mod, Pow, MatMul, Neg, Math1, Index, Index2, SetIndex, SetIndex2, Field,
+        TupleGet, IterPrep, NewArray, Pull,
     }
 }
 
