@@ -182,7 +182,7 @@ impl ProgramBuilder {
             };
             // A host function shadows a standard one of the same name.
             table.retain(|b| b.name != h.name);
-            table.push(Builtin { name: h.name.clone(), min_args: min, max_args: max, imp: BuiltinImpl::Host(i), scalar: None, deriv: if h.pullback.is_some() { zygvm_vm::builtin::Deriv::Host } else { zygvm_vm::builtin::Deriv::Missing }, scalar_deriv: None, tangent: zygvm_vm::builtin::Tangent::FromPullback, scalar_deriv2: None, second: None, custom_second: None });
+            table.push(Builtin { name: h.name.clone(), min_args: min, max_args: max, imp: BuiltinImpl::Host(i), scalar: None, deriv: if h.pullback.is_some() { zygvm_vm::builtin::Deriv::Host } else { zygvm_vm::builtin::Deriv::Missing }, scalar_deriv: None, tangent: zygvm_vm::builtin::Tangent::FromPullback, scalar_deriv2: None, derivatives_at: None, tower: None, second: None, custom_second: None });
         }
         let source = zygvm_compiler::Source { name, text: source, dir, differentiate: self.differentiate };
         let loader = |p: &Path| std::fs::read_to_string(p);
@@ -326,7 +326,7 @@ impl Vm {
         let program = self.inner.program().clone();
         let inner = &mut self.inner;
         guard(|| {
-            let (y, g) = zygvm_vm::ad::driver::value_and_gradient(inner, &f, &args).map_err(|e| e.locate(&program))?;
+            let (y, g) = zygvm_vm::ad::driver::value_and_gradient(inner, &f, &args).map_err(|e| e.locate(inner.program()))?;
             Ok((Value::from_value(&y, &program), g.iter().map(|v| Value::from_value(v, &program)).collect()))
         })
     }
@@ -354,7 +354,7 @@ impl Vm {
         let args = self.to_runtime(&args)?;
         let program = self.inner.program().clone();
         let inner = &mut self.inner;
-        let (y, back) = guard(|| zygvm_vm::ad::driver::pullback(inner, &f, &args).map_err(|e| e.locate(&program)))?;
+        let (y, back) = guard(|| zygvm_vm::ad::driver::pullback(inner, &f, &args).map_err(|e| e.locate(inner.program())))?;
         let slot = self.inner.hold(back);
         Ok((Value::from_value(&y, &program), Pullback { vm: self.id, slot }))
     }
@@ -367,7 +367,7 @@ impl Vm {
         let dy = dy.to_value(&program).map_err(Error::runtime)?;
         let inner = &mut self.inner;
         guard(|| {
-            let d = inner.call_value(&back, &[dy]).map_err(|e| e.locate(&program))?;
+            let d = inner.call_value(&back, &[dy]).map_err(|e| e.locate(inner.program()))?;
             match Value::from_value(&d, &program) {
                 Value::Tuple(items) => Ok(items),
                 other => Err(Error::runtime(format!("internal error: back returned {other:?}"))),
@@ -394,7 +394,7 @@ impl Vm {
         let inner = &mut self.inner;
         let program = inner.program().clone();
         guard(|| {
-            let v = inner.run_main().map_err(|e| e.locate(&program))?;
+            let v = inner.run_main().map_err(|e| e.locate(inner.program()))?;
             Ok(Value::from_value(&v, &program))
         })
     }
@@ -430,7 +430,7 @@ impl Vm {
         guard(|| {
             let v = inner
                 .call_value(&zygvm_vm::Value::Func(f), &args)
-                .map_err(|e| e.locate(&program))?;
+                .map_err(|e| e.locate(inner.program()))?;
             Ok(Value::from_value(&v, &program))
         })
     }

@@ -298,6 +298,7 @@ pub fn compile(
         main: mains[0],
         builtins,
         host_functions,
+        tangent_transform: Some(ad::tangent_of_routine),
     };
     if let Err(e) = zygvm_vm::verify::verify_program(&program) {
         return Err(Error::compile(vec![Diagnostic { message: format!("internal compiler error: {e}"), location: None }]));

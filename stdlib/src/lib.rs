@@ -11,6 +11,7 @@ pub mod custom_rules;
 pub mod custom_second;
 pub mod derivatives;
 pub mod nested_rules;
+pub mod nested_towers;
 pub mod second_derivatives;
 pub mod tangents;
 pub mod differentiate;
@@ -19,6 +20,7 @@ pub mod math;
 pub mod matrices;
 pub mod random;
 pub mod strings;
+pub mod taylor;
 
 use zygvm_vm::builtin::{Builtin, BuiltinImpl};
 
@@ -159,6 +161,8 @@ pub fn builtins() -> Vec<Builtin> {
             scalar_deriv: None,
             tangent: zygvm_vm::builtin::Tangent::FromPullback,
             scalar_deriv2: None,
+            derivatives_at: None,
+            tower: None,
             second: None,
             custom_second: None,
         });
@@ -166,6 +170,7 @@ pub fn builtins() -> Vec<Builtin> {
     derivatives::attach(&mut t);
     tangents::attach(&mut t);
     nested_rules::attach(&mut t);
+    nested_towers::attach(&mut t);
     second_derivatives::attach(&mut t);
     custom_second::attach(&mut t);
     t

@@ -35,6 +35,12 @@ pub struct Builtin {
     pub tangent: Tangent,
     /// For one-argument scalar math: the second derivative (forward over reverse).
     pub scalar_deriv2: Option<fn(f64) -> f64>,
+    /// For one-argument scalar math: `[f(x), f'(x), .., f⁽ⁿ⁾(x)]` (third and higher
+    /// derivatives, `vm/src/ad/towers.rs`).
+    pub derivatives_at: Option<fn(f64, usize) -> Vec<f64>>,
+    /// Its own rule under two or more levels of forward mode (the differentiation operators;
+    /// `vm/src/ad/towers.rs`).
+    pub tower: Option<TowerFn>,
     /// The tangent of the pullback (forward over reverse), for built-ins whose pullback
     /// depends on their arguments other than through `scalar_deriv` or linearity.
     pub second: Option<SecondFn>,
@@ -53,6 +59,9 @@ pub struct CustomSecond {
 /// `second(vm, dy, ḋy, args, ȧrgs, y, ẏ)`: the tangents of the pullback's contributions,
 /// `d/dε pullback(dy + ε ḋy, args + ε ȧrgs)`.
 pub type SecondFn = fn(&mut Vm, &Value, &Value, &[Value], &[Value], &Value, &Value) -> VmResult<Vec<Value>>;
+
+/// `tower(vm, argument towers, k)`: the result's tower under `k` levels of forward mode.
+pub type TowerFn = fn(&mut Vm, &[crate::ad::towers::Tower], u32) -> VmResult<crate::ad::towers::Tower>;
 
 /// `tangent(vm, args, tangents)`: the result and its tangent (forward mode).
 pub type TangentFn = fn(&mut Vm, &[Value], &[Value]) -> VmResult<(Value, Value)>;
@@ -113,6 +122,8 @@ impl Builtin {
             scalar_deriv: None,
             tangent: Tangent::FromPullback,
             scalar_deriv2: None,
+            derivatives_at: None,
+            tower: None,
             second: None,
             custom_second: None,
         }

@@ -248,6 +248,7 @@ opcodes! {
     Tan { dst: def, rule: imm, args: list } => "R[dst] := TANGENT[rule](L[args]...) (a tangent rule of vm/src/ad/tangents.rs)";
     CallTan { dst: def, callee: reg, args: list } => "R[dst] := (y, ẏ) of R[callee] in forward mode; L[args] = (ḟ callee, x.., ẋ..)";
     CallBuiltinTan { dst: def, builtin: builtin, args: list } => "R[dst] := (y, ẏ) of BI[builtin] in forward mode; L[args] = (x.., ẋ..)";
+    CallTanDeep { dst: def, args: list, depth: imm } => "R[dst] := nested pairs of the depth-fold tangent of L[args][0] (L[args][1..]); the tangent transform of CallTan (vm/src/ad/towers.rs)";
     CallTanTape { dst: def, callee: reg, args: list } => "R[dst] := (y, ẏ) of R[callee]'s primal-with-tape, each record pushed beside its tangent; L[args] as CallTan";
     CallTanAdj { dst: def, callee: reg, args: list } => "R[dst] := (adjoints, their tangents) of R[callee]'s adjoint; L[args] = (ḟ, dy, d_in.., ḋy, ḋ_in..)";
     CallBuiltinTanTape { dst: def, builtin: builtin, args: list } => "R[dst] := (y, ẏ) of BI[builtin], recording its pullback's needs and their tangents; L[args] = (x.., ẋ..)";

@@ -140,10 +140,12 @@ impl VmError {
         let stack: Vec<StackFrame> = inner
             .trace
             .iter()
-            .map(|t| {
-                let f = program.function(t.func);
+            // A routine made while running (`ad/towers.rs`) is missing from an older copy of
+            // the program: its frame is left out rather than misnamed.
+            .filter_map(|t| {
+                let f = program.functions.get(t.func.index())?;
                 let span = f.spans.get(t.pc as usize).copied().unwrap_or(f.span);
-                StackFrame { function: f.trace_name().to_string(), location: program.location(span) }
+                Some(StackFrame { function: f.trace_name().to_string(), location: program.location(span) })
             })
             .collect();
         Error {

@@ -102,6 +102,10 @@ pub struct Vm {
     native_depth: usize,
     /// Reverse mode's tape (vm/src/ad).
     pub(crate) tape: crate::ad::Tape,
+    /// Tangent routines made while running (third and higher derivatives), by `FuncId`.
+    pub(crate) made_tangents: Vec<Option<FuncId>>,
+    /// Bumped whenever `program` gains a function, so that running dispatch loops re-read it.
+    program_version: u64,
     /// Values the host keeps inside this VM by slot (pullbacks): runtime values never leave it.
     held: Vec<Option<Value>>,
 }
@@ -158,6 +162,8 @@ impl Vm {
             native_depth: 0,
             tape: crate::ad::Tape::default(),
             held: vec![],
+            made_tangents: vec![],
+            program_version: 0,
             calls,
             loop_base,
             back_edges,
@@ -166,6 +172,27 @@ impl Vm {
 
     pub fn program(&self) -> &Arc<Program> {
         &self.program
+    }
+
+    /// Appends a function made at run time (a tangent routine, `ad/towers.rs`), after checking
+    /// it with the verifier like every compiled function; returns its id. The program is
+    /// copied if another owner shares it; dispatch loops that hold the old copy notice the
+    /// version change at their next frame switch.
+    pub(crate) fn add_function(&mut self, ssa: crate::program::Function, exec: crate::program::Function) -> VmResult<FuncId> {
+        crate::verify::verify_function(&self.program, &exec, false)
+            .map_err(|e| VmError::new(format!("internal differentiation error: {e}")))?;
+        let blocks = exec.blocks.len() as u32;
+        let p = Arc::make_mut(&mut self.program);
+        let id = FuncId(p.functions.len() as u32);
+        p.functions.push(exec);
+        p.ssa_functions.push(ssa);
+        p.derivatives.push(None);
+        self.calls.push(0);
+        self.modules_run.push(false);
+        self.loop_base.push(self.back_edges.len() as u32);
+        self.back_edges.extend(std::iter::repeat(0).take(blocks as usize));
+        self.program_version += 1;
+        Ok(id)
     }
 
     pub fn set_output(&mut self, out: Box<dyn Write + Send>) {
@@ -358,6 +385,10 @@ impl Vm {
                 td.insert(0, Value::Nil);
                 Ok(Value::tuple(vec![Value::tuple(d), Value::tuple(td)]))
             }
+            Instr::CallTanDeep { args, depth, .. } => {
+                let vals: Vec<Value> = f.list(args).iter().map(read).collect();
+                self.call_tangent_deep(&vals[0], depth, &vals[1..])
+            }
             other => Err(VmError::new(format!("internal error: {} is not a forward-mode instruction", other.name()))),
         }
     }
@@ -540,8 +571,13 @@ impl Vm {
     /// The dispatch loop: runs until the frame pushed at `depth` returns.
     #[allow(unused_assignments)] // `run_start` is reset by `account!` even where unread
     fn execute(&mut self, depth: usize) -> VmResult<Value> {
-        let program = self.program.clone();
+        let mut program = self.program.clone();
+        let mut version = self.program_version;
         'frames: loop {
+            if version != self.program_version {
+                program = self.program.clone();
+                version = self.program_version;
+            }
             let frame = self.frames.last().expect("execute without a frame");
             let func_id = frame.func;
             let func = &program.functions[func_id.index()];
@@ -1096,14 +1132,32 @@ impl Vm {
                             Value::Func(f) => (f, None),
                             _ => unreachable!("guarded above"),
                         };
-                        let d = tri!(self.derivative_of(f));
                         let (routine, closure) = match instr {
-                            Instr::CallTan { .. } => (d.tangent, closure),
-                            Instr::CallTanTape { .. } => (d.tangent_tape, closure),
+                            Instr::CallTan { .. } => (tri!(self.tangent_routine_of(f)), closure),
+                            Instr::CallTanTape { .. } => (tri!(self.derivative_of(f)).tangent_tape, closure),
                             // Adjoint routines have no captures.
-                            _ => (d.tangent_adjoint, None),
+                            _ => (tri!(self.derivative_of(f)).tangent_adjoint, None),
                         };
                         tri!(self.push_call(routine, closure, base, func.list(args), dst.0));
+                        continue 'frames;
+                    }
+                    // A tangent call of a tangent routine (third and higher derivatives).
+                    Instr::CallTanDeep { dst, args, depth }
+                        if matches!(reg!(func.list(args)[0]), Value::Func(_) | Value::Closure(_)) =>
+                    {
+                        account!();
+                        self.frames.last_mut().unwrap().pc = pc!() as u32;
+                        if self.steps >= self.next_check {
+                            tri!(self.check_limits());
+                        }
+                        let list = func.list(args);
+                        let (f, closure) = match reg!(list[0]).clone() {
+                            Value::Closure(c) => (c.func, Some(c)),
+                            Value::Func(f) => (f, None),
+                            _ => unreachable!("guarded above"),
+                        };
+                        let routine = tri!(self.deep_tangent_routine(f, depth));
+                        tri!(self.push_call(routine, closure, base, &list[1..], dst.0));
                         continue 'frames;
                     }
                     Instr::Tan { dst, .. }
@@ -1112,7 +1166,8 @@ impl Vm {
                     | Instr::CallTanAdj { dst, .. }
                     | Instr::CallBuiltinTan { dst, .. }
                     | Instr::CallBuiltinTanTape { dst, .. }
-                    | Instr::CallBuiltinTanAdj { dst, .. } => {
+                    | Instr::CallBuiltinTanAdj { dst, .. }
+                    | Instr::CallTanDeep { dst, .. } => {
                         account!();
                         self.frames.last_mut().unwrap().pc = pc!() as u32;
                         // SAFETY: `regs` is this frame's register window (see `reg!`), live

@@ -209,7 +209,15 @@ pub struct Program {
     /// Built-in functions, indexed by `BuiltinId`: standard library first, then host functions.
     pub builtins: Arc<[crate::builtin::Builtin]>,
     pub host_functions: Vec<HostFunction>,
+    /// The tangent transform, for routines made while the program runs (third and higher
+    /// derivatives, `vm/src/ad/towers.rs`): from a function in SSA form to its tangent
+    /// routine in SSA form and in executable form. Set by the compiler, which the VM does not
+    /// depend on.
+    pub tangent_transform: Option<TangentTransform>,
 }
+
+/// See `Program::tangent_transform`.
+pub type TangentTransform = fn(&Function, &[crate::builtin::Builtin]) -> Result<(Function, Function), String>;
 
 impl Program {
     pub fn function(&self, f: FuncId) -> &Function {

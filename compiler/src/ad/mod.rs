@@ -103,16 +103,29 @@ pub fn differentiate_program(ssa: &[Function], builtins: &[Builtin]) -> (Vec<Opt
             adjoint_of: &adjoint_of,
         });
         simplify::simplify(&mut adj);
-        let tan = tangent::tangent_routine(&tangent::Context { f, varied: &varied, builtins, tangent_of: &tangent_of });
+        let tan = tangent::tangent_routine(&tangent::Context { f, varied: &varied, builtins, tangent_of: &tangent_of })
+            .expect("a function of the source has a tangent routine");
         // Forward over reverse: the tangent routines of the two reverse-mode routines.
         // The primal-with-tape routine keeps the function's registers, so the function's
         // activity holds for it; in the adjoint every value may carry a tangent.
         let of_routine = |g: &zygvm_vm::program::Function, varied: &[bool]| {
             tangent::tangent_routine(&tangent::Context { f: g, varied, builtins, tangent_of: &routine_tangent })
+                .expect("the reverse-mode routines have tangent routines")
         };
         debug_assert_eq!(tape.num_regs, f.num_regs);
         let (tan_tape, tan_adj) = (of_routine(&tape, &varied), of_routine(&adj, &vec![true; adj.num_regs as usize]));
         routines.extend([tape, adj, tan, tan_tape, tan_adj]);
     }
     (derivatives, routines)
+}
+
+/// The tangent routine of a routine made while the program runs (a tangent routine's own,
+/// for third and higher derivatives; `zygvm_vm::ad::towers`): SSA form and executable form.
+/// Every register may carry a tangent; calls go through the callee's value, whose tangent
+/// routine the VM makes in turn.
+pub fn tangent_of_routine(ssa: &Function, builtins: &[Builtin]) -> Result<(Function, Function), String> {
+    let varied = vec![true; ssa.num_regs as usize];
+    let t = tangent::tangent_routine(&tangent::Context { f: ssa, varied: &varied, builtins, tangent_of: &|_| None })?;
+    let exec = crate::regalloc::allocate(&t);
+    Ok((t, exec))
 }

@@ -29,7 +29,7 @@
 //! parameters, jumps pass tangents beside values, and the routine stays in SSA form.
 
 use super::cfg::block_end;
-use zygvm_vm::ad::tangents::TanRule;
+use zygvm_vm::ad::tangents::{again, is_effect, Again, TanRule};
 use zygvm_vm::builtin::Builtin;
 use zygvm_vm::bytecode::*;
 use zygvm_vm::program::{BlockInfo, Function, Span};
@@ -97,6 +97,12 @@ impl Out {
         regs.extend(args.iter().map(|&a| m.t(a)));
         (self.list(&regs), self.fresh())
     }
+    /// A tangent call under `depth` levels (`CallTanDeep`, list `(callee, A_k)`), split.
+    fn deep_call(&mut self, m: &Map, regs: &[Reg], depth: u32, dst: Reg, span: Span) {
+        let (args, pair) = (self.list(regs), self.fresh());
+        self.emit(Instr::CallTanDeep { dst: pair, args, depth }, span);
+        self.split(m, pair, dst, span);
+    }
     /// Splits the `(y, ẏ)` pair of a tangent call into `dst` and its tangent.
     fn split(&mut self, m: &Map, pair: Reg, dst: Reg, span: Span) {
         let td = m.tan[dst.index()];
@@ -106,8 +112,10 @@ impl Out {
     }
 }
 
-/// Builds the tangent routine of `cx.f` (SSA form in, SSA form out).
-pub fn tangent_routine(cx: &Context) -> Function {
+/// Builds the tangent routine of `cx.f` (SSA form in, SSA form out). `cx.f` may itself be a
+/// tangent routine (third and higher derivatives, `zygvm_vm::ad::towers`); the tangent
+/// routines of the reverse-mode routines cannot be differentiated again, which is the error.
+pub fn tangent_routine(cx: &Context) -> Result<Function, String> {
     let f = cx.f;
     let (n, c) = (f.arity, f.num_captures);
     let mut m = Map { arity: n, tan: vec![None; f.num_regs as usize], nil: Reg(0) };
@@ -147,14 +155,14 @@ pub fn tangent_routine(cx: &Context) -> Function {
             }
         }
         for pc in f.blocks[b].start as usize..block_end(f, b) {
-            transcribe(cx, &m, &mut out, f.code[pc], f.spans[pc]);
+            transcribe(cx, &m, &mut out, f.code[pc], f.spans[pc])?;
         }
     }
-    out.0
+    Ok(out.0)
 }
 
 /// Emits one instruction of the function and its tangent.
-fn transcribe(cx: &Context, m: &Map, out: &mut Out, i: Instr, span: Span) {
+fn transcribe(cx: &Context, m: &Map, out: &mut Out, i: Instr, span: Span) -> Result<(), String> {
     let f = cx.f;
     let mut p = i;
     p.map_operands(|o| match o {
@@ -235,6 +243,49 @@ fn transcribe(cx: &Context, m: &Map, out: &mut Out, i: Instr, span: Span) {
             );
             out.split(m, pair, dst, span);
         }
+        // The instructions of a tangent routine, differentiated again (`towers.rs`).
+        Instr::Tan { dst, rule, args } => {
+            out.emit(p, span);
+            let (r, _) = TanRule::decode(rule);
+            let ops = f.list(args);
+            let operands: Vec<Reg> = match again(r) {
+                Again::Linear(is_tangent) => ops.iter().enumerate().map(|(k, &o)| if is_tangent(k) { m.t(o) } else { m.p(o) }).collect(),
+                Again::Tower => ops.iter().map(|&o| m.p(o)).chain(ops.iter().map(|&o| m.t(o))).collect(),
+                Again::No => return Err(higher_order_error()),
+            };
+            if is_effect(r) {
+                out.effect(r, &operands, span);
+            } else if dst_varied {
+                let args = out.list(&operands);
+                out.emit(Instr::Tan { dst: m.t(dst), rule, args }, span);
+            }
+        }
+        Instr::CallTan { dst, callee, args } => {
+            let mut regs = vec![m.p(callee), m.t(callee)];
+            regs.extend(f.list(args).iter().map(|&a| m.p(a)));
+            regs.extend(f.list(args).iter().map(|&a| m.t(a)));
+            out.deep_call(m, &regs, 2, dst, span);
+        }
+        Instr::CallBuiltinTan { dst, builtin, args } => {
+            // As a call of the built-in's value whose list has no callee tangent: `nil`.
+            let callee = out.fresh();
+            out.emit(Instr::LoadBuiltin { dst: callee, builtin }, span);
+            let mut regs = vec![callee, m.nil, m.nil];
+            regs.extend(f.list(args).iter().map(|&a| m.p(a)));
+            regs.push(m.nil);
+            regs.extend(f.list(args).iter().map(|&a| m.t(a)));
+            out.deep_call(m, &regs, 2, dst, span);
+        }
+        Instr::CallTanDeep { dst, args, depth } => {
+            let l = f.list(args);
+            let mut regs = vec![m.p(l[0]), m.t(l[0])];
+            regs.extend(l[1..].iter().map(|&a| m.p(a)));
+            regs.extend(l[1..].iter().map(|&a| m.t(a)));
+            out.deep_call(m, &regs, depth + 1, dst, span);
+        }
+        Instr::CallTanTape { .. } | Instr::CallTanAdj { .. } | Instr::CallBuiltinTanTape { .. } | Instr::CallBuiltinTanAdj { .. } => {
+            return Err(higher_order_error())
+        }
         // The tape of a routine under forward mode holds each record, then its tangent.
         Instr::TapePush { src } => {
             out.emit(p, span);
@@ -256,6 +307,13 @@ fn transcribe(cx: &Context, m: &Map, out: &mut Out, i: Instr, span: Span) {
             }
         }
     }
+    Ok(())
+}
+
+fn higher_order_error() -> String {
+    "derivatives of third and higher order through a Hessian-vector product (forward over reverse) \
+     are not supported"
+        .to_string()
 }
 
 /// The tangent instruction of a non-call, non-terminator instruction whose result varies.
@@ -266,11 +324,11 @@ fn tangent_of_instruction(cx: &Context, m: &Map, out: &mut Out, i: Instr, span: 
     match i {
         Instr::Add { dst, a, b } => out.rule(t(dst), TanRule::Add, 0, &[t(a), t(b), p(dst)], span),
         Instr::Sub { dst, a, b } => out.rule(t(dst), TanRule::Sub, 0, &[t(a), t(b), p(dst)], span),
-        Instr::Mul { dst, a, b } => out.rule(t(dst), TanRule::Mul, 0, &[p(a), t(a), p(b), t(b)], span),
-        Instr::Div { dst, a, b } => out.rule(t(dst), TanRule::Div, 0, &[t(a), t(b), p(b), p(dst)], span),
+        Instr::Mul { dst, a, b } => out.rule(t(dst), TanRule::Mul, 0, &[p(a), p(b), t(a), t(b)], span),
+        Instr::Div { dst, a, b } => out.rule(t(dst), TanRule::Div, 0, &[p(a), p(b), t(a), t(b)], span),
         Instr::Mod { dst, a, b } => out.rule(t(dst), TanRule::Mod, 0, &[t(a), t(b), p(a), p(b)], span),
-        Instr::Pow { dst, a, b } => out.rule(t(dst), TanRule::Pow, 0, &[p(a), t(a), p(b), t(b)], span),
-        Instr::MatMul { dst, a, b } => out.rule(t(dst), TanRule::MatMul, 0, &[p(a), t(a), p(b), t(b)], span),
+        Instr::Pow { dst, a, b } => out.rule(t(dst), TanRule::Pow, 0, &[p(a), p(b), t(a), t(b)], span),
+        Instr::MatMul { dst, a, b } => out.rule(t(dst), TanRule::MatMul, 0, &[p(a), p(b), t(a), t(b)], span),
         Instr::Neg { dst, src } => out.rule(t(dst), TanRule::Neg, 0, &[t(src)], span),
         Instr::Math1 { dst, src, builtin } => out.rule(t(dst), TanRule::Math1, builtin.0, &[p(src), t(src)], span),
         Instr::Index { dst, obj, idx } => out.rule(t(dst), TanRule::Index, 0, &[t(obj), p(idx)], span),

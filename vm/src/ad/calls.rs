@@ -96,8 +96,9 @@ impl Vm {
 
     /// The primal-with-tape version of a built-in call.
     pub fn tape_builtin(&mut self, b: BuiltinId, args: &[Value]) -> VmResult<Value> {
-        let deriv = self.program().builtins[b.index()].deriv;
+        let (deriv, tower) = (self.program().builtins[b.index()].deriv, self.program().builtins[b.index()].tower);
         match deriv {
+            Deriv::Nested if tower.is_some() => self.tower_reverse_tape(b, args),
             Deriv::Constant | Deriv::Missing | Deriv::Nested => self.call_builtin(b, args),
             Deriv::Pullback(_) | Deriv::Host => {
                 let y = self.call_builtin(b, args)?;
@@ -117,9 +118,10 @@ impl Vm {
     /// The adjoint of a built-in call: pops its record and turns the arguments' incoming
     /// adjoints `d` into outgoing ones.
     pub fn adjoint_builtin(&mut self, b: BuiltinId, dy: Value, d: &mut [Value]) -> VmResult<()> {
-        let deriv = self.program().builtins[b.index()].deriv;
+        let (deriv, tower) = (self.program().builtins[b.index()].deriv, self.program().builtins[b.index()].tower);
         match deriv {
             Deriv::Constant => Ok(()),
+            Deriv::Nested if tower.is_some() => self.tower_reverse_adjoint(b, &dy, d),
             Deriv::Missing | Deriv::Nested if matches!(dy, Value::Nil) => Ok(()),
             Deriv::Nested => Err(VmError::new(format!(
                 "cannot differentiate through {}: nested differentiation is not supported yet",

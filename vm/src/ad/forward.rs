@@ -41,7 +41,7 @@ pub fn zero_container(y: &Value) -> Value {
 }
 
 /// `Σ a·b` over two values of the same shape (numbers, arrays, matrices, tuples); `nil` is 0.
-fn inner(a: &Value, b: &Value) -> f64 {
+pub(crate) fn inner(a: &Value, b: &Value) -> f64 {
     match (a, b) {
         (Value::Nil, _) | (_, Value::Nil) => 0.0,
         (Value::Float(_) | Value::Int(_), Value::Float(_) | Value::Int(_)) => a.as_f64().unwrap_or(0.0) * b.as_f64().unwrap_or(0.0),
@@ -137,6 +137,11 @@ impl Vm {
         let ty = match deriv {
             Deriv::Constant => zero_container(&y),
             Deriv::Missing => return Err(VmError::new(format!("cannot differentiate through {}: it has no derivative rule", name()))),
+            Deriv::Nested | Deriv::Custom { .. } if self.program().builtins[b.index()].tower.is_some() => {
+                let towers: Vec<Vec<Value>> = args.iter().zip(targs).map(|(a, t)| vec![a.clone(), t.clone()]).collect();
+                let tower = self.program().builtins[b.index()].tower.expect("checked above");
+                return Ok(super::towers::pair_of(tower(self, &towers, 1)?));
+            }
             Deriv::Nested => {
                 return Err(VmError::new(format!(
                     "cannot differentiate through {}: nested differentiation is not supported yet",

@@ -44,6 +44,7 @@ pub mod nested;
 pub mod rules;
 pub mod second_order;
 pub mod tangents;
+pub mod towers;
 
 use crate::value::Value;
 

@@ -25,12 +25,6 @@ use crate::error::{VmError, VmResult};
 use crate::interp::Vm;
 use crate::value::Value;
 
-fn third_order(what: &str) -> VmError {
-    VmError::new(format!(
-        "cannot differentiate {what} here: derivatives of third and higher order (a derivative of a \
-         Hessian-vector product) are not supported yet"
-    ))
-}
 
 /// What one forward-over-reverse sweep gives.
 pub struct Sweep {
@@ -84,7 +78,8 @@ impl Vm {
                 let (all, tall) = with_bound(p, tf, args, targs);
                 self.tangent_tape_builtin(p.builtin, &all, &tall)
             }
-            Value::Partial(p) => Err(third_order(&self.program().builtins[p.builtin.index()].name.clone())),
+            // A differentiation operator (`grad(g)`): by towers, one level up.
+            Value::Partial(_) => self.tower_tape(f, tf, args, targs),
             other => Err(VmError::new(format!("cannot call a value of type {}", other.type_name()))),
         }
     }
@@ -134,8 +129,11 @@ impl Vm {
                 tout.extend(trest);
                 Ok((Value::tuple(out), Value::tuple(tout)))
             }
-            Value::Partial(p) if !(matches!(dy, Value::Nil) && matches!(tdy, Value::Nil)) => {
-                Err(third_order(&self.program().builtins[p.builtin.index()].name.clone()))
+            Value::Partial(_) => {
+                let (dc, tdc) = self.tower_adjoint(f, &dy, &mut d, &tdy, &mut td)?;
+                d.insert(0, dc);
+                td.insert(0, tdc);
+                Ok((Value::tuple(d), Value::tuple(td)))
             }
             _ => {
                 d.insert(0, Value::Nil);
@@ -148,6 +146,10 @@ impl Vm {
     /// The tangent of a built-in's primal-with-tape step: its value and tangent, with each
     /// record its pullback needs pushed beside that record's tangent.
     pub fn tangent_tape_builtin(&mut self, b: BuiltinId, args: &[Value], targs: &[Value]) -> VmResult<(Value, Value)> {
+        let bi = &self.program().builtins[b.index()];
+        if bi.tower.is_some() && bi.custom_second.is_none() {
+            return self.tower_tape(&Value::Builtin(b), &Value::Nil, args, targs);
+        }
         match self.program().builtins[b.index()].deriv {
             Deriv::Constant | Deriv::Missing | Deriv::Nested => self.tangent_builtin(b, args, targs),
             Deriv::Pullback(_) | Deriv::Host => {
@@ -183,6 +185,9 @@ impl Vm {
         let name = || name.clone();
         if let (Deriv::Custom { .. }, Some(custom)) = (deriv, custom) {
             return (custom.adjoint)(self, dy, d, tdy, td);
+        }
+        if self.program().builtins[b.index()].tower.is_some() && custom.is_none() {
+            return self.tower_adjoint(&Value::Builtin(b), dy, d, tdy, td).map(|_| ());
         }
         let zero = matches!(dy, Value::Nil) && matches!(tdy, Value::Nil);
         match deriv {

@@ -23,6 +23,10 @@
 //! Other aggregates (`(..)`, struct construction, closures) need no rule: the tangent routine
 //! builds the same aggregate from the tangents with the ordinary instruction. An array of
 //! numbers gets a float-array tangent so that array arithmetic on tangents works.
+//! Operand layout: the product-like rules (Mul, Div, Pow, MatMul, Math1) take their operands
+//! as towers, `(a, b, ȧ, ḃ)` — value components first, then tangent components — so that
+//! the same rule one level up is the same instruction over `(a, b, ȧ, ḃ, a', b', ȧ', ḃ')`
+//! (`towers.rs`); the others are linear in their tangent operands.
 //! `nil` is the zero tangent, so a constant operand costs nothing and contributes an exact
 //! zero. A container written inside the function gets a real tangent container when it is
 //! created, so writes into it and reads through its aliases see the same tangent.
@@ -99,11 +103,20 @@ fn element_tangent(container: &Value, v: Value) -> Value {
     }
 }
 
-/// Applies the tangent rule `code` to its operands.
+/// Applies the tangent rule `code` to its operands (a product-like rule over more than one
+/// level: `towers::tangent_rule`).
 pub fn apply(program: &Program, code: u32, args: &[Value]) -> VmResult<Value> {
     let (rule, payload) = TanRule::decode(code);
     let nil = Value::Nil;
     let arg = |k: usize| args.get(k).unwrap_or(&nil);
+    let towers = match rule {
+        TanRule::Mul | TanRule::Div | TanRule::Pow | TanRule::MatMul => args.len() > 4,
+        TanRule::Math1 => args.len() > 2,
+        _ => false,
+    };
+    if towers {
+        return super::towers::tangent_rule(program, rule, payload, args);
+    }
     match rule {
         TanRule::Add => Ok(fit(add(arg(0).clone(), arg(1).clone())?, arg(2))),
         TanRule::Sub => {
@@ -114,9 +127,10 @@ pub fn apply(program: &Program, code: u32, args: &[Value]) -> VmResult<Value> {
             };
             Ok(fit(d, arg(2)))
         }
-        TanRule::Mul => add(scaled(arg(1), arg(2))?, scaled(arg(3), arg(0))?),
+        TanRule::Mul => add(scaled(arg(2), arg(1))?, scaled(arg(3), arg(0))?),
         TanRule::Div => {
-            let (ta, tb, b, y) = (arg(0), arg(1), arg(2), arg(3));
+            let (ta, tb, b) = (arg(2), arg(3), arg(1));
+            let y = &bin(BinOp::Div, arg(0), b)?;
             let num = match tb {
                 Value::Nil => ta.clone(),
                 tb => {
@@ -142,13 +156,13 @@ pub fn apply(program: &Program, code: u32, args: &[Value]) -> VmResult<Value> {
             add(ta.clone(), tb_part)
         }
         TanRule::Pow => {
-            let (a, ta, b, tb) = (arg(0), arg(1), arg(2), arg(3));
+            let (a, b, ta, tb) = (arg(0), arg(1), arg(2), arg(3));
             let da = if is_zero(ta) { Value::Nil } else { bin(BinOp::Mul, ta, &zip_numbers(a, b, pow_da)?)? };
             let db = if is_zero(tb) { Value::Nil } else { bin(BinOp::Mul, tb, &zip_numbers(a, b, pow_db)?)? };
             add(da, db)
         }
         TanRule::MatMul => {
-            let (a, ta, b, tb) = (arg(0), arg(1), arg(2), arg(3));
+            let (a, b, ta, tb) = (arg(0), arg(1), arg(2), arg(3));
             let da = if is_zero(ta) { Value::Nil } else { crate::ops::matmul(ta, b)? };
             let db = if is_zero(tb) { Value::Nil } else { crate::ops::matmul(a, tb)? };
             add(da, db)
@@ -257,10 +271,13 @@ pub fn fast<'v>(program: &Program, code: u32, n: usize, arg: impl Fn(usize) -> &
             f(2)?;
             t(0)? - t(1)?
         }
-        TanRule::Mul => t(1)? * f(2)? + f(0)? * t(3)?,
-        TanRule::Div => (t(0)? - f(3)? * t(1)?) / f(2)?,
+        TanRule::Mul if n == 4 => t(2)? * f(1)? + f(0)? * t(3)?,
+        TanRule::Div if n == 4 => {
+            let b = f(1)?;
+            (t(2)? - f(0)? / b * t(3)?) / b
+        }
         TanRule::Neg => -t(0)?,
-        TanRule::Math1 => program.builtins[payload as usize].scalar_deriv?(f(0)?) * t(1)?,
+        TanRule::Math1 if n == 2 => program.builtins[payload as usize].scalar_deriv?(f(0)?) * t(1)?,
         TanRule::Pull => return second_order_fast(program, payload, n / 2, &arg),
         _ => return None,
     };
@@ -312,4 +329,36 @@ fn untracked() -> VmError {
         "forward mode: a varying value is written into a container whose derivative is not tracked \
          (a module variable, or an argument passed without a tangent)",
     )
+}
+
+/// How the tangent transform differentiates a `Tan` instruction once more (third and higher
+/// derivatives, `towers.rs`).
+pub enum Again {
+    /// Linear in the operands at these positions; the others are values it reads only for
+    /// shapes, indices and piecewise-constant coefficients: the same rule over the tangents
+    /// of the former and the same values.
+    Linear(fn(usize) -> bool),
+    /// A rule over towers: the same rule over the operands followed by their tangents.
+    Tower,
+    /// Not differentiable again (the tangents of pullbacks, forward over reverse).
+    No,
+}
+
+pub fn again(rule: TanRule) -> Again {
+    match rule {
+        TanRule::Add | TanRule::Sub | TanRule::Mod => Again::Linear(|k| k < 2),
+        TanRule::Neg | TanRule::Index | TanRule::Index2 | TanRule::Field | TanRule::TupleGet | TanRule::IterPrep => {
+            Again::Linear(|k| k == 0)
+        }
+        TanRule::SetIndex => Again::Linear(|k| k == 0 || k == 2),
+        TanRule::SetIndex2 => Again::Linear(|k| k == 0 || k == 3),
+        TanRule::NewArray => Again::Linear(|k| k >= 1),
+        TanRule::Mul | TanRule::Div | TanRule::Pow | TanRule::MatMul | TanRule::Math1 => Again::Tower,
+        TanRule::Pull => Again::No,
+    }
+}
+
+/// Rules run for their effect on a tangent container (their result is never read).
+pub fn is_effect(rule: TanRule) -> bool {
+    matches!(rule, TanRule::SetIndex | TanRule::SetIndex2)
 }
