@@ -17,6 +17,7 @@ pub mod tangents;
 pub mod differentiate;
 pub mod io;
 pub mod math;
+pub mod math_towers;
 pub mod matrices;
 pub mod random;
 pub mod strings;
@@ -171,6 +172,7 @@ pub fn builtins() -> Vec<Builtin> {
     tangents::attach(&mut t);
     nested_rules::attach(&mut t);
     nested_towers::attach(&mut t);
+    math_towers::attach(&mut t);
     second_derivatives::attach(&mut t);
     custom_second::attach(&mut t);
     t

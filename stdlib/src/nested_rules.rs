@@ -6,7 +6,7 @@
 //! | operator | forward mode (`ẏ`) | reverse mode (`x̄`, `f̄` from `ȳ`) |
 //! | --- | --- | --- |
 //! | `grad(f)(x..)`, `gradient`, `value_and_gradient` | the tangent of the gradient along `(ẋ, ḟ)` | the tangent of the gradient along `ẋ = ȳ` (`H ȳ`, by symmetry) |
-//! | `derivative(f, x)` | per output `i`: the tangent of `∂f_i/∂x` along `(ẋ, ḟ)` | the tangent along `ẋ = 1` of the pullback of `ȳ` |
+//! | `derivative(f, x)` | forward over forward (`nested_towers.rs`) | the tangent along `ẋ = 1` of the pullback of `ȳ` |
 //! | `jvp(f, xs, ts)` | — | `t̄ = Jᵀ ȳ₁`, `x̄ = Jᵀ ȳ₀ + (∂J t)ᵀ ȳ₁`: one sweep along `ts` |
 //!
 //! `f̄` (the adjoint of the function's captures) is always the tangent of the captures'
@@ -15,7 +15,6 @@
 
 use crate::derivatives::add_into;
 use zygvm_vm::ad::adjoints::{deep_copy, element, to_gradient};
-use zygvm_vm::ad::forward;
 use zygvm_vm::builtin::{Builtin, Deriv, Tangent, TangentFn};
 use zygvm_vm::value::Value;
 use zygvm_vm::{Vm, VmError, VmResult};
@@ -60,40 +59,12 @@ fn value_and_gradient_tangent(vm: &mut Vm, a: &[Value], t: &[Value]) -> VmResult
     Ok((Value::tuple(vec![s.y, Value::tuple(g)]), Value::tuple(vec![ty, Value::tuple(tg)])))
 }
 
-/// Forward over forward: `derivative(f, x)` under forward mode.
+/// Forward over forward: `derivative(f, x)` under forward mode is `f` under two levels of
+/// forward mode (`nested_towers.rs`): as cheap as a forward-over-reverse sweep for one input,
+/// and it needs only tangent rules, which every differentiable built-in has.
 fn derivative_tangent(vm: &mut Vm, a: &[Value], t: &[Value]) -> VmResult<(Value, Value)> {
-    let y = forward::derivative(vm, &a[0], &a[1])?;
-    let seeds: Vec<Value> = match &y {
-        Value::Float(_) => vec![Value::Float(1.0)],
-        Value::Array(_) | Value::Matrix(_) => (0..flat_len(&y)).map(|j| forward::unit(&y, j)).collect(),
-        other => {
-            return Err(VmError::new(format!(
-                "a derivative of a derivative needs a function returning a float, array or matrix, got {}",
-                other.type_name()
-            )))
-        }
-    };
-    let mut out = Vec::with_capacity(seeds.len());
-    for seed in seeds {
-        let s = vm.forward_over_reverse(&a[0], &t[0], &a[1..2], &t[1..2], seed, nil())?;
-        out.push(s.tgrads[0].as_f64().unwrap_or(0.0));
-    }
-    let ty = match &y {
-        Value::Float(_) => Value::Float(out[0]),
-        Value::Matrix(m) => {
-            let m = m.borrow();
-            Value::matrix(m.rows, m.cols, out)
-        }
-        _ => Value::float_array(out),
-    };
-    Ok((y, ty))
-}
-
-fn flat_len(y: &Value) -> usize {
-    match y {
-        Value::Matrix(m) => m.borrow().data.len(),
-        other => zygvm_vm::access::length(other).unwrap_or(0),
-    }
+    let towers = [vec![a[0].clone(), t[0].clone()], vec![a[1].clone(), t[1].clone()]];
+    Ok(zygvm_vm::ad::towers::pair_of(crate::nested_towers::derivative(vm, &towers, 1)?))
 }
 
 /// `grad(f)`, `checkpoint(f)`, `custom_gradient(f, rule)`: the result binds the arguments, so

@@ -11,6 +11,8 @@
 //! | `jacobian(f, x)` | 1 | one per input number |
 //! | `hessian(f, x)` | 2 | one per pair of input numbers |
 //!
+//! `map`, `filter` and `reduce` call their function's tower element by element.
+//!
 //! Gradients here are forward mode, one sweep per input number: a third derivative of a
 //! function of many inputs costs that many sweeps (documented in docs/differentiation.md).
 
@@ -141,7 +143,7 @@ fn tuples(parts: &[Tower], size: usize) -> Tower {
         .collect()
 }
 
-fn derivative(vm: &mut Vm, a: &[Tower], k: u32) -> VmResult<Tower> {
+pub(crate) fn derivative(vm: &mut Vm, a: &[Tower], k: u32) -> VmResult<Tower> {
     if !matches!(a[1][0], Value::Float(_)) {
         return Err(VmError::new(format!("derivative needs a float input, got {}", a[1][0].type_name())));
     }
@@ -270,6 +272,78 @@ fn custom_gradient_apply(vm: &mut Vm, a: &[Tower], k: u32) -> VmResult<Tower> {
     bound_function(vm, a, k, CUSTOM_BOUND)
 }
 
+// ---- higher-order built-ins: the function's towers, element by element ----
+
+/// Element `j`'s tower of a sequence's tower (matrices by flat position).
+fn element_tower(xs: &[Value], j: usize) -> Tower {
+    xs.iter()
+        .map(|x| match x {
+            Value::Matrix(m) => Value::Float(m.borrow().data[j]),
+            Value::Nil => Value::Nil,
+            x => element(x, j),
+        })
+        .collect()
+}
+
+fn length_of(what: &str, x: &Value) -> VmResult<usize> {
+    match x {
+        Value::Matrix(m) => Ok(m.borrow().data.len()),
+        Value::Array(a) => Ok(a.borrow().len()),
+        other => Err(VmError::new(format!("{what} needs an array, got {}", other.type_name()))),
+    }
+}
+
+/// Per component, the elements' components as an array (a matrix for a matrix input).
+fn collect(x: &Value, per_element: &[Tower], size: usize) -> VmResult<Tower> {
+    (0..size)
+        .map(|m| {
+            if m > 0 && per_element.iter().all(|t| matches!(t[m], Value::Nil)) {
+                return Ok(Value::Nil);
+            }
+            Ok(match x {
+                Value::Matrix(mm) => {
+                    let mm = mm.borrow();
+                    let data = per_element.iter().map(|t| t[m].as_f64().unwrap_or(0.0)).collect();
+                    Value::matrix(mm.rows, mm.cols, data)
+                }
+                _ => zygvm_vm::access::new_array(per_element.iter().map(|t| t[m].clone()).collect()),
+            })
+        })
+        .collect()
+}
+
+fn map(vm: &mut Vm, a: &[Tower], k: u32) -> VmResult<Tower> {
+    let n = length_of("map", &a[1][0])?;
+    let mut ys = Vec::with_capacity(n);
+    for j in 0..n {
+        ys.push(vm.tower_call(&a[0], &[element_tower(&a[1], j)], k)?);
+    }
+    collect(&a[1][0], &ys, 1 << k)
+}
+
+fn filter(vm: &mut Vm, a: &[Tower], k: u32) -> VmResult<Tower> {
+    let n = length_of("filter", &a[1][0])?;
+    let mut kept = vec![];
+    for j in 0..n {
+        let x = element_tower(&a[1], j);
+        match vm.call_value(&a[0][0], &[x[0].clone()])? {
+            Value::Bool(true) => kept.push(x),
+            Value::Bool(false) => {}
+            other => return Err(VmError::new(format!("filter's function must return a bool, got {}", other.type_name()))),
+        }
+    }
+    collect(&Value::Nil, &kept, 1 << k)
+}
+
+fn reduce(vm: &mut Vm, a: &[Tower], k: u32) -> VmResult<Tower> {
+    let n = length_of("reduce", &a[1][0])?;
+    let mut acc = a[2].clone();
+    for j in 0..n {
+        acc = vm.tower_call(&a[0], &[acc, element_tower(&a[1], j)], k)?;
+    }
+    Ok(acc)
+}
+
 /// Writes the tower rules into the built-in table.
 pub fn attach(table: &mut [Builtin]) {
     type Rule = zygvm_vm::builtin::TowerFn;
@@ -282,6 +356,9 @@ pub fn attach(table: &mut [Builtin]) {
         ("jacobian", jacobian),
         ("hessian", hessian),
         (crate::custom_rules::CHECKPOINT_APPLY, checkpoint_apply),
+        ("map", map),
+        ("filter", filter),
+        ("reduce", reduce),
         (crate::custom_rules::CUSTOM_GRADIENT_APPLY, custom_gradient_apply),
     ];
     for b in table.iter_mut() {

@@ -32,7 +32,9 @@ fn numbers(v: &Value, like: &Value) -> Vec<f64> {
     let n = zygvm_vm::access::length(like).unwrap_or(0);
     match v {
         Value::Float(x) => vec![*x],
-        Value::Array(a) => a.borrow().to_f64s().unwrap_or_else(|| vec![0.0; n]),
+        // Element by element: a cotangent may be a generic array with `nil` (zero) entries,
+        // or shorter than the value when built sparsely.
+        Value::Array(_) => (0..n).map(|k| zygvm_vm::ad::adjoints::element(v, k).as_f64().unwrap_or(0.0)).collect(),
         _ => vec![0.0; n],
     }
 }

@@ -157,6 +157,16 @@ impl Vm {
             let bi = &self.program().builtins[b.index()];
             (bi.deriv, bi.imp)
         };
+        // An array's adjoint grows only as far as its last written element (`add_at`): the
+        // rules see it at the value's full length.
+        let full;
+        let dy = match (dy, y) {
+            (Value::Array(d), Value::Array(v)) if d.borrow().len() != v.borrow().len() || !matches!(&*d.borrow(), crate::value::Array::Floats(_)) => {
+                full = super::adjoints::to_gradient(dy, y, self.program());
+                &full
+            }
+            _ => dy,
+        };
         match (deriv, imp) {
             (Deriv::Pullback(rule), _) => rule(self, dy, args, y),
             (Deriv::Host, crate::builtin::BuiltinImpl::Host(i)) => {

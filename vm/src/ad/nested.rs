@@ -147,7 +147,7 @@ impl Vm {
     /// record its pullback needs pushed beside that record's tangent.
     pub fn tangent_tape_builtin(&mut self, b: BuiltinId, args: &[Value], targs: &[Value]) -> VmResult<(Value, Value)> {
         let bi = &self.program().builtins[b.index()];
-        if bi.tower.is_some() && bi.custom_second.is_none() {
+        if bi.tower.is_some() && bi.custom_second.is_none() && matches!(bi.deriv, Deriv::Custom { .. } | Deriv::Nested) {
             return self.tower_tape(&Value::Builtin(b), &Value::Nil, args, targs);
         }
         match self.program().builtins[b.index()].deriv {
@@ -186,7 +186,7 @@ impl Vm {
         if let (Deriv::Custom { .. }, Some(custom)) = (deriv, custom) {
             return (custom.adjoint)(self, dy, d, tdy, td);
         }
-        if self.program().builtins[b.index()].tower.is_some() && custom.is_none() {
+        if self.program().builtins[b.index()].tower.is_some() && custom.is_none() && matches!(deriv, Deriv::Custom { .. } | Deriv::Nested) {
             return self.tower_adjoint(&Value::Builtin(b), dy, d, tdy, td).map(|_| ());
         }
         let zero = matches!(dy, Value::Nil) && matches!(tdy, Value::Nil);
@@ -214,7 +214,9 @@ impl Vm {
                     (None, Some(d1), Some(d2), _) if n == 1 => vec![unary_pullback_tangent(d1, d2, dy, tdy, &args[0], &targs[0])?],
                     (None, _, _, Tangent::Linear) if matches!(tdy, Value::Nil) => vec![Value::Nil; n],
                     (None, _, _, Tangent::Linear) => self.pullback_of_builtin(b, tdy, &args, &y)?,
-                    _ => return Err(VmError::new(format!("second derivatives through {} are not supported yet", name()))),
+                    // Any other built-in with a rule under two levels of forward mode: one
+                    // sweep per number of its arguments (`towers.rs`).
+                    _ => self.adjoints_by_sweeps(&Value::Builtin(b), &Value::Nil, &args, &targs, dy, tdy)?.1.split_off(1),
                 };
                 for (slot, c) in d.iter_mut().zip(contributions) {
                     *slot = accumulate(std::mem::take(slot), c)?;

@@ -112,7 +112,7 @@ fn log2(n: usize) -> usize {
 }
 
 /// `f⁽ʲ⁾(x)` for `j = 0..=k`, elementwise over `x`.
-fn derivatives_of(x: &Value, k: usize, d: impl Fn(f64, usize) -> f64) -> VmResult<Vec<Value>> {
+pub fn derivatives_of(x: &Value, k: usize, d: impl Fn(f64, usize) -> f64) -> VmResult<Vec<Value>> {
     (0..=k).map(|j| map_numbers(x, |v| d(v, j))).collect()
 }
 
@@ -132,7 +132,7 @@ fn factorial(j: usize) -> f64 {
 
 /// The tower of `a ^ b`: by the derivatives of `x^c` for a constant exponent, otherwise as
 /// `exp(b ln a)`.
-fn power(a: &[Value], b: &[Value]) -> VmResult<Tower> {
+pub fn power(a: &[Value], b: &[Value]) -> VmResult<Tower> {
     let k = log2(a.len());
     if b[1..].iter().all(is_zero) {
         let derivs = (0..=k).map(|j| zip_numbers(&a[0], &b[0], |x, c| pow_derivative(x, c, j))).collect::<VmResult<Vec<_>>>()?;
@@ -145,7 +145,7 @@ fn power(a: &[Value], b: &[Value]) -> VmResult<Tower> {
 }
 
 /// The tower of `1 / b`.
-fn reciprocal(b: &[Value]) -> VmResult<Tower> {
+pub fn reciprocal(b: &[Value]) -> VmResult<Tower> {
     let k = log2(b.len());
     let derivs = derivatives_of(&b[0], k, |x, j| (-1f64).powi(j as i32) * factorial(j) / x.powi(j as i32 + 1))?;
     chain(&derivs, b)
@@ -487,7 +487,20 @@ impl Vm {
         if matches!(dy, Value::Nil) && matches!(tdy, Value::Nil) {
             return Ok((Value::Nil, Value::Nil));
         }
-        let all = inputs(f, &args);
+        let (bar, tbar) = self.adjoints_by_sweeps(f, &tf, &args, &targs, dy, tdy)?;
+        for k in 0..n {
+            d[k] = super::adjoints::accumulate(std::mem::take(&mut d[k]), bar[k + 1].clone())?;
+            td[k] = super::adjoints::accumulate(std::mem::take(&mut td[k]), tbar[k + 1].clone())?;
+        }
+        Ok((bar[0].clone(), tbar[0].clone()))
+    }
+
+    /// The adjoints `⟨ȳ, ∂y⟩` of every input (the callee first, then the arguments) and their
+    /// tangents `⟨ẏ̄, ∂y⟩ + ⟨ȳ, ∂ẏ⟩`: per number of every input, one sweep under two levels
+    /// (the number's unit, then the recorded tangents).
+    pub(crate) fn adjoints_by_sweeps(&mut self, f: &Value, tf: &Value, args: &[Value], targs: &[Value], dy: &Value, tdy: &Value) -> VmResult<(Vec<Value>, Vec<Value>)> {
+        let n = args.len();
+        let all = inputs(f, args);
         let (mut bar, mut tbar) = (vec![], vec![]);
         for (slot, input) in all.iter().enumerate() {
             let (mut b, mut t) = (vec![], vec![]);
@@ -503,11 +516,7 @@ impl Vm {
             bar.push(assemble(input, &mut b.into_iter()));
             tbar.push(assemble(input, &mut t.into_iter()));
         }
-        for k in 0..n {
-            d[k] = super::adjoints::accumulate(std::mem::take(&mut d[k]), bar[k + 1].clone())?;
-            td[k] = super::adjoints::accumulate(std::mem::take(&mut td[k]), tbar[k + 1].clone())?;
-        }
-        Ok((bar[0].clone(), tbar[0].clone()))
+        Ok((bar, tbar))
     }
 
     /// Reverse mode of a built-in with a tower rule but no pullback (`hessian`,

@@ -1,0 +1,178 @@
+//! Array math under two or more levels of forward mode (third and higher derivatives), each
+//! written with the tower primitives of `zygvm_vm::ad::towers`: Leibniz's rule for the
+//! bilinear ones (`dot`, `outer`), Faà di Bruno's formula for a one-argument function of a
+//! reduction (`norm` = √(x·x), `logsumexp` = log Σ exp), their combination for `softmax`,
+//! `hypot`, `prod`; `pow` is the `^` instruction's rule; `max`, `min`, `maximum`, `minimum`
+//! pass on the tower of the operand the value selected. Built-ins without a rule here or in
+//! `nested_towers.rs` (one-argument math and linear built-ins are generic) are an error at
+//! third order.
+
+use zygvm_vm::ad::adjoints::element;
+use zygvm_vm::ad::tangents::add;
+use zygvm_vm::ad::towers::{chain, derivatives_of, power, product, reciprocal, Tower};
+use zygvm_vm::builtin::Builtin;
+use zygvm_vm::value::Value;
+use zygvm_vm::{Vm, VmError, VmResult};
+
+fn floats(what: &str, v: &Value) -> VmResult<Vec<f64>> {
+    match v {
+        Value::Float(x) => Ok(vec![*x]),
+        Value::Array(a) => a.borrow().to_f64s().ok_or_else(|| VmError::new(format!("{what} needs an array of numbers"))),
+        Value::Matrix(m) => Ok(m.borrow().data.clone()),
+        other => Err(VmError::new(format!("{what} needs an array, got {}", other.type_name()))),
+    }
+}
+
+fn dot_values(a: &Value, b: &Value) -> VmResult<Value> {
+    let (x, y) = (floats("dot", a)?, floats("dot", b)?);
+    if x.len() != y.len() {
+        return Err(VmError::new(format!("dot needs arrays of equal length, got {} and {}", x.len(), y.len())));
+    }
+    Ok(Value::Float(x.iter().zip(&y).map(|(p, q)| p * q).sum()))
+}
+
+fn outer_values(a: &Value, b: &Value) -> VmResult<Value> {
+    let (x, y) = (floats("outer", a)?, floats("outer", b)?);
+    Ok(Value::matrix(x.len(), y.len(), x.iter().flat_map(|p| y.iter().map(move |q| p * q)).collect()))
+}
+
+/// The sum of every number, per component.
+fn sums(x: &[Value]) -> VmResult<Tower> {
+    x.iter()
+        .map(|v| match v {
+            Value::Nil => Ok(Value::Nil),
+            v => Ok(Value::Float(floats("a reduction", v)?.iter().sum())),
+        })
+        .collect()
+}
+
+fn k_of(t: &[Value]) -> usize {
+    t.len().trailing_zeros() as usize
+}
+
+/// `exp(x - c)` elementwise, `c` the largest number of the value (overflow-free).
+fn shifted_exp(x: &[Value]) -> VmResult<(Tower, f64)> {
+    let c = floats("logsumexp", &x[0])?.into_iter().fold(f64::NEG_INFINITY, f64::max);
+    let c = if c.is_finite() { c } else { 0.0 };
+    let derivs = derivatives_of(&x[0], k_of(x), |v, _| (v - c).exp())?;
+    Ok((chain(&derivs, x)?, c))
+}
+
+fn dot(_: &mut Vm, a: &[Tower], _: u32) -> VmResult<Tower> {
+    product(&a[0], &a[1], dot_values)
+}
+
+fn outer(_: &mut Vm, a: &[Tower], _: u32) -> VmResult<Tower> {
+    product(&a[0], &a[1], outer_values)
+}
+
+fn norm(_: &mut Vm, a: &[Tower], _: u32) -> VmResult<Tower> {
+    let sq = product(&a[0], &a[0], dot_values)?;
+    let derivs = derivatives_of(&sq[0], k_of(&sq), |v, j| crate::taylor::derivatives("sqrt", v, j).map_or(f64::NAN, |d| d[j]))?;
+    chain(&derivs, &sq)
+}
+
+fn logsumexp(_: &mut Vm, a: &[Tower], _: u32) -> VmResult<Tower> {
+    let (e, c) = shifted_exp(&a[0])?;
+    let s = sums(&e)?;
+    let derivs = derivatives_of(&s[0], k_of(&s), |v, j| crate::taylor::derivatives("log", v, j).map_or(f64::NAN, |d| d[j]))?;
+    let mut y = chain(&derivs, &s)?;
+    y[0] = Value::Float(y[0].as_f64().unwrap_or(f64::NAN) + c);
+    Ok(y)
+}
+
+fn softmax(_: &mut Vm, a: &[Tower], _: u32) -> VmResult<Tower> {
+    let (e, _) = shifted_exp(&a[0])?;
+    let r = reciprocal(&sums(&e)?)?;
+    product(&e, &r, |p, q| zygvm_vm::ops::binary(zygvm_vm::ops::BinOp::Mul, p, q))
+}
+
+fn pow(_: &mut Vm, a: &[Tower], _: u32) -> VmResult<Tower> {
+    power(&a[0], &a[1])
+}
+
+fn hypot(_: &mut Vm, a: &[Tower], _: u32) -> VmResult<Tower> {
+    let mul = |p: &Value, q: &Value| zygvm_vm::ops::binary(zygvm_vm::ops::BinOp::Mul, p, q);
+    let (x2, y2) = (product(&a[0], &a[0], mul)?, product(&a[1], &a[1], mul)?);
+    let s: Tower = x2.into_iter().zip(y2).map(|(p, q)| add(p, q)).collect::<VmResult<_>>()?;
+    let derivs = derivatives_of(&s[0], k_of(&s), |v, j| crate::taylor::derivatives("sqrt", v, j).map_or(f64::NAN, |d| d[j]))?;
+    chain(&derivs, &s)
+}
+
+fn prod(_: &mut Vm, a: &[Tower], _: u32) -> VmResult<Tower> {
+    let n = floats("prod", &a[0][0])?.len();
+    let mul = |p: &Value, q: &Value| zygvm_vm::ops::binary(zygvm_vm::ops::BinOp::Mul, p, q);
+    let mut acc = zygvm_vm::ad::towers::constant(Value::Float(1.0), a[0].len());
+    for j in 0..n {
+        let x: Tower = a[0].iter().map(|c| if matches!(c, Value::Nil) { Value::Nil } else { element_or_flat(c, j) }).collect();
+        acc = product(&acc, &x, mul)?;
+    }
+    Ok(acc)
+}
+
+fn element_or_flat(v: &Value, j: usize) -> Value {
+    match v {
+        Value::Matrix(m) => Value::Float(m.borrow().data[j]),
+        v => element(v, j),
+    }
+}
+
+/// `max(a, b)` / `min(a, b)` of numbers: the selected operand's tower (the first on a tie).
+fn select2(a: &[Tower], first_wins: fn(f64, f64) -> bool) -> VmResult<Tower> {
+    match (a[0][0].as_f64(), a[1][0].as_f64()) {
+        (Some(x), Some(y)) => Ok(if first_wins(x, y) { a[0].clone() } else { a[1].clone() }),
+        _ => Err(VmError::new("derivatives of third and higher order through max or min of arrays are not supported yet")),
+    }
+}
+
+fn max(_: &mut Vm, a: &[Tower], _: u32) -> VmResult<Tower> {
+    select2(a, |x, y| x >= y)
+}
+
+fn min(_: &mut Vm, a: &[Tower], _: u32) -> VmResult<Tower> {
+    select2(a, |x, y| x <= y)
+}
+
+/// `maximum(a)` / `minimum(a)`: the selected element's tower (the first on a tie).
+fn select(a: &[Tower], better: fn(f64, f64) -> bool) -> VmResult<Tower> {
+    let x = floats("maximum", &a[0][0])?;
+    let mut best = 0;
+    for (j, v) in x.iter().enumerate() {
+        if better(*v, x[best]) {
+            best = j;
+        }
+    }
+    Ok(a[0].iter().map(|c| if matches!(c, Value::Nil) { Value::Nil } else { element_or_flat(c, best) }).collect())
+}
+
+fn maximum(_: &mut Vm, a: &[Tower], _: u32) -> VmResult<Tower> {
+    select(a, |v, b| v > b)
+}
+
+fn minimum(_: &mut Vm, a: &[Tower], _: u32) -> VmResult<Tower> {
+    select(a, |v, b| v < b)
+}
+
+/// Writes the tower rules into the built-in table.
+pub fn attach(table: &mut [Builtin]) {
+    type Rule = zygvm_vm::builtin::TowerFn;
+    let rules: &[(&str, Rule)] = &[
+        ("dot", dot),
+        ("outer", outer),
+        ("norm", norm),
+        ("logsumexp", logsumexp),
+        ("softmax", softmax),
+        ("pow", pow),
+        ("hypot", hypot),
+        ("prod", prod),
+        ("max", max),
+        ("min", min),
+        ("maximum", maximum),
+        ("minimum", minimum),
+    ];
+    for b in table.iter_mut() {
+        if let Some((_, rule)) = rules.iter().find(|(n, _)| *n == b.name) {
+            b.tower = Some(*rule);
+        }
+    }
+}
