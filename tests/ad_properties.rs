@@ -3,7 +3,8 @@
 //! calls, recursion, closures, `map`/`reduce`, arrays with in-place mutation, struct fields)
 //! are differentiated by `gradient`, and every partial derivative is checked against central
 //! finite differences of the same program run forward. Forward mode (`jvp` along each input)
-//! must agree with the gradient to 1e-12 relative, and `hessian` (forward over reverse) with
+//! must agree with the gradient to 1e-12 relative; third derivatives computed three ways agree
+//! with each other to 1e-12 and with differences of the Hessian; `hessian` (forward over reverse) with
 //! central finite differences of the gradient, and be symmetric.
 //!
 //! Every assignment is squashed by a bounded function, so values stay in a range where finite
@@ -237,6 +238,11 @@ fn render(stmts: &[Stmt]) -> String {
     r.out.push_str("}\nfn g(x, y) { gradient(f, x, y) }\n");
     r.out.push_str("fn t(x, y) { (jvp(f, (x, y), (1.0, 0.0))[1], jvp(f, (x, y), (0.0, 1.0))[1]) }\n");
     r.out.push_str("fn h(x, y) { hessian(fn(v) { f(v[0], v[1]) }, [x, y]) }\n");
+    // Third order three ways: forward over forward over forward, reverse over reverse over
+    // reverse, and reverse mode of `hessian` (forward over reverse).
+    r.out.push_str("fn d3(x, y) { derivative(fn(a) { derivative(fn(b) { derivative(fn(c) { f(c, y) }, b) }, a) }, x) }\n");
+    r.out.push_str("fn g3(x, y) { grad(grad(grad(fn(a) { f(a, y) })))(x) }\n");
+    r.out.push_str("fn k3(x, y) { gradient(fn(a, b) { hessian(fn(v) { f(v[0], v[1]) }, [a, b])[0, 0] }, x, y) }\n");
     r.out
 }
 
@@ -280,6 +286,7 @@ fn check(stmts: &[Stmt], x: f64, y: f64) -> Result<(), TestCaseError> {
         );
     }
     check_hessian(&mut vm, &src, x, y)?;
+    check_third_order(&mut vm, &src, x, y)?;
     CHECKED.fetch_add(1, Ordering::Relaxed);
     Ok(())
 }
@@ -317,6 +324,39 @@ fn check_hessian(vm: &mut Vm, src: &str, x: f64, y: f64) -> Result<(), TestCaseE
                 f1[i]
             );
         }
+    }
+    Ok(())
+}
+
+fn hessian_xx(vm: &mut Vm, x: f64, y: f64) -> f64 {
+    match vm.call_value("h", vec![Value::Float(x), Value::Float(y)]).unwrap() {
+        Value::Matrix { data, .. } => data[0],
+        other => panic!("hessian {other:?}"),
+    }
+}
+
+/// Third derivatives (`towers.rs`): `∂³f/∂x³` and `∂³f/∂x²∂y` against central differences of
+/// the Hessian, and the three ways of computing them against each other (1e-12 relative).
+fn check_third_order(vm: &mut Vm, src: &str, x: f64, y: f64) -> Result<(), TestCaseError> {
+    let fail = |e: zygvm::Error| TestCaseError::fail(format!("{e}\n{src}"));
+    let d3 = float(&vm.call_value("d3", vec![Value::Float(x), Value::Float(y)]).map_err(fail)?);
+    let g3 = float(&vm.call_value("g3", vec![Value::Float(x), Value::Float(y)]).map_err(fail)?);
+    let k3 = match vm.call_value("k3", vec![Value::Float(x), Value::Float(y)]).map_err(fail)? {
+        Value::Tuple(t) => [float(&t[0]), float(&t[1])],
+        other => return Err(TestCaseError::fail(format!("k3 {other:?}"))),
+    };
+    for (name, v) in [("grad(grad(grad))", g3), ("gradient of hessian", k3[0])] {
+        prop_assert!(
+            (v - d3).abs() <= 1e-12 * v.abs().max(d3.abs()).max(1.0),
+            "third derivative: {name} {v} vs derivative(derivative(derivative)) {d3} at ({x}, {y})\n{src}"
+        );
+    }
+    for (name, want, dx, dy) in [("xxx", d3, 1.0, 0.0), ("xxy", k3[1], 0.0, 1.0)] {
+        let fd = |vm: &mut Vm, s: f64| (hessian_xx(vm, x + s * dx, y + s * dy) - hessian_xx(vm, x - s * dx, y - s * dy)) / (2.0 * s);
+        let (f1, f2) = (fd(vm, 1e-5), fd(vm, 1e-4));
+        prop_assume!(f1.abs() < 1e4 && (f1 - f2).abs() <= 1e-4 * f1.abs().max(1.0));
+        let s = f1.abs().max(want.abs()).max(1.0);
+        prop_assert!((want - f1).abs() <= 1e-5 * s, "f_{name} = {want} vs finite difference of the Hessian {f1} at ({x}, {y})\n{src}");
     }
     Ok(())
 }

@@ -2,7 +2,7 @@
 //! written with the tower primitives of `zygvm_vm::ad::towers`: Leibniz's rule for the
 //! bilinear ones (`dot`, `outer`), Faà di Bruno's formula for a one-argument function of a
 //! reduction (`norm` = √(x·x), `logsumexp` = log Σ exp), their combination for `softmax`,
-//! `hypot`, `prod`; `pow` is the `^` instruction's rule; `max`, `min`, `maximum`, `minimum`
+//! `hypot`, `prod`, `atan2`; `pow` is the `^` instruction's rule; `max`, `min`, `maximum`, `minimum`
 //! pass on the tower of the operand the value selected. Built-ins without a rule here or in
 //! `nested_towers.rs` (one-argument math and linear built-ins are generic) are an error at
 //! third order.
@@ -99,6 +99,22 @@ fn hypot(_: &mut Vm, a: &[Tower], _: u32) -> VmResult<Tower> {
     chain(&derivs, &s)
 }
 
+/// `atan2(y, x)` differs from `atan(y / x)` (or `-atan(x / y)`, whichever quotient is
+/// bounded) by a piecewise constant, so its derivatives are theirs.
+fn atan2(_: &mut Vm, a: &[Tower], _: u32) -> VmResult<Tower> {
+    let (y0, x0) = (a[0][0].as_f64(), a[1][0].as_f64());
+    let (Some(y0), Some(x0)) = (y0, x0) else {
+        return Err(VmError::new("derivatives of third and higher order through atan2 of arrays are not supported yet"));
+    };
+    let mul = |p: &Value, q: &Value| zygvm_vm::ops::binary(zygvm_vm::ops::BinOp::Mul, p, q);
+    let (num, den, sign) = if x0.abs() >= y0.abs() { (&a[0], &a[1], 1.0) } else { (&a[1], &a[0], -1.0) };
+    let q = product(num, &reciprocal(den)?, mul)?;
+    let derivs = derivatives_of(&q[0], k_of(&q), |v, j| sign * crate::taylor::derivatives("atan", v, j).map_or(f64::NAN, |d| d[j]))?;
+    let mut t = chain(&derivs, &q)?;
+    t[0] = Value::Float(y0.atan2(x0));
+    Ok(t)
+}
+
 fn prod(_: &mut Vm, a: &[Tower], _: u32) -> VmResult<Tower> {
     let n = floats("prod", &a[0][0])?.len();
     let mul = |p: &Value, q: &Value| zygvm_vm::ops::binary(zygvm_vm::ops::BinOp::Mul, p, q);
@@ -164,6 +180,7 @@ pub fn attach(table: &mut [Builtin]) {
         ("softmax", softmax),
         ("pow", pow),
         ("hypot", hypot),
+        ("atan2", atan2),
         ("prod", prod),
         ("max", max),
         ("min", min),
