@@ -80,6 +80,14 @@ def main():
         h, g = median_seconds("second_order", f"{w}_zygvm-interp"), median_seconds("gradient", f"{w}_zygvm-interp")
         if h and g:
             print(f"| {w} | {what} | {fmt(h)} | {h / g:.1f} |")
+    print("\nThird order (tangent routines of tangent routines, towers), zygvm interp, against one gradient:\n")
+    print("| workload | grad(grad(grad(f))) | / one gradient | derivative three times | / one gradient |")
+    print("| --- | --- | --- | --- | --- |")
+    for w in ("sincos", "loop"):
+        g = median_seconds("gradient", f"{w}_zygvm-interp")
+        r3, d3 = median_seconds("third_order", f"{w}_grad3-zygvm-interp"), median_seconds("third_order", f"{w}_derivative3-zygvm-interp")
+        if g and r3 and d3:
+            print(f"| {w} | {fmt(r3)} | {r3 / g:.0f} | {fmt(d3)} | {d3 / g:.0f} |")
     print()
     for w, iters in (("loop", 500), ("logreg_loops", 7840)):
         b = tape_bytes(w)

@@ -234,6 +234,39 @@ fn second_order(c: &mut Criterion) {
     g.finish();
 }
 
+/// Third derivatives (the tangent transform applied to its own output): `grad(grad(grad(f)))`
+/// and `derivative` three times, of the scalar workloads. Checked first against each other
+/// (1e-12) and against the closed forms of `sin(cos x)` and `sin(x)^500`.
+fn third_order(c: &mut Criterion) {
+    // sin(cos x): the chain rule three times, u = cos x.
+    let x = 0.5f64;
+    let (du, d2u, d3u) = (-x.sin(), -x.cos(), x.sin());
+    let u = x.cos();
+    let sincos3 = -u.cos() * du.powi(3) - 3.0 * u.sin() * du * d2u + u.cos() * d3u;
+    // sⁿ with s = sin x, s' = c, c' = -s.
+    let (x, n) = (2.0f64, 500.0);
+    let (s, co) = (x.sin(), x.cos());
+    let loop3 = n * (n - 1.0) * (n - 2.0) * s.powf(n - 3.0) * co.powi(3)
+        - 2.0 * n * (n - 1.0) * s.powf(n - 1.0) * co
+        - n * n * s.powf(n - 1.0) * co;
+    for (name, want) in [("sincos", sincos3), ("loop", loop3)] {
+        let mut vm = workload_vm(name);
+        let a = flat(&vm.call_value("bench_third", vec![]).unwrap())[0];
+        let b = flat(&vm.call_value("bench_third_forward", vec![]).unwrap())[0];
+        // Relative, not floored at 1: the loop's value is about 1e-19.
+        assert!((a - b).abs() <= 1e-12 * a.abs(), "{name}: {a} vs {b}");
+        assert!((a - want).abs() <= 1e-9 * want.abs(), "{name}: {a} vs closed form {want}");
+    }
+    let mut g = c.benchmark_group("third_order");
+    g.sample_size(10).warm_up_time(Duration::from_millis(300)).measurement_time(Duration::from_secs(2));
+    for name in ["sincos", "loop"] {
+        let mut vm = workload_vm(name);
+        g.bench_function(format!("{name}/grad3-zygvm-interp"), |b| b.iter(|| vm.call_value("bench_third", vec![]).unwrap()));
+        g.bench_function(format!("{name}/derivative3-zygvm-interp"), |b| b.iter(|| vm.call_value("bench_third_forward", vec![]).unwrap()));
+    }
+    g.finish();
+}
+
 fn native_forward(c: &mut Criterion) {
     let mut g = c.benchmark_group("forward");
     g.sample_size(20).warm_up_time(Duration::from_millis(300)).measurement_time(Duration::from_secs(2));
@@ -248,5 +281,5 @@ fn native_forward(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, sanity, sanity_gradients, native_forward, forward, gradients, second_order, compile);
+criterion_group!(benches, sanity, sanity_gradients, native_forward, forward, gradients, second_order, third_order, compile);
 criterion_main!(benches);
