@@ -279,6 +279,9 @@ pub fn fast<'v>(program: &Program, code: u32, n: usize, arg: impl Fn(usize) -> &
         TanRule::Neg => -t(0)?,
         TanRule::Math1 if n == 2 => program.builtins[payload as usize].scalar_deriv?(f(0)?) * t(1)?,
         TanRule::Pull => return second_order_fast(program, payload, n / 2, &arg),
+        TanRule::Mul | TanRule::Div | TanRule::Pow | TanRule::Math1 => {
+            return super::towers::scalar_rule(program, rule, payload, n, &arg)
+        }
         _ => return None,
     };
     Some(Value::Float(v))

@@ -92,9 +92,16 @@ pub fn chain(derivs: &[Value], x: &[Value]) -> VmResult<Tower> {
     let mut y = vec![derivs[0].clone()];
     for m in 1..x.len() {
         let mut acc = Value::Nil;
-        'partition: for p in partitions(m) {
+        let computed;
+        let table: &[Vec<usize>] = if m < FAST {
+            &partition_table()[m]
+        } else {
+            computed = partitions(m);
+            &computed
+        };
+        'partition: for p in table {
             let mut term = derivs[p.len()].clone();
-            for block in p {
+            for &block in p {
                 if is_zero(&x[block]) {
                     continue 'partition;
                 }
@@ -178,6 +185,123 @@ pub fn tangent_rule(program: &Program, rule: super::tangents::TanRule, payload: 
         other => return Err(VmError::new(format!("internal differentiation error: {} has no tower rule", other.name()))),
     };
     Ok(y[size - 1].clone())
+}
+
+// ---- the all-float fast path of `tangent_rule` ----
+
+/// Components a scalar tower may have in the fast path (five levels).
+const FAST: usize = 32;
+
+/// The set partitions of every mask below `FAST`, computed once.
+fn partition_table() -> &'static [Vec<Vec<usize>>] {
+    static TABLE: std::sync::OnceLock<Vec<Vec<Vec<usize>>>> = std::sync::OnceLock::new();
+    TABLE.get_or_init(|| (0..FAST).map(partitions).collect())
+}
+
+/// Scalar towers: the numbers and which of them are present (`nil` is absent, so that a term
+/// with an absent factor is skipped, never `0 * inf`).
+struct Scalars {
+    v: [f64; FAST],
+    present: u32,
+}
+
+impl Scalars {
+    fn has(&self, m: usize) -> bool {
+        self.present & (1 << m) != 0
+    }
+}
+
+/// `Σ_{s ⊆ m} a_s b_{m∖s}` over present factors; `None` when no term is present.
+fn scalar_product(a: &Scalars, b: &Scalars, m: usize) -> Option<f64> {
+    let mut acc = None;
+    for s in subsets(m) {
+        if a.has(s) && b.has(m ^ s) {
+            *acc.get_or_insert(0.0) += a.v[s] * b.v[m ^ s];
+        }
+    }
+    acc
+}
+
+/// Faà di Bruno's formula for component `m` from `d[j] = f⁽ʲ⁾(x₀)`.
+fn scalar_chain(d: &[f64], x: &Scalars, m: usize) -> Option<f64> {
+    let mut acc = None;
+    'partition: for p in &partition_table()[m] {
+        let mut term = d[p.len()];
+        for &block in p {
+            if !x.has(block) {
+                continue 'partition;
+            }
+            term *= x.v[block];
+        }
+        *acc.get_or_insert(0.0) += term;
+    }
+    acc
+}
+
+/// `tangent_rule` when every operand is a float or `nil` and there are at most five levels:
+/// plain arithmetic on the stack, no allocation (but `Builtin::derivatives_at` above second
+/// order). `None` sends the rule to the general path.
+pub fn scalar_rule<'v>(program: &Program, rule: super::tangents::TanRule, payload: u32, len: usize, arg: &impl Fn(usize) -> &'v Value) -> Option<Value> {
+    use super::tangents::TanRule;
+    let n = if rule == TanRule::Math1 { 1 } else { 2 };
+    let size = len / n;
+    if size > FAST || size < 2 || !size.is_power_of_two() {
+        return None;
+    }
+    let read = |i: usize| -> Option<Scalars> {
+        let mut t = Scalars { v: [0.0; FAST], present: 0 };
+        for s in 0..size {
+            match arg(s * n + i) {
+                Value::Float(x) => {
+                    t.v[s] = *x;
+                    t.present |= 1 << s;
+                }
+                Value::Nil if s > 0 => {}
+                _ => return None,
+            }
+        }
+        Some(t)
+    };
+    let full = size - 1;
+    let p = log2(size);
+    let chain_all = |d: &[f64], x: &Scalars| -> Scalars {
+        let mut y = Scalars { v: [0.0; FAST], present: 1 };
+        y.v[0] = d[0];
+        for m in 1..size {
+            if let Some(v) = scalar_chain(d, x, m) {
+                y.v[m] = v;
+                y.present |= 1 << m;
+            }
+        }
+        y
+    };
+    let y = match rule {
+        TanRule::Mul => scalar_product(&read(0)?, &read(1)?, full),
+        TanRule::Div => {
+            let (a, b) = (read(0)?, read(1)?);
+            let d: Vec<f64> = (0..=p).map(|j| (-1f64).powi(j as i32) * factorial(j) / b.v[0].powi(j as i32 + 1)).collect();
+            scalar_product(&a, &chain_all(&d, &b), full)
+        }
+        TanRule::Pow => {
+            let (a, b) = (read(0)?, read(1)?);
+            if b.present != 1 {
+                return None;
+            }
+            let d: Vec<f64> = (0..=p).map(|j| pow_derivative(a.v[0], b.v[0], j)).collect();
+            scalar_chain(&d, &a, full)
+        }
+        TanRule::Math1 => {
+            let x = read(0)?;
+            let bi = &program.builtins[payload as usize];
+            let d = match (p, bi.scalar_deriv, bi.scalar_deriv2) {
+                (2, Some(d1), Some(d2)) => vec![0.0, d1(x.v[0]), d2(x.v[0])],
+                _ => (bi.derivatives_at?)(x.v[0], p),
+            };
+            scalar_chain(&d, &x, full)
+        }
+        _ => return None,
+    };
+    Some(y.map_or(Value::Nil, Value::Float))
 }
 
 // ---- calls under k levels ----
