@@ -189,8 +189,8 @@ pub fn tangent_rule(program: &Program, rule: super::tangents::TanRule, payload: 
 
 // ---- the all-float fast path of `tangent_rule` ----
 
-/// Components a scalar tower may have in the fast path (five levels).
-const FAST: usize = 32;
+/// Components a scalar tower may have in the fast path (four levels: a small stack copy).
+const FAST: usize = 16;
 
 /// The set partitions of every mask below `FAST`, computed once.
 fn partition_table() -> &'static [Vec<Vec<usize>>] {
@@ -238,7 +238,7 @@ fn scalar_chain(d: &[f64], x: &Scalars, m: usize) -> Option<f64> {
     acc
 }
 
-/// `tangent_rule` when every operand is a float or `nil` and there are at most five levels:
+/// `tangent_rule` when every operand is a float or `nil` and there are at most four levels:
 /// plain arithmetic on the stack, no allocation (but `Builtin::derivatives_at` above second
 /// order). `None` sends the rule to the general path.
 pub fn scalar_rule<'v>(program: &Program, rule: super::tangents::TanRule, payload: u32, len: usize, arg: &impl Fn(usize) -> &'v Value) -> Option<Value> {
