@@ -2,7 +2,7 @@
 //! written with the tower primitives of `zygvm_vm::ad::towers`: Leibniz's rule for the
 //! bilinear ones (`dot`, `outer`), Faà di Bruno's formula for a one-argument function of a
 //! reduction (`norm` = √(x·x), `logsumexp` = log Σ exp), their combination for `softmax`,
-//! `hypot`, `prod`, `atan2`; `pow` is the `^` instruction's rule; `max`, `min`, `maximum`, `minimum`
+//! `hypot`, `prod`, `atan2`; `sort` permutes every component as it does the value; `pow` is the `^` instruction's rule; `max`, `min`, `maximum`, `minimum`
 //! pass on the tower of the operand the value selected. Built-ins without a rule here or in
 //! `nested_towers.rs` (one-argument math and linear built-ins are generic) are an error at
 //! third order.
@@ -133,12 +133,37 @@ fn element_or_flat(v: &Value, j: usize) -> Value {
     }
 }
 
-/// `max(a, b)` / `min(a, b)` of numbers: the selected operand's tower (the first on a tie).
+/// `max(a, b)` / `min(a, b)`: per number, the selected operand's components (the first on a
+/// tie); a number against an array is broadcast.
 fn select2(a: &[Tower], first_wins: fn(f64, f64) -> bool) -> VmResult<Tower> {
-    match (a[0][0].as_f64(), a[1][0].as_f64()) {
-        (Some(x), Some(y)) => Ok(if first_wins(x, y) { a[0].clone() } else { a[1].clone() }),
-        _ => Err(VmError::new("derivatives of third and higher order through max or min of arrays are not supported yet")),
+    if let (Some(x), Some(y)) = (a[0][0].as_f64(), a[1][0].as_f64()) {
+        return Ok(if first_wins(x, y) { a[0].clone() } else { a[1].clone() });
     }
+    let (x, y) = (floats("max", &a[0][0])?, floats("max", &a[1][0])?);
+    let n = x.len().max(y.len());
+    let at = |v: &[f64], i: usize| if v.len() == 1 { v[0] } else { v[i] };
+    let first: Vec<bool> = (0..n).map(|i| first_wins(at(&x, i), at(&y, i))).collect();
+    let shape = if matches!(a[0][0], Value::Float(_)) { &a[1][0] } else { &a[0][0] };
+    let comp = |c: &Value, i: usize| match c {
+        Value::Nil => 0.0,
+        Value::Float(v) => *v,
+        c => element_or_flat(c, i).as_f64().unwrap_or(0.0),
+    };
+    (0..a[0].len())
+        .map(|m| {
+            if m > 0 && matches!(a[0][m], Value::Nil) && matches!(a[1][m], Value::Nil) {
+                return Ok(Value::Nil);
+            }
+            let data: Vec<f64> = (0..n).map(|i| if first[i] { comp(&a[0][m], i) } else { comp(&a[1][m], i) }).collect();
+            Ok(match shape {
+                Value::Matrix(mm) => {
+                    let mm = mm.borrow();
+                    Value::matrix(mm.rows, mm.cols, data)
+                }
+                _ => Value::float_array(data),
+            })
+        })
+        .collect()
 }
 
 fn max(_: &mut Vm, a: &[Tower], _: u32) -> VmResult<Tower> {
@@ -169,6 +194,21 @@ fn minimum(_: &mut Vm, a: &[Tower], _: u32) -> VmResult<Tower> {
     select(a, |v, b| v < b)
 }
 
+/// `sort(a)` of numbers: every component permuted as the value is (stable, like `sort`).
+fn sort(vm: &mut Vm, a: &[Tower], _: u32) -> VmResult<Tower> {
+    let x = floats("sort", &a[0][0])?;
+    let mut order: Vec<usize> = (0..x.len()).collect();
+    order.sort_by(|&i, &j| x[i].total_cmp(&x[j]));
+    let mut y = vec![vm.call_builtin(zygvm_vm::ad::driver::builtin_named(vm, "sort")?, &[a[0][0].clone()])?];
+    for c in &a[0][1..] {
+        y.push(match c {
+            Value::Nil => Value::Nil,
+            c => Value::float_array(order.iter().map(|&i| element_or_flat(c, i).as_f64().unwrap_or(0.0)).collect()),
+        });
+    }
+    Ok(y)
+}
+
 /// Writes the tower rules into the built-in table.
 pub fn attach(table: &mut [Builtin]) {
     type Rule = zygvm_vm::builtin::TowerFn;
@@ -182,6 +222,7 @@ pub fn attach(table: &mut [Builtin]) {
         ("hypot", hypot),
         ("atan2", atan2),
         ("prod", prod),
+        ("sort", sort),
         ("max", max),
         ("min", min),
         ("maximum", maximum),

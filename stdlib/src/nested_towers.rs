@@ -11,12 +11,14 @@
 //! | `jacobian(f, x)` | 1 | one per input number |
 //! | `hessian(f, x)` | 2 | one per pair of input numbers |
 //!
-//! `map`, `filter` and `reduce` call their function's tower element by element.
+//! `map`, `filter` and `reduce` call their function's tower element by element; `push`, `pop`,
+//! `insert` and `remove` make the same change to every component's container.
 //!
 //! Gradients here are forward mode, one sweep per input number: a third derivative of a
 //! function of many inputs costs that many sweeps (documented in docs/differentiation.md).
 
 use crate::custom_rules::CUSTOM_BOUND;
+use crate::tangents::{stored, written};
 use zygvm_vm::ad::adjoints::{element, to_gradient};
 use zygvm_vm::ad::forward::unit;
 use zygvm_vm::ad::towers::{constant, Tower};
@@ -263,13 +265,39 @@ fn checkpoint_apply(vm: &mut Vm, a: &[Tower], k: u32) -> VmResult<Tower> {
     bound_function(vm, a, k, 1)
 }
 
+/// `custom_gradient(f, rule, tangent_rule)` under `k` levels: the value is `f`'s; a component
+/// whose lowest level is `l` is the corresponding component of `tangent_rule(x, ẋ_l)` with
+/// `x` and `ẋ_l` as towers over the other levels — the tangent rule differentiated in turn.
 fn custom_gradient_apply(vm: &mut Vm, a: &[Tower], k: u32) -> VmResult<Tower> {
-    if !matches!(a[2][0], Value::Nil) {
-        return Err(VmError::new(
-            "derivatives of third and higher order through custom_gradient with a tangent rule are not supported yet",
-        ));
+    if matches!(a[2][0], Value::Nil) {
+        return bound_function(vm, a, k, CUSTOM_BOUND);
     }
-    bound_function(vm, a, k, CUSTOM_BOUND)
+    let size = 1usize << k;
+    let xs = &a[CUSTOM_BOUND..];
+    let mut y = vec![Value::Nil; size];
+    let primal: Vec<Value> = xs.iter().map(|x| x[0].clone()).collect();
+    y[0] = vm.call_value(&a[0][0], &primal)?;
+    for l in 0..k {
+        let low = 1usize << l;
+        // The masks without level `l`, in the order of the other levels' towers.
+        let expand = |c: usize| (c & (low - 1)) | ((c >> l) << (l + 1));
+        let rest = size / 2;
+        let rule: Tower = (0..rest).map(|c| a[2][expand(c)].clone()).collect();
+        let mut args: Vec<Tower> = xs.iter().map(|x| (0..rest).map(|c| x[expand(c)].clone()).collect()).collect();
+        let program = vm.program().clone();
+        for x in xs {
+            let mut t: Tower = (0..rest).map(|c| x[expand(c) | low].clone()).collect();
+            t[0] = to_gradient(&t[0], &x[0], &program);
+            args.push(t);
+        }
+        let z = vm.tower_call(&rule, &args, k - 1)?;
+        for (c, v) in z.into_iter().enumerate() {
+            if expand(c) & (low - 1) == 0 {
+                y[expand(c) | low] = v;
+            }
+        }
+    }
+    Ok(y)
 }
 
 // ---- higher-order built-ins: the function's towers, element by element ----
@@ -344,6 +372,52 @@ fn reduce(vm: &mut Vm, a: &[Tower], k: u32) -> VmResult<Tower> {
     Ok(acc)
 }
 
+// ---- the mutating built-ins: the same write into every component's container ----
+
+fn push(vm: &mut Vm, a: &[Tower], _: u32) -> VmResult<Tower> {
+    crate::arrays::push(vm, &[a[0][0].clone(), a[1][0].clone()])?;
+    for m in 1..a[0].len() {
+        if let Some(ta) = written("push", &a[0][m], &a[1][m])? {
+            crate::arrays::push(vm, &[ta.clone(), stored(&a[1][0], &a[1][m])])?;
+        }
+    }
+    Ok(vec![Value::Nil; a[0].len()])
+}
+
+fn insert(vm: &mut Vm, a: &[Tower], _: u32) -> VmResult<Tower> {
+    let i = a[1][0].clone();
+    crate::arrays::insert(vm, &[a[0][0].clone(), i.clone(), a[2][0].clone()])?;
+    for m in 1..a[0].len() {
+        if let Some(ta) = written("insert", &a[0][m], &a[2][m])? {
+            crate::arrays::insert(vm, &[ta.clone(), i.clone(), stored(&a[2][0], &a[2][m])])?;
+        }
+    }
+    Ok(vec![Value::Nil; a[0].len()])
+}
+
+/// `pop` and `remove`: the element taken from each component's container.
+fn take(vm: &mut Vm, a: &[Tower], op: zygvm_vm::builtin::NativeFn) -> VmResult<Tower> {
+    let rest: Vec<Value> = a[1..].iter().map(|t| t[0].clone()).collect();
+    (0..a[0].len())
+        .map(|m| match &a[0][m] {
+            Value::Nil if m > 0 => Ok(Value::Nil),
+            arr => {
+                let mut args = vec![arr.clone()];
+                args.extend(rest.iter().cloned());
+                op(vm, &args)
+            }
+        })
+        .collect()
+}
+
+fn pop(vm: &mut Vm, a: &[Tower], _: u32) -> VmResult<Tower> {
+    take(vm, a, crate::arrays::pop)
+}
+
+fn remove(vm: &mut Vm, a: &[Tower], _: u32) -> VmResult<Tower> {
+    take(vm, a, crate::arrays::remove)
+}
+
 /// Writes the tower rules into the built-in table.
 pub fn attach(table: &mut [Builtin]) {
     type Rule = zygvm_vm::builtin::TowerFn;
@@ -359,6 +433,10 @@ pub fn attach(table: &mut [Builtin]) {
         ("map", map),
         ("filter", filter),
         ("reduce", reduce),
+        ("push", push),
+        ("pop", pop),
+        ("insert", insert),
+        ("remove", remove),
         (crate::custom_rules::CUSTOM_GRADIENT_APPLY, custom_gradient_apply),
     ];
     for b in table.iter_mut() {

@@ -90,7 +90,7 @@ fn reduce_tangent(vm: &mut Vm, a: &[Value], t: &[Value]) -> VmResult<(Value, Val
 
 /// An element's tangent as stored in an array's tangent: a number's zero is `0.0`, so that a
 /// float array's tangent stays a float array.
-fn stored(x: &Value, t: &Value) -> Value {
+pub(crate) fn stored(x: &Value, t: &Value) -> Value {
     match (x, t) {
         (Value::Float(_) | Value::Int(_), Value::Nil) => Value::Float(0.0),
         _ => t.clone(),
@@ -99,7 +99,7 @@ fn stored(x: &Value, t: &Value) -> Value {
 
 /// The array tangent a write of `tv` must go into: `None` when there is nothing to write
 /// (no tangent array and a zero `tv`), an error when the array's tangent is not tracked.
-fn written<'t>(name: &str, ta: &'t Value, tv: &Value) -> VmResult<Option<&'t Value>> {
+pub(crate) fn written<'t>(name: &str, ta: &'t Value, tv: &Value) -> VmResult<Option<&'t Value>> {
     match ta {
         Value::Nil if matches!(tv, Value::Nil) => Ok(None),
         Value::Nil => Err(untracked(name)),
