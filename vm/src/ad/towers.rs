@@ -41,6 +41,18 @@ use crate::value::Value;
 /// The `2^k` components of a value under `k` levels (index: the mask of levels).
 pub type Tower = Vec<Value>;
 
+/// The most levels of forward mode at once (derivatives of order 8, or a `hessian` inside
+/// six levels): each level doubles a routine's registers and a one-argument function's
+/// rule costs Bell(`k` + 1) products, so past this a program would exhaust memory or time
+/// rather than fail clearly.
+pub const MAX_LEVELS: u32 = 8;
+
+fn too_deep(k: u32) -> VmError {
+    VmError::new(format!(
+        "derivatives of order {k} are not supported: at most {MAX_LEVELS} levels of differentiation may be nested"
+    ))
+}
+
 fn is_zero(v: &Value) -> bool {
     matches!(v, Value::Nil)
 }
@@ -410,6 +422,9 @@ impl Vm {
 
     /// The `depth`-fold tangent routine of a function.
     pub(crate) fn deep_tangent_routine(&mut self, mut f: FuncId, depth: u32) -> VmResult<FuncId> {
+        if depth > MAX_LEVELS {
+            return Err(too_deep(depth));
+        }
         for _ in 0..depth {
             f = self.tangent_routine_of(f)?;
         }
@@ -438,6 +453,9 @@ impl Vm {
 
     /// Any callable (`callee[0]`, its captures' tangents above) under `k` levels, on towers.
     pub fn tower_call(&mut self, callee: &[Value], args: &[Tower], k: u32) -> VmResult<Tower> {
+        if k > MAX_LEVELS {
+            return Err(too_deep(k));
+        }
         let f = &callee[0];
         if k == 0 {
             let xs: Vec<Value> = args.iter().map(|a| a[0].clone()).collect();
