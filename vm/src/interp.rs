@@ -1157,6 +1157,7 @@ impl Vm {
                             _ => unreachable!("guarded above"),
                         };
                         let routine = tri!(self.deep_tangent_routine(f, depth));
+                        tri!(self.check_deep_arity(f, routine, depth, list.len() - 1));
                         tri!(self.push_call(routine, closure, base, &list[1..], dst.0));
                         continue 'frames;
                     }
@@ -1351,7 +1352,7 @@ fn store(slot: &mut Value, v: Value) {
     }
 }
 
-fn arity_error(f: &crate::program::Function, got: usize) -> VmError {
+pub(crate) fn arity_error(f: &crate::program::Function, got: usize) -> VmError {
     let name = match f.trace_name() {
         "<closure>" => "closure".to_string(),
         n => format!("function {n}"),

@@ -431,6 +431,16 @@ impl Vm {
         Ok(f)
     }
 
+    /// A call's `A_k` must fit the `k`-fold tangent routine; the error names the function's
+    /// own arity and the arguments given, as a plain call's would.
+    pub(crate) fn check_deep_arity(&self, f: FuncId, routine: FuncId, k: u32, len: usize) -> VmResult<()> {
+        if self.program().function(routine).arity as usize == len {
+            return Ok(());
+        }
+        let given = ((len + 1) >> k).saturating_sub(1);
+        Err(crate::interp::arity_error(self.program().function(f), given))
+    }
+
     /// `CallTanDeep`: any callable under `k` levels, `A_k` in, nested pairs out.
     pub fn call_tangent_deep(&mut self, callee: &Value, k: u32, list: &[Value]) -> VmResult<Value> {
         match callee {
@@ -441,6 +451,7 @@ impl Vm {
                     _ => unreachable!(),
                 };
                 let routine = self.deep_tangent_routine(f, k)?;
+                self.check_deep_arity(f, routine, k, list.len())?;
                 self.run_function(routine, closure, list)
             }
             _ => {
@@ -506,7 +517,12 @@ impl Vm {
             return rule(self, args, k);
         }
         if args.iter().all(|a| a[1..].iter().all(is_zero)) || matches!(deriv, Deriv::Constant) {
-            return Ok(constant(self.call_builtin(b, &primal)?, size));
+            // Zero tangents, but a fresh container for each where the value is one: the
+            // function may write into it (`forward::zero_container`).
+            let y = self.call_builtin(b, &primal)?;
+            let mut t = vec![y.clone()];
+            t.extend((1..size).map(|_| super::forward::zero_container(&y)));
+            return Ok(t);
         }
         if at.is_some() && args.len() == 1 {
             let program = self.program().clone();
