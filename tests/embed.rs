@@ -182,3 +182,34 @@ fn host_functions_with_derivative_rules() {
     let e = Program::builder().host_derivative("nope", pullback, None::<NoTangent>).compile("x.zy", "1").unwrap_err();
     assert!(e.to_string().contains("no host function named nope"), "{e}");
 }
+
+/// Third derivatives make tangent routines while running: each VM extends its own copy of
+/// the program, so VMs sharing one `Program` (on other threads too) stay independent, and a
+/// VM keeps working, errors included, after its program has grown.
+#[test]
+fn higher_derivatives_grow_each_vm_independently() {
+    let src = "fn f(x) { sin(x) * x ^ 3 }\nfn d3(x) { grad(grad(grad(f)))(x) }\nfn bad(x) { grad(grad(grad(fn(y) { det(matrix([[y]])) })))(x) }";
+    let program = Program::compile("orders.zy", src).unwrap();
+    let want = |x: f64| -x.cos() * x.powi(3) - 9.0 * x.sin() * x * x + 18.0 * x.cos() * x + 6.0 * x.sin();
+    let handles: Vec<_> = (0..3)
+        .map(|t| {
+            let program = program.clone();
+            std::thread::spawn(move || {
+                let mut vm = Vm::new(&program);
+                vm.run().unwrap();
+                for k in 0..4 {
+                    let x = 0.3 + 0.1 * (t * 4 + k) as f64;
+                    let got: f64 = vm.call("d3", (x,)).unwrap();
+                    assert!((got - want(x)).abs() <= 1e-12 * want(x).abs().max(1.0), "{got} vs {}", want(x));
+                }
+                let e = vm.call_value("bad", vec![Value::Float(0.5)]).unwrap_err();
+                assert!(e.to_string().contains("through det"), "{e}");
+                let again: f64 = vm.call("d3", (0.5,)).unwrap();
+                assert!((again - want(0.5)).abs() <= 1e-12 * want(0.5).abs().max(1.0));
+            })
+        })
+        .collect();
+    for h in handles {
+        h.join().unwrap();
+    }
+}
