@@ -43,7 +43,9 @@ pub mod forward;
 pub mod nested;
 pub mod rules;
 pub mod second_order;
+pub mod sweeps;
 pub mod tangents;
+pub mod tower_calls;
 pub mod towers;
 
 use crate::value::Value;

@@ -26,14 +26,15 @@
 //! with its tower rule: one-argument math by Faà di Bruno (derivatives of any order from
 //! `Builtin::derivatives_at`), linear built-ins level by level, the differentiation operators
 //! by one more level of the same machinery (`Builtin::tower`, `zygvm_stdlib::nested_towers`).
+//!
+//! This file holds the towers' arithmetic and the `Tan` rules over them; `tower_calls.rs`
+//! the calls under `k` levels and the routines made while running; `sweeps.rs` the adjoints
+//! computed by forward sweeps where reverse mode meets a callable without a rule of that order.
 
-use super::adjoints::element;
 use super::rules::{bin, map_numbers, zip_numbers};
 use super::tangents::add;
-use crate::builtin::{Deriv, Tangent};
-use crate::bytecode::{BuiltinId, FuncId};
+use crate::bytecode::BuiltinId;
 use crate::error::{VmError, VmResult};
-use crate::interp::Vm;
 use crate::ops::BinOp;
 use crate::program::Program;
 use crate::value::Value;
@@ -47,13 +48,13 @@ pub type Tower = Vec<Value>;
 /// rather than fail clearly.
 pub const MAX_LEVELS: u32 = 8;
 
-fn too_deep(k: u32) -> VmError {
+pub(crate) fn too_deep(k: u32) -> VmError {
     VmError::new(format!(
         "derivatives of order {k} are not supported: at most {MAX_LEVELS} levels of differentiation may be nested"
     ))
 }
 
-fn is_zero(v: &Value) -> bool {
+pub(crate) fn is_zero(v: &Value) -> bool {
     matches!(v, Value::Nil)
 }
 
@@ -171,7 +172,7 @@ pub fn reciprocal(b: &[Value]) -> VmResult<Tower> {
 }
 
 /// The tower of a one-argument math built-in at `x`.
-fn math1(program: &Program, b: BuiltinId, x: &[Value]) -> VmResult<Tower> {
+pub(crate) fn math1(program: &Program, b: BuiltinId, x: &[Value]) -> VmResult<Tower> {
     let bi = &program.builtins[b.index()];
     let Some(at) = bi.derivatives_at else {
         return Err(VmError::new(format!("{} has no derivatives of higher order", bi.name)));
@@ -316,77 +317,6 @@ pub fn scalar_rule<'v>(program: &Program, rule: super::tangents::TanRule, payloa
     Some(y.map_or(Value::Nil, Value::Float))
 }
 
-// ---- calls under k levels ----
-
-/// Splits a call's `A_k` list into the callee's tower (component 0 left `nil`) and the
-/// arguments' towers.
-pub fn parse(list: &[Value], k: u32) -> VmResult<(Tower, Vec<Tower>)> {
-    let size = 1usize << k;
-    if (list.len() + 1) % size != 0 {
-        return Err(VmError::new("internal differentiation error: a tangent call's operand list has the wrong length"));
-    }
-    let n = (list.len() + 1) / size - 1;
-    let mut callee = vec![Value::Nil; size];
-    let mut args = vec![vec![Value::Nil; size]; n];
-    fn fill(list: &[Value], k: u32, base: usize, callee: &mut Tower, args: &mut [Tower]) {
-        if k == 0 {
-            for (i, v) in list.iter().enumerate() {
-                args[i][base] = v.clone();
-            }
-            return;
-        }
-        let level = 1 << (k - 1);
-        callee[base | level] = list[0].clone();
-        let rest = &list[1..];
-        let half = rest.len() / 2;
-        fill(&rest[..half], k - 1, base, callee, args);
-        fill(&rest[half..], k - 1, base | level, callee, args);
-    }
-    fill(list, k, 0, &mut callee, &mut args);
-    Ok((callee, args))
-}
-
-/// The inverse of `parse`: the `A_k` list of a callee's and its arguments' towers.
-pub fn flatten(callee: &[Value], args: &[Tower], k: u32) -> Vec<Value> {
-    fn emit(out: &mut Vec<Value>, callee: &[Value], args: &[Tower], k: u32, base: usize) {
-        if k == 0 {
-            out.extend(args.iter().map(|a| a[base].clone()));
-            return;
-        }
-        let level = 1 << (k - 1);
-        out.push(callee[base | level].clone());
-        emit(out, callee, args, k - 1, base);
-        emit(out, callee, args, k - 1, base | level);
-    }
-    let mut out = vec![];
-    emit(&mut out, callee, args, k, 0);
-    out
-}
-
-/// A tower as the nested pairs a `k`-fold tangent routine returns.
-pub fn nest(y: &[Value]) -> Value {
-    if y.len() == 1 {
-        return y[0].clone();
-    }
-    let half = y.len() / 2;
-    Value::tuple(vec![nest(&y[..half]), nest(&y[half..])])
-}
-
-/// The inverse of `nest`.
-pub fn unnest(v: &Value, k: u32) -> VmResult<Tower> {
-    if k == 0 {
-        return Ok(vec![v.clone()]);
-    }
-    match v {
-        Value::Tuple(t) if t.len() == 2 => {
-            let mut lo = unnest(&t[0], k - 1)?;
-            lo.extend(unnest(&t[1], k - 1)?);
-            Ok(lo)
-        }
-        _ => Err(VmError::new("internal differentiation error: a tangent routine returned no pair")),
-    }
-}
-
 /// A tower of `size` components holding `v` and zeros.
 pub fn constant(v: Value, size: usize) -> Tower {
     let mut t = vec![Value::Nil; size];
@@ -394,322 +324,10 @@ pub fn constant(v: Value, size: usize) -> Tower {
     t
 }
 
-impl Vm {
-    /// The tangent routine of any function: the one made at compile time for a function of
-    /// the source, otherwise (a tangent routine itself) made now and kept.
-    pub(crate) fn tangent_routine_of(&mut self, f: FuncId) -> VmResult<FuncId> {
-        if let Some(d) = self.program().derivative(f) {
-            return Ok(d.tangent);
-        }
-        if let Some(Some(t)) = self.made_tangents.get(f.index()) {
-            return Ok(*t);
-        }
-        let program = self.program().clone();
-        let Some(transform) = program.tangent_transform else {
-            return Err(VmError::new("derivatives of third and higher order need a program compiled with its tangent transform"));
-        };
-        if program.ssa_functions.len() != program.functions.len() {
-            return Err(VmError::new(format!("cannot differentiate {}", program.function(f).trace_name())));
-        }
-        let (ssa, exec) = transform(&program.ssa_functions[f.index()], &program.builtins).map_err(VmError::new)?;
-        let id = self.add_function(ssa, exec)?;
-        if self.made_tangents.len() <= f.index() {
-            self.made_tangents.resize(f.index() + 1, None);
-        }
-        self.made_tangents[f.index()] = Some(id);
-        Ok(id)
-    }
-
-    /// The `depth`-fold tangent routine of a function.
-    pub(crate) fn deep_tangent_routine(&mut self, mut f: FuncId, depth: u32) -> VmResult<FuncId> {
-        if depth > MAX_LEVELS {
-            return Err(too_deep(depth));
-        }
-        for _ in 0..depth {
-            f = self.tangent_routine_of(f)?;
-        }
-        Ok(f)
-    }
-
-    /// A call's `A_k` must fit the `k`-fold tangent routine; the error names the function's
-    /// own arity and the arguments given, as a plain call's would.
-    pub(crate) fn check_deep_arity(&self, f: FuncId, routine: FuncId, k: u32, len: usize) -> VmResult<()> {
-        if self.program().function(routine).arity as usize == len {
-            return Ok(());
-        }
-        let given = ((len + 1) >> k).saturating_sub(1);
-        Err(crate::interp::arity_error(self.program().function(f), given))
-    }
-
-    /// `CallTanDeep`: any callable under `k` levels, `A_k` in, nested pairs out.
-    pub fn call_tangent_deep(&mut self, callee: &Value, k: u32, list: &[Value]) -> VmResult<Value> {
-        match callee {
-            Value::Func(_) | Value::Closure(_) => {
-                let (f, closure) = match callee {
-                    Value::Closure(c) => (c.func, Some(c.clone())),
-                    Value::Func(f) => (*f, None),
-                    _ => unreachable!(),
-                };
-                let routine = self.deep_tangent_routine(f, k)?;
-                self.check_deep_arity(f, routine, k, list.len())?;
-                self.run_function(routine, closure, list)
-            }
-            _ => {
-                let (mut c, args) = parse(list, k)?;
-                c[0] = callee.clone();
-                Ok(nest(&self.tower_call(&c, &args, k)?))
-            }
-        }
-    }
-
-    /// Any callable (`callee[0]`, its captures' tangents above) under `k` levels, on towers.
-    pub fn tower_call(&mut self, callee: &[Value], args: &[Tower], k: u32) -> VmResult<Tower> {
-        if k > MAX_LEVELS {
-            return Err(too_deep(k));
-        }
-        let f = &callee[0];
-        if k == 0 {
-            let xs: Vec<Value> = args.iter().map(|a| a[0].clone()).collect();
-            return Ok(vec![self.call_value(f, &xs)?]);
-        }
-        match f {
-            Value::Func(_) | Value::Closure(_) => {
-                let v = self.call_tangent_deep(f, k, &flatten(callee, args, k))?;
-                unnest(&v, k)
-            }
-            Value::Builtin(b) => self.builtin_tower(*b, args, k),
-            Value::Partial(p) => {
-                let mut all: Vec<Tower> = (0..p.bound.len())
-                    .map(|j| (0..callee.len()).map(|m| if m == 0 { p.bound[j].clone() } else { element(&callee[m], j) }).collect())
-                    .collect();
-                all.extend_from_slice(args);
-                self.builtin_tower(p.builtin, &all, k)
-            }
-            Value::StructCtor(_) => (0..1usize << k)
-                .map(|m| {
-                    let xs: Vec<Value> = args.iter().map(|a| a[m].clone()).collect();
-                    if m > 0 && xs.iter().all(is_zero) {
-                        Ok(Value::Nil)
-                    } else {
-                        self.call_value(f, &xs)
-                    }
-                })
-                .collect(),
-            other => Err(VmError::new(format!("cannot call a value of type {}", other.type_name()))),
-        }
-    }
-
-    /// A built-in under `k` levels.
-    pub fn builtin_tower(&mut self, b: BuiltinId, args: &[Tower], k: u32) -> VmResult<Tower> {
-        let (deriv, tangent, at, tower, name) = {
-            let bi = &self.program().builtins[b.index()];
-            (bi.deriv, bi.tangent, bi.derivatives_at, bi.tower, bi.name.clone())
-        };
-        let size = 1usize << k;
-        let primal: Vec<Value> = args.iter().map(|a| a[0].clone()).collect();
-        if k == 1 {
-            let tangents: Vec<Value> = args.iter().map(|a| a[1].clone()).collect();
-            let (y, t) = self.tangent_builtin(b, &primal, &tangents)?;
-            return Ok(vec![y, t]);
-        }
-        if let Some(rule) = tower {
-            self.check_builtin_arity(b, args.len())?;
-            return rule(self, args, k);
-        }
-        if args.iter().all(|a| a[1..].iter().all(is_zero)) || matches!(deriv, Deriv::Constant) {
-            // Zero tangents, but a fresh container for each where the value is one: the
-            // function may write into it (`forward::zero_container`).
-            let y = self.call_builtin(b, &primal)?;
-            let mut t = vec![y.clone()];
-            t.extend((1..size).map(|_| super::forward::zero_container(&y)));
-            return Ok(t);
-        }
-        if at.is_some() && args.len() == 1 {
-            let program = self.program().clone();
-            let mut y = math1(&program, b, &args[0])?;
-            y[0] = self.call_builtin(b, &primal)?;
-            return Ok(y);
-        }
-        if matches!(tangent, Tangent::Linear) {
-            let mut y = vec![self.call_builtin(b, &primal)?];
-            for m in 1..size {
-                let tangents: Vec<Value> = args.iter().map(|a| a[m].clone()).collect();
-                y.push(if tangents.iter().all(is_zero) { Value::Nil } else { self.tangent_builtin(b, &primal, &tangents)?.1 });
-            }
-            return Ok(y);
-        }
-        Err(VmError::new(format!("derivatives of third and higher order through {name} are not supported yet")))
-    }
-}
-
 /// `(y, ẏ)` of a tower under one level.
 pub fn pair_of(t: Tower) -> (Value, Value) {
     let mut t = t.into_iter();
     (t.next().unwrap_or(Value::Nil), t.next().unwrap_or(Value::Nil))
-}
-
-// ---- adjoints by forward sweeps: operators inside reverse mode and forward over reverse ----
-
-/// One unit tangent per number a value holds (the directions of the sweeps that give its
-/// adjoint); `Err` for a value whose numbers this cannot enumerate.
-fn units(v: &Value) -> VmResult<Vec<Value>> {
-    use crate::value::Array;
-    let wrap = |items: &[Value], make: &dyn Fn(Vec<Value>) -> Value| -> VmResult<Vec<Value>> {
-        let mut out = vec![];
-        for (i, item) in items.iter().enumerate() {
-            for u in units(item)? {
-                let mut parts = vec![Value::Nil; items.len()];
-                parts[i] = u;
-                out.push(make(parts));
-            }
-        }
-        Ok(out)
-    };
-    match v {
-        Value::Float(_) => Ok(vec![Value::Float(1.0)]),
-        Value::Matrix(m) => Ok((0..m.borrow().data.len()).map(|j| super::forward::unit(v, j)).collect()),
-        Value::Array(a) => match &*a.borrow() {
-            Array::Floats(x) => Ok((0..x.len()).map(|j| super::forward::unit(v, j)).collect()),
-            Array::Values(items) => wrap(items, &crate::access::new_array),
-        },
-        Value::Tuple(items) => wrap(items, &Value::tuple),
-        Value::Closure(c) => wrap(&c.captures, &Value::tuple),
-        Value::Partial(p) => wrap(&p.bound, &Value::tuple),
-        Value::Struct(s) => {
-            let def = s.def;
-            wrap(&s.fields, &move |f| Value::Struct(std::rc::Rc::new(crate::value::StructObj { def, fields: f.into_boxed_slice() })))
-        }
-        Value::Dict(_) => Err(VmError::new("derivatives of third and higher order with a dict input are not supported yet")),
-        _ => Ok(vec![]),
-    }
-}
-
-/// The adjoint of `v` in its own shape from one number per unit of `units(v)`, in order.
-fn assemble(v: &Value, nums: &mut impl Iterator<Item = f64>) -> Value {
-    use crate::value::Array;
-    match v {
-        Value::Float(_) => Value::Float(nums.next().unwrap_or(0.0)),
-        Value::Matrix(m) => {
-            let m = m.borrow();
-            Value::matrix(m.rows, m.cols, nums.take(m.data.len()).collect())
-        }
-        Value::Array(a) => match &*a.borrow() {
-            Array::Floats(x) => Value::float_array(nums.take(x.len()).collect()),
-            Array::Values(items) => crate::access::new_array(items.iter().map(|i| assemble(i, nums)).collect()),
-        },
-        Value::Tuple(items) => Value::tuple(items.iter().map(|i| assemble(i, nums)).collect()),
-        Value::Closure(c) if !c.captures.is_empty() => Value::tuple(c.captures.iter().map(|i| assemble(i, nums)).collect()),
-        Value::Partial(p) => Value::tuple(p.bound.iter().map(|i| assemble(i, nums)).collect()),
-        Value::Struct(s) => Value::Struct(std::rc::Rc::new(crate::value::StructObj {
-            def: s.def,
-            fields: s.fields.iter().map(|i| assemble(i, nums)).collect(),
-        })),
-        _ => Value::Nil,
-    }
-}
-
-/// Every input of a call: the callee (its captures or bound values), then the arguments.
-fn inputs(f: &Value, args: &[Value]) -> Vec<Value> {
-    let mut all = vec![f.clone()];
-    all.extend_from_slice(args);
-    all
-}
-
-impl Vm {
-    /// The tangent primal-with-tape step of a callable without a second-order rule of its own
-    /// (a differentiation operator): its value and tangent by towers, and on the tape the
-    /// arguments, their tangents and the callee's tangent, for `tower_adjoint`.
-    pub(crate) fn tower_tape(&mut self, f: &Value, tf: &Value, args: &[Value], targs: &[Value]) -> VmResult<(Value, Value)> {
-        let towers: Vec<Tower> = args.iter().zip(targs).map(|(a, t)| vec![a.clone(), t.clone()]).collect();
-        let y = self.tower_call(&[f.clone(), tf.clone()], &towers, 1)?;
-        for (a, t) in args.iter().zip(targs) {
-            self.tape.push(super::adjoints::snapshot(a));
-            self.tape.push(super::adjoints::snapshot(t));
-        }
-        self.tape.push(tf.clone());
-        Ok(pair_of(y))
-    }
-
-    /// The tangent adjoint step matching `tower_tape`: per number of every input, one sweep
-    /// under two levels (the number's unit, then the recorded tangents) gives that number's
-    /// adjoint `⟨ȳ, ∂y⟩` and its tangent `⟨ẏ̄, ∂y⟩ + ⟨ȳ, ∂ẏ⟩`. Returns the callee's adjoint
-    /// and tangent and accumulates the arguments' into `d`, `td`.
-    pub(crate) fn tower_adjoint(&mut self, f: &Value, dy: &Value, d: &mut [Value], tdy: &Value, td: &mut [Value]) -> VmResult<(Value, Value)> {
-        let n = d.len();
-        let tf = self.tape_pop()?;
-        let (mut args, mut targs) = (vec![Value::Nil; n], vec![Value::Nil; n]);
-        for k in (0..n).rev() {
-            targs[k] = self.tape_pop()?;
-            args[k] = self.tape_pop()?;
-        }
-        if matches!(dy, Value::Nil) && matches!(tdy, Value::Nil) {
-            return Ok((Value::Nil, Value::Nil));
-        }
-        let (bar, tbar) = self.adjoints_by_sweeps(f, &tf, &args, &targs, dy, tdy)?;
-        for k in 0..n {
-            d[k] = super::adjoints::accumulate(std::mem::take(&mut d[k]), bar[k + 1].clone())?;
-            td[k] = super::adjoints::accumulate(std::mem::take(&mut td[k]), tbar[k + 1].clone())?;
-        }
-        Ok((bar[0].clone(), tbar[0].clone()))
-    }
-
-    /// The adjoints `⟨ȳ, ∂y⟩` of every input (the callee first, then the arguments) and their
-    /// tangents `⟨ẏ̄, ∂y⟩ + ⟨ȳ, ∂ẏ⟩`: per number of every input, one sweep under two levels
-    /// (the number's unit, then the recorded tangents).
-    pub(crate) fn adjoints_by_sweeps(&mut self, f: &Value, tf: &Value, args: &[Value], targs: &[Value], dy: &Value, tdy: &Value) -> VmResult<(Vec<Value>, Vec<Value>)> {
-        let n = args.len();
-        let all = inputs(f, args);
-        let (mut bar, mut tbar) = (vec![], vec![]);
-        for (slot, input) in all.iter().enumerate() {
-            let (mut b, mut t) = (vec![], vec![]);
-            for u in units(input)? {
-                let seed = |k: usize| if k == slot { u.clone() } else { Value::Nil };
-                let callee = vec![f.clone(), seed(0), tf.clone(), Value::Nil];
-                let towers: Vec<Tower> =
-                    (0..n).map(|k| vec![args[k].clone(), seed(k + 1), targs[k].clone(), Value::Nil]).collect();
-                let y = self.tower_call(&callee, &towers, 2)?;
-                b.push(super::forward::inner(dy, &y[1]));
-                t.push(super::forward::inner(tdy, &y[1]) + super::forward::inner(dy, &y[3]));
-            }
-            bar.push(assemble(input, &mut b.into_iter()));
-            tbar.push(assemble(input, &mut t.into_iter()));
-        }
-        Ok((bar, tbar))
-    }
-
-    /// Reverse mode of a built-in with a tower rule but no pullback (`hessian`,
-    /// `jacobian`): records the arguments.
-    pub(crate) fn tower_reverse_tape(&mut self, b: BuiltinId, args: &[Value]) -> VmResult<Value> {
-        let y = self.call_builtin(b, args)?;
-        for a in args {
-            self.tape.push(super::adjoints::snapshot(a));
-        }
-        Ok(y)
-    }
-
-    /// Its adjoint: per number of every argument, one forward sweep, `⟨ȳ, ∂y⟩`.
-    pub(crate) fn tower_reverse_adjoint(&mut self, b: BuiltinId, dy: &Value, d: &mut [Value]) -> VmResult<()> {
-        let n = d.len();
-        let mut args = vec![Value::Nil; n];
-        for k in (0..n).rev() {
-            args[k] = self.tape_pop()?;
-        }
-        if matches!(dy, Value::Nil) {
-            return Ok(());
-        }
-        for slot in 0..n {
-            let mut bar = vec![];
-            for u in units(&args[slot])? {
-                let towers: Vec<Tower> =
-                    (0..n).map(|k| vec![args[k].clone(), if k == slot { u.clone() } else { Value::Nil }]).collect();
-                let y = self.tower_call(&[Value::Builtin(b), Value::Nil], &towers, 1)?;
-                bar.push(super::forward::inner(dy, &y[1]));
-            }
-            let c = assemble(&args[slot], &mut bar.into_iter());
-            d[slot] = super::adjoints::accumulate(std::mem::take(&mut d[slot]), c)?;
-        }
-        Ok(())
-    }
 }
 
 #[cfg(test)]
@@ -722,18 +340,6 @@ mod tests {
         for (bits, &b) in bell.iter().enumerate() {
             assert_eq!(partitions((1 << bits) - 1).len(), b);
         }
-    }
-
-    #[test]
-    fn parse_inverts_flatten() {
-        let k = 3;
-        let callee: Tower = (0..8).map(|m| if m == 0 { Value::Nil } else { Value::Int(100 + m) }).collect();
-        let args: Vec<Tower> = (0..2).map(|i| (0..8).map(|m| Value::Int(10 * i + m)).collect()).collect();
-        let list = flatten(&callee, &args, k);
-        assert_eq!(list.len(), 2 * 8 + 7);
-        let (c, a) = parse(&list, k).unwrap();
-        assert_eq!(format!("{c:?}"), format!("{callee:?}"));
-        assert_eq!(format!("{a:?}"), format!("{args:?}"));
     }
 
     #[test]
