@@ -44,6 +44,18 @@ pub fn builtin_is_differentiable(b: &Builtin) -> bool {
 
 /// The varied registers of an SSA function.
 pub fn varied_registers(f: &Function, builtins: &[Builtin]) -> Vec<bool> {
+    analyse(f, builtins, false)
+}
+
+/// The varied registers of an adjoint routine, for its tangent routine (forward over
+/// reverse): every tape record carries a tangent, and every instruction that pops the tape
+/// (`TapePop`, adjoint calls) counts as varied so that its tangent form pops the records'
+/// tangents too, whatever its operands.
+pub fn varied_in_adjoint(f: &Function, builtins: &[Builtin]) -> Vec<bool> {
+    analyse(f, builtins, true)
+}
+
+fn analyse(f: &Function, builtins: &[Builtin], adjoint: bool) -> Vec<bool> {
     let n = f.num_regs as usize;
     let mut varied = vec![false; n];
     for r in 0..(f.arity + f.num_captures) as usize {
@@ -149,10 +161,29 @@ pub fn varied_registers(f: &Function, builtins: &[Builtin]) -> Vec<bool> {
                         }
                     }
                     Instr::CallDirect { dst, args, .. } => {
-                        if any(f.list(args), &varied) {
+                        // In an adjoint routine, a direct call is a callee's adjoint: it pops.
+                        if adjoint || any(f.list(args), &varied) {
                             mark(dst, &mut varied);
                             mutated.extend(f.list(args));
                         }
+                    }
+                    // The adjoint routine's own instructions (its tangent routine, forward over
+                    // reverse, is all that analyses one): a tape record carries a tangent, and
+                    // pullbacks, accumulation and adjoint calls vary with their operands.
+                    Instr::TapePop { dst } => mark(dst, &mut varied),
+                    Instr::Pull { dst, args, .. } => {
+                        if any(f.list(args), &varied) {
+                            mark(dst, &mut varied)
+                        }
+                    }
+                    Instr::AdjAdd { dst, a, b } => {
+                        if any(&[a, b], &varied) {
+                            mark(dst, &mut varied)
+                        }
+                    }
+                    Instr::CallAdj { dst, args, .. } | Instr::CallBuiltinAdj { dst, args, .. } => {
+                        mark(dst, &mut varied);
+                        mutated.extend(f.list(args));
                     }
                     Instr::CallBuiltin { dst, builtin, args } => {
                         let bi = &builtins[builtin.index()];

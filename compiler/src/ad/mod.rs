@@ -107,13 +107,14 @@ pub fn differentiate_program(ssa: &[Function], builtins: &[Builtin]) -> (Vec<Opt
             .expect("a function of the source has a tangent routine");
         // Forward over reverse: the tangent routines of the two reverse-mode routines.
         // The primal-with-tape routine keeps the function's registers, so the function's
-        // activity holds for it; in the adjoint every value may carry a tangent.
+        // activity holds for it; the adjoint's own comes from every tape record and cotangent.
         let of_routine = |g: &zygvm_vm::program::Function, varied: &[bool]| {
             tangent::tangent_routine(&tangent::Context { f: g, varied, builtins, tangent_of: &routine_tangent })
                 .expect("the reverse-mode routines have tangent routines")
         };
         debug_assert_eq!(tape.num_regs, f.num_regs);
-        let (tan_tape, tan_adj) = (of_routine(&tape, &varied), of_routine(&adj, &vec![true; adj.num_regs as usize]));
+        let adj_varied = activity::varied_in_adjoint(&adj, builtins);
+        let (tan_tape, tan_adj) = (of_routine(&tape, &varied), of_routine(&adj, &adj_varied));
         routines.extend([tape, adj, tan, tan_tape, tan_adj]);
     }
     (derivatives, routines)

@@ -17,8 +17,9 @@
 //!
 //! The same transcriber makes the tangent routines of the primal-with-tape and adjoint routines
 //! (forward over reverse, `zygvm_vm::ad::nested`): each tape record is pushed and popped beside
-//! its tangent, accumulation is linear, and pullback rules have second-order tangents. There
-//! every register counts as varied.
+//! its tangent, accumulation is linear, and pullback rules have second-order tangents. The
+//! adjoint's activity (`activity::varied_in_adjoint`) starts from its cotangents and tape
+//! records; instructions that pop the tape always take their tangent form.
 //!
 //! Only varied registers (`activity.rs`) get a tangent register; every other value's tangent
 //! is the shared `nil` (zero). The per-instruction tangents are the rules of
