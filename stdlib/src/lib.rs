@@ -17,6 +17,7 @@ pub mod tangents;
 pub mod differentiate;
 pub mod io;
 pub mod math;
+pub mod linalg_towers;
 pub mod math_towers;
 pub mod matrices;
 pub mod random;
@@ -173,6 +174,7 @@ pub fn builtins() -> Vec<Builtin> {
     nested_rules::attach(&mut t);
     nested_towers::attach(&mut t);
     math_towers::attach(&mut t);
+    linalg_towers::attach(&mut t);
     second_derivatives::attach(&mut t);
     custom_second::attach(&mut t);
     t
