@@ -100,14 +100,47 @@ fn hypot(_: &mut Vm, a: &[Tower], _: u32) -> VmResult<Tower> {
 }
 
 /// `atan2(y, x)` differs from `atan(y / x)` (or `-atan(x / y)`, whichever quotient is
-/// bounded) by a piecewise constant, so its derivatives are theirs.
+/// bounded) by a piecewise constant, so its derivatives are theirs; over arrays, number by
+/// number.
 fn atan2(_: &mut Vm, a: &[Tower], _: u32) -> VmResult<Tower> {
-    let (y0, x0) = (a[0][0].as_f64(), a[1][0].as_f64());
-    let (Some(y0), Some(x0)) = (y0, x0) else {
-        return Err(VmError::new("derivatives of third and higher order through atan2 of arrays are not supported yet"));
+    if let (Some(_), Some(_)) = (a[0][0].as_f64(), a[1][0].as_f64()) {
+        return atan2_scalar(&a[0], &a[1]);
+    }
+    let (y, x) = (floats("atan2", &a[0][0])?, floats("atan2", &a[1][0])?);
+    let n = y.len().max(x.len());
+    let part = |t: &Tower, len: usize, i: usize| -> Tower {
+        t.iter().map(|c| match c {
+            Value::Nil => Value::Nil,
+            Value::Float(_) | Value::Int(_) => Value::Float(c.as_f64().unwrap_or(0.0)),
+            c => element_or_flat(c, if len == 1 { 0 } else { i }),
+        }).collect()
     };
+    let mut per = Vec::with_capacity(n);
+    for i in 0..n {
+        per.push(atan2_scalar(&part(&a[0], y.len(), i), &part(&a[1], x.len(), i))?);
+    }
+    let shape = if y.len() >= x.len() { &a[0][0] } else { &a[1][0] };
+    Ok((0..a[0].len())
+        .map(|m| {
+            if m > 0 && per.iter().all(|t| matches!(t[m], Value::Nil)) {
+                return Value::Nil;
+            }
+            let data: Vec<f64> = per.iter().map(|t| t[m].as_f64().unwrap_or(0.0)).collect();
+            match shape {
+                Value::Matrix(mm) => {
+                    let mm = mm.borrow();
+                    Value::matrix(mm.rows, mm.cols, data)
+                }
+                _ => Value::float_array(data),
+            }
+        })
+        .collect())
+}
+
+fn atan2_scalar(yt: &[Value], xt: &[Value]) -> VmResult<Tower> {
+    let (y0, x0) = (yt[0].as_f64().unwrap_or(0.0), xt[0].as_f64().unwrap_or(0.0));
     let mul = |p: &Value, q: &Value| zygvm_vm::ops::binary(zygvm_vm::ops::BinOp::Mul, p, q);
-    let (num, den, sign) = if x0.abs() >= y0.abs() { (&a[0], &a[1], 1.0) } else { (&a[1], &a[0], -1.0) };
+    let (num, den, sign) = if x0.abs() >= y0.abs() { (yt, xt, 1.0) } else { (xt, yt, -1.0) };
     let q = product(num, &reciprocal(den)?, mul)?;
     let derivs = derivatives_of(&q[0], k_of(&q), |v, j| sign * crate::taylor::derivatives("atan", v, j).map_or(f64::NAN, |d| d[j]))?;
     let mut t = chain(&derivs, &q)?;

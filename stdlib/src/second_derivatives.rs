@@ -80,10 +80,13 @@ fn pow2(vm: &mut Vm, dy: &Value, tdy: &Value, a: &[Value], t: &[Value], _: &Valu
     ])
 }
 
-/// A two-argument scalar function's pullback tangent from its gradient and Hessian.
-fn binary_scalar(name: &str, dy: &Value, tdy: &Value, a: &[Value], t: &[Value], grad: [f64; 2], hess: [[f64; 2]; 2]) -> VmResult<Vec<Value>> {
+/// A two-argument scalar function's pullback tangent from its gradient and Hessian; over
+/// arrays, by forward sweeps of its tower rule (`zygvm_vm::ad::sweeps`).
+fn binary_scalar(vm: &mut Vm, name: &str, dy: &Value, tdy: &Value, a: &[Value], t: &[Value], grad: [f64; 2], hess: [[f64; 2]; 2]) -> VmResult<Vec<Value>> {
     if !(matches!(a[0], Value::Float(_) | Value::Int(_)) && matches!(a[1], Value::Float(_) | Value::Int(_))) {
-        return Err(VmError::new(format!("second derivatives of {name} over arrays are not supported yet")));
+        let b = zygvm_vm::ad::driver::builtin_named(vm, name)?;
+        let mut tangents = vm.adjoints_by_sweeps(&Value::Builtin(b), &Value::Nil, a, t, dy, tdy)?.1;
+        return Ok(tangents.split_off(1));
     }
     let (d, td, ta, tb) = (scalar(dy), scalar(tdy), scalar(&t[0]), scalar(&t[1]));
     Ok((0..2)
@@ -91,18 +94,18 @@ fn binary_scalar(name: &str, dy: &Value, tdy: &Value, a: &[Value], t: &[Value], 
         .collect())
 }
 
-fn atan2_2(_: &mut Vm, dy: &Value, tdy: &Value, a: &[Value], t: &[Value], _: &Value, _: &Value) -> VmResult<Vec<Value>> {
+fn atan2_2(vm: &mut Vm, dy: &Value, tdy: &Value, a: &[Value], t: &[Value], _: &Value, _: &Value) -> VmResult<Vec<Value>> {
     let (x, y) = (scalar(&a[0]), scalar(&a[1]));
     let r = x * x + y * y;
     let (r2, xy, d) = (r * r, x * y, x * x - y * y);
-    binary_scalar("atan2", dy, tdy, a, t, [y / r, -x / r], [[-2.0 * xy / r2, d / r2], [d / r2, 2.0 * xy / r2]])
+    binary_scalar(vm, "atan2", dy, tdy, a, t, [y / r, -x / r], [[-2.0 * xy / r2, d / r2], [d / r2, 2.0 * xy / r2]])
 }
 
-fn hypot2(_: &mut Vm, dy: &Value, tdy: &Value, a: &[Value], t: &[Value], _: &Value, _: &Value) -> VmResult<Vec<Value>> {
+fn hypot2(vm: &mut Vm, dy: &Value, tdy: &Value, a: &[Value], t: &[Value], _: &Value, _: &Value) -> VmResult<Vec<Value>> {
     let (x, y) = (scalar(&a[0]), scalar(&a[1]));
     let h = x.hypot(y);
     let h3 = h * h * h;
-    binary_scalar("hypot", dy, tdy, a, t, [x / h, y / h], [[y * y / h3, -x * y / h3], [-x * y / h3, x * x / h3]])
+    binary_scalar(vm, "hypot", dy, tdy, a, t, [x / h, y / h], [[y * y / h3, -x * y / h3], [-x * y / h3, x * x / h3]])
 }
 
 fn dot2(_: &mut Vm, dy: &Value, tdy: &Value, a: &[Value], t: &[Value], _: &Value, _: &Value) -> VmResult<Vec<Value>> {

@@ -39,7 +39,7 @@ fn units(v: &Value) -> VmResult<Vec<Value>> {
             let def = s.def;
             wrap(&s.fields, &move |f| Value::Struct(std::rc::Rc::new(crate::value::StructObj { def, fields: f.into_boxed_slice() })))
         }
-        Value::Dict(_) => Err(VmError::new("derivatives of third and higher order with a dict input are not supported yet")),
+        Value::Dict(_) => Err(VmError::new("derivatives of second and higher order by forward sweeps with a dict input are not supported yet")),
         _ => Ok(vec![]),
     }
 }
@@ -116,7 +116,7 @@ impl Vm {
     /// The adjoints `⟨ȳ, ∂y⟩` of every input (the callee first, then the arguments) and their
     /// tangents `⟨ẏ̄, ∂y⟩ + ⟨ȳ, ∂ẏ⟩`: per number of every input, one sweep under two levels
     /// (the number's unit, then the recorded tangents).
-    pub(crate) fn adjoints_by_sweeps(&mut self, f: &Value, tf: &Value, args: &[Value], targs: &[Value], dy: &Value, tdy: &Value) -> VmResult<(Vec<Value>, Vec<Value>)> {
+    pub fn adjoints_by_sweeps(&mut self, f: &Value, tf: &Value, args: &[Value], targs: &[Value], dy: &Value, tdy: &Value) -> VmResult<(Vec<Value>, Vec<Value>)> {
         let n = args.len();
         let all = inputs(f, args);
         let (mut bar, mut tbar) = (vec![], vec![]);

@@ -224,7 +224,7 @@ impl Vm {
             }
             return Ok(y);
         }
-        Err(VmError::new(format!("derivatives of third and higher order through {name} are not supported yet")))
+        Err(VmError::new(format!("derivatives of order {k} through {name} are not supported yet")))
     }
 }
 
