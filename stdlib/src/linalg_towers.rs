@@ -4,15 +4,11 @@
 //! tower product, difference or reciprocal, so every derivative of every order comes along.
 
 use zygvm_vm::ad::tangents::add;
-use zygvm_vm::ad::towers::{product, reciprocal, Tower};
+use zygvm_vm::ad::towers::{gather, reciprocal, times, Tower};
 use zygvm_vm::builtin::Builtin;
 use zygvm_vm::ops::{self, BinOp};
 use zygvm_vm::value::Value;
 use zygvm_vm::{Vm, VmError, VmResult};
-
-fn mul(a: &[Value], b: &[Value]) -> VmResult<Tower> {
-    product(a, b, |p, q| ops::binary(BinOp::Mul, p, q))
-}
 
 fn sub(a: &[Value], b: &[Value]) -> VmResult<Tower> {
     a.iter()
@@ -55,13 +51,13 @@ fn eliminate(mut a: Vec<Vec<Tower>>, mut b: Vec<Vec<Tower>>) -> VmResult<(Tower,
             b.swap(pivot, col);
             det = sub(&vec![Value::Nil; size], &det)?;
         }
-        det = mul(&det, &a[col][col])?;
+        det = times(&det, &a[col][col])?;
         let r = reciprocal(&a[col][col])?;
         for j in 0..n {
-            a[col][j] = mul(&a[col][j], &r)?;
+            a[col][j] = times(&a[col][j], &r)?;
         }
         for row in b[col].iter_mut() {
-            *row = mul(row, &r)?;
+            *row = times(row, &r)?;
         }
         for i in 0..n {
             if i == col {
@@ -69,11 +65,11 @@ fn eliminate(mut a: Vec<Vec<Tower>>, mut b: Vec<Vec<Tower>>) -> VmResult<(Tower,
             }
             let f = a[i][col].clone();
             for j in 0..n {
-                let t = mul(&f, &a[col][j])?;
+                let t = times(&f, &a[col][j])?;
                 a[i][j] = sub(&a[i][j], &t)?;
             }
             for j in 0..b[i].len() {
-                let t = mul(&f, &b[col][j])?;
+                let t = times(&f, &b[col][j])?;
                 b[i][j] = sub(&b[i][j], &t)?;
             }
         }
@@ -83,24 +79,6 @@ fn eliminate(mut a: Vec<Vec<Tower>>, mut b: Vec<Vec<Tower>>) -> VmResult<(Tower,
 
 fn rows_of(m: &[Value], n: usize) -> Vec<Vec<Tower>> {
     (0..n).map(|i| (0..n).map(|j| entry(m, i, j, n)).collect()).collect()
-}
-
-/// Per component, the entries gathered into a matrix (rows × cols) or an array (one column).
-fn gather(x: &[Vec<Tower>], size: usize, as_array: bool) -> Tower {
-    let (rows, cols) = (x.len(), x.first().map_or(0, |r| r.len()));
-    (0..size)
-        .map(|m| {
-            if m > 0 && x.iter().flatten().all(|t| matches!(t[m], Value::Nil)) {
-                return Value::Nil;
-            }
-            let data: Vec<f64> = x.iter().flatten().map(|t| t[m].as_f64().unwrap_or(0.0)).collect();
-            if as_array {
-                Value::float_array(data)
-            } else {
-                Value::matrix(rows, cols, data)
-            }
-        })
-        .collect()
 }
 
 fn det(vm: &mut Vm, a: &[Tower], _: u32) -> VmResult<Tower> {
@@ -116,7 +94,7 @@ fn inv(vm: &mut Vm, a: &[Tower], _: u32) -> VmResult<Tower> {
     let identity: Vec<Vec<Tower>> =
         (0..n).map(|i| (0..n).map(|j| zygvm_vm::ad::towers::constant(Value::Float(if i == j { 1.0 } else { 0.0 }), size)).collect()).collect();
     let (_, x) = eliminate(rows_of(&a[0], n), identity)?;
-    let mut y = gather(&x, size, false);
+    let mut y = gather(&a[0][0], &x.concat(), size);
     y[0] = crate::matrices::inv(vm, &[a[0][0].clone()])?;
     Ok(y)
 }
@@ -126,7 +104,7 @@ fn solve(vm: &mut Vm, a: &[Tower], _: u32) -> VmResult<Tower> {
     let y0 = crate::matrices::solve(vm, &[a[0][0].clone(), a[1][0].clone()])?;
     let b: Vec<Vec<Tower>> = (0..n).map(|i| vec![entry(&a[1], i, 0, 1)]).collect();
     let (_, x) = eliminate(rows_of(&a[0], n), b)?;
-    let mut y = gather(&x, a[0].len(), true);
+    let mut y = gather(&a[1][0], &x.concat(), a[0].len());
     y[0] = y0;
     Ok(y)
 }

@@ -9,7 +9,7 @@
 
 use zygvm_vm::ad::adjoints::element;
 use zygvm_vm::ad::tangents::add;
-use zygvm_vm::ad::towers::{chain, derivatives_of, power, product, reciprocal, Tower};
+use zygvm_vm::ad::towers::{chain, derivatives_of, gather, power, product, reciprocal, times, Tower};
 use zygvm_vm::builtin::Builtin;
 use zygvm_vm::value::Value;
 use zygvm_vm::{Vm, VmError, VmResult};
@@ -50,6 +50,13 @@ fn k_of(t: &[Value]) -> usize {
     t.len().trailing_zeros() as usize
 }
 
+/// The tower of `sign · f(x)` for the one-argument function `name` (`taylor.rs`).
+fn function_of(name: &str, x: &[Value], sign: f64) -> VmResult<Tower> {
+    let k = k_of(x);
+    let derivs = derivatives_of(&x[0], k, |v, j| sign * crate::taylor::derivatives(name, v, k).map_or(f64::NAN, |d| d[j]))?;
+    chain(&derivs, x)
+}
+
 /// `exp(x - c)` elementwise, `c` the largest number of the value (overflow-free).
 fn shifted_exp(x: &[Value]) -> VmResult<(Tower, f64)> {
     let c = floats("logsumexp", &x[0])?.into_iter().fold(f64::NEG_INFINITY, f64::max);
@@ -67,16 +74,12 @@ fn outer(_: &mut Vm, a: &[Tower], _: u32) -> VmResult<Tower> {
 }
 
 fn norm(_: &mut Vm, a: &[Tower], _: u32) -> VmResult<Tower> {
-    let sq = product(&a[0], &a[0], dot_values)?;
-    let derivs = derivatives_of(&sq[0], k_of(&sq), |v, j| crate::taylor::derivatives("sqrt", v, j).map_or(f64::NAN, |d| d[j]))?;
-    chain(&derivs, &sq)
+    function_of("sqrt", &product(&a[0], &a[0], dot_values)?, 1.0)
 }
 
 fn logsumexp(_: &mut Vm, a: &[Tower], _: u32) -> VmResult<Tower> {
     let (e, c) = shifted_exp(&a[0])?;
-    let s = sums(&e)?;
-    let derivs = derivatives_of(&s[0], k_of(&s), |v, j| crate::taylor::derivatives("log", v, j).map_or(f64::NAN, |d| d[j]))?;
-    let mut y = chain(&derivs, &s)?;
+    let mut y = function_of("log", &sums(&e)?, 1.0)?;
     y[0] = Value::Float(y[0].as_f64().unwrap_or(f64::NAN) + c);
     Ok(y)
 }
@@ -84,7 +87,7 @@ fn logsumexp(_: &mut Vm, a: &[Tower], _: u32) -> VmResult<Tower> {
 fn softmax(_: &mut Vm, a: &[Tower], _: u32) -> VmResult<Tower> {
     let (e, _) = shifted_exp(&a[0])?;
     let r = reciprocal(&sums(&e)?)?;
-    product(&e, &r, |p, q| zygvm_vm::ops::binary(zygvm_vm::ops::BinOp::Mul, p, q))
+    times(&e, &r)
 }
 
 fn pow(_: &mut Vm, a: &[Tower], _: u32) -> VmResult<Tower> {
@@ -92,11 +95,9 @@ fn pow(_: &mut Vm, a: &[Tower], _: u32) -> VmResult<Tower> {
 }
 
 fn hypot(_: &mut Vm, a: &[Tower], _: u32) -> VmResult<Tower> {
-    let mul = |p: &Value, q: &Value| zygvm_vm::ops::binary(zygvm_vm::ops::BinOp::Mul, p, q);
-    let (x2, y2) = (product(&a[0], &a[0], mul)?, product(&a[1], &a[1], mul)?);
+    let (x2, y2) = (times(&a[0], &a[0])?, times(&a[1], &a[1])?);
     let s: Tower = x2.into_iter().zip(y2).map(|(p, q)| add(p, q)).collect::<VmResult<_>>()?;
-    let derivs = derivatives_of(&s[0], k_of(&s), |v, j| crate::taylor::derivatives("sqrt", v, j).map_or(f64::NAN, |d| d[j]))?;
-    chain(&derivs, &s)
+    function_of("sqrt", &s, 1.0)
 }
 
 /// `atan2(y, x)` differs from `atan(y / x)` (or `-atan(x / y)`, whichever quotient is
@@ -120,41 +121,23 @@ fn atan2(_: &mut Vm, a: &[Tower], _: u32) -> VmResult<Tower> {
         per.push(atan2_scalar(&part(&a[0], y.len(), i), &part(&a[1], x.len(), i))?);
     }
     let shape = if y.len() >= x.len() { &a[0][0] } else { &a[1][0] };
-    Ok((0..a[0].len())
-        .map(|m| {
-            if m > 0 && per.iter().all(|t| matches!(t[m], Value::Nil)) {
-                return Value::Nil;
-            }
-            let data: Vec<f64> = per.iter().map(|t| t[m].as_f64().unwrap_or(0.0)).collect();
-            match shape {
-                Value::Matrix(mm) => {
-                    let mm = mm.borrow();
-                    Value::matrix(mm.rows, mm.cols, data)
-                }
-                _ => Value::float_array(data),
-            }
-        })
-        .collect())
+    Ok(gather(shape, &per, a[0].len()))
 }
 
 fn atan2_scalar(yt: &[Value], xt: &[Value]) -> VmResult<Tower> {
     let (y0, x0) = (yt[0].as_f64().unwrap_or(0.0), xt[0].as_f64().unwrap_or(0.0));
-    let mul = |p: &Value, q: &Value| zygvm_vm::ops::binary(zygvm_vm::ops::BinOp::Mul, p, q);
     let (num, den, sign) = if x0.abs() >= y0.abs() { (yt, xt, 1.0) } else { (xt, yt, -1.0) };
-    let q = product(num, &reciprocal(den)?, mul)?;
-    let derivs = derivatives_of(&q[0], k_of(&q), |v, j| sign * crate::taylor::derivatives("atan", v, j).map_or(f64::NAN, |d| d[j]))?;
-    let mut t = chain(&derivs, &q)?;
+    let mut t = function_of("atan", &times(num, &reciprocal(den)?)?, sign)?;
     t[0] = Value::Float(y0.atan2(x0));
     Ok(t)
 }
 
 fn prod(_: &mut Vm, a: &[Tower], _: u32) -> VmResult<Tower> {
     let n = floats("prod", &a[0][0])?.len();
-    let mul = |p: &Value, q: &Value| zygvm_vm::ops::binary(zygvm_vm::ops::BinOp::Mul, p, q);
     let mut acc = zygvm_vm::ad::towers::constant(Value::Float(1.0), a[0].len());
     for j in 0..n {
         let x: Tower = a[0].iter().map(|c| if matches!(c, Value::Nil) { Value::Nil } else { element_or_flat(c, j) }).collect();
-        acc = product(&acc, &x, mul)?;
+        acc = times(&acc, &x)?;
     }
     Ok(acc)
 }

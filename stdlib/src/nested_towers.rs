@@ -21,7 +21,7 @@ use crate::custom_rules::CUSTOM_BOUND;
 use crate::tangents::{stored, written};
 use zygvm_vm::ad::adjoints::{element, to_gradient};
 use zygvm_vm::ad::forward::unit;
-use zygvm_vm::ad::towers::{constant, Tower};
+use zygvm_vm::ad::towers::{constant, gather, Tower};
 use zygvm_vm::builtin::Builtin;
 use zygvm_vm::value::{Array, Value};
 use zygvm_vm::{Vm, VmError, VmResult};
@@ -59,26 +59,6 @@ fn seeds(what: &str, x: &Value) -> VmResult<Vec<Value>> {
             other.type_name()
         ))),
     }
-}
-
-/// Per component, the numbers of one sweep per seed gathered into `x`'s shape.
-fn gather(x: &Value, per_seed: &[Tower], size: usize) -> Tower {
-    (0..size)
-        .map(|m| {
-            let nums: Vec<f64> = per_seed.iter().map(|t| t[m].as_f64().unwrap_or(0.0)).collect();
-            if m > 0 && per_seed.iter().all(|t| matches!(t[m], Value::Nil)) {
-                return Value::Nil;
-            }
-            match x {
-                Value::Float(_) => Value::Float(nums[0]),
-                Value::Matrix(mm) => {
-                    let mm = mm.borrow();
-                    Value::matrix(mm.rows, mm.cols, nums)
-                }
-                _ => Value::float_array(nums),
-            }
-        })
-        .collect()
 }
 
 fn number(y: &Value) -> VmResult<()> {

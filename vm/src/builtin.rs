@@ -129,6 +129,12 @@ impl Builtin {
         }
     }
 
+    /// Whether forward over reverse takes this built-in by towers and forward sweeps
+    /// (`ad/sweeps.rs`): a differentiation operator with no second-order rule of its own.
+    pub fn second_order_by_sweeps(&self) -> bool {
+        self.tower.is_some() && self.custom_second.is_none() && matches!(self.deriv, Deriv::Custom { .. } | Deriv::Nested)
+    }
+
     pub fn accepts(&self, n: usize) -> bool {
         n >= self.min_args && n <= self.max_args
     }

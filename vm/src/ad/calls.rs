@@ -158,10 +158,13 @@ impl Vm {
             (bi.deriv, bi.imp)
         };
         // An array's adjoint grows only as far as its last written element (`add_at`): the
-        // rules see it at the value's full length.
+        // rules of a float-array result see it at the value's full length.
         let full;
         let dy = match (dy, y) {
-            (Value::Array(d), Value::Array(v)) if d.borrow().len() != v.borrow().len() || !matches!(&*d.borrow(), crate::value::Array::Floats(_)) => {
+            (Value::Array(d), Value::Array(v))
+                if matches!(&*v.borrow(), crate::value::Array::Floats(_))
+                    && (d.borrow().len() != v.borrow().len() || !matches!(&*d.borrow(), crate::value::Array::Floats(_))) =>
+            {
                 full = super::adjoints::to_gradient(dy, y, self.program());
                 &full
             }

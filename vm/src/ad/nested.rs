@@ -146,8 +146,7 @@ impl Vm {
     /// The tangent of a built-in's primal-with-tape step: its value and tangent, with each
     /// record its pullback needs pushed beside that record's tangent.
     pub fn tangent_tape_builtin(&mut self, b: BuiltinId, args: &[Value], targs: &[Value]) -> VmResult<(Value, Value)> {
-        let bi = &self.program().builtins[b.index()];
-        if bi.tower.is_some() && bi.custom_second.is_none() && matches!(bi.deriv, Deriv::Custom { .. } | Deriv::Nested) {
+        if self.program().builtins[b.index()].second_order_by_sweeps() {
             return self.tower_tape(&Value::Builtin(b), &Value::Nil, args, targs);
         }
         match self.program().builtins[b.index()].deriv {
@@ -186,7 +185,7 @@ impl Vm {
         if let (Deriv::Custom { .. }, Some(custom)) = (deriv, custom) {
             return (custom.adjoint)(self, dy, d, tdy, td);
         }
-        if self.program().builtins[b.index()].tower.is_some() && custom.is_none() && matches!(deriv, Deriv::Custom { .. } | Deriv::Nested) {
+        if self.program().builtins[b.index()].second_order_by_sweeps() {
             return self.tower_adjoint(&Value::Builtin(b), dy, d, tdy, td).map(|_| ());
         }
         let zero = matches!(dy, Value::Nil) && matches!(tdy, Value::Nil);

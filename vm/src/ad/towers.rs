@@ -100,6 +100,32 @@ pub fn product(a: &[Value], b: &[Value], op: impl Fn(&Value, &Value) -> VmResult
         .collect()
 }
 
+/// The tower of the elementwise product `a * b`.
+pub fn times(a: &[Value], b: &[Value]) -> VmResult<Tower> {
+    product(a, b, |p, q| bin(BinOp::Mul, p, q))
+}
+
+/// Per component, one number from each tower of `per_number` gathered into `shape`'s shape
+/// (a float, a matrix, otherwise a float array); `nil` where every number is zero.
+pub fn gather(shape: &Value, per_number: &[Tower], size: usize) -> Tower {
+    (0..size)
+        .map(|m| {
+            if m > 0 && per_number.iter().all(|t| is_zero(&t[m])) {
+                return Value::Nil;
+            }
+            let nums: Vec<f64> = per_number.iter().map(|t| t[m].as_f64().unwrap_or(0.0)).collect();
+            match shape {
+                Value::Float(_) => Value::Float(nums[0]),
+                Value::Matrix(mm) => {
+                    let mm = mm.borrow();
+                    Value::matrix(mm.rows, mm.cols, nums)
+                }
+                _ => Value::float_array(nums),
+            }
+        })
+        .collect()
+}
+
 /// Faà di Bruno's formula: the tower of `f(x)` from `derivs[j] = f⁽ʲ⁾(x₀)` (elementwise).
 pub fn chain(derivs: &[Value], x: &[Value]) -> VmResult<Tower> {
     let mut y = vec![derivs[0].clone()];
@@ -159,7 +185,7 @@ pub fn power(a: &[Value], b: &[Value]) -> VmResult<Tower> {
         return chain(&derivs, a);
     }
     let logs = derivatives_of(&a[0], k, |x, j| if j == 0 { x.ln() } else { (-1f64).powi(j as i32 - 1) * factorial(j - 1) / x.powi(j as i32) })?;
-    let u = product(&chain(&logs, a)?, b, |p, q| bin(BinOp::Mul, p, q))?;
+    let u = times(&chain(&logs, a)?, b)?;
     let y0 = zip_numbers(&a[0], &b[0], f64::powf)?;
     chain(&vec![y0; k + 1], &u)
 }
@@ -190,9 +216,9 @@ pub fn tangent_rule(program: &Program, rule: super::tangents::TanRule, payload: 
     let size = list.len() / n;
     let tower = |i: usize| -> Tower { (0..size).map(|s| list[s * n + i].clone()).collect() };
     let y = match rule {
-        TanRule::Mul => product(&tower(0), &tower(1), |p, q| bin(BinOp::Mul, p, q))?,
+        TanRule::Mul => times(&tower(0), &tower(1))?,
         TanRule::MatMul => product(&tower(0), &tower(1), crate::ops::matmul)?,
-        TanRule::Div => product(&tower(0), &reciprocal(&tower(1))?, |p, q| bin(BinOp::Mul, p, q))?,
+        TanRule::Div => times(&tower(0), &reciprocal(&tower(1))?)?,
         TanRule::Pow => power(&tower(0), &tower(1))?,
         TanRule::Math1 => math1(program, BuiltinId(payload), &tower(0))?,
         other => return Err(VmError::new(format!("internal differentiation error: {} has no tower rule", other.name()))),
@@ -346,8 +372,8 @@ mod tests {
     fn third_derivative_of_a_product_by_towers() {
         // x³ at x = 2 along three unit levels: x·x·x, third derivative 6.
         let x: Tower = (0..8usize).map(|m| if m == 0 { Value::Float(2.0) } else if m.count_ones() == 1 { Value::Float(1.0) } else { Value::Nil }).collect();
-        let sq = product(&x, &x, |p, q| bin(BinOp::Mul, p, q)).unwrap();
-        let cube = product(&sq, &x, |p, q| bin(BinOp::Mul, p, q)).unwrap();
+        let sq = times(&x, &x).unwrap();
+        let cube = times(&sq, &x).unwrap();
         assert_eq!(cube[7].as_f64(), Some(6.0));
         assert_eq!(cube[3].as_f64(), Some(12.0));
         let p = power(&x, &constant(Value::Float(3.0), 8)).unwrap();
