@@ -18,6 +18,7 @@ use crate::custom_rules;
 use crate::matrices::{lu, transpose_of};
 use std::f64::consts::PI;
 use zygvm_vm::ad::adjoints::{accumulate, element};
+use zygvm_vm::ad::chain::{scale, times};
 use zygvm_vm::builtin::{Builtin, Deriv, PullbackFn};
 use zygvm_vm::ops::{self, BinOp};
 use zygvm_vm::value::{Matrix, Value};
@@ -28,14 +29,14 @@ type Rule = PullbackFn;
 /// `dy * g(x)` elementwise, where `g` is the derivative of a one-argument function.
 fn scale_by(dy: &Value, x: &Value, g: fn(f64) -> f64) -> VmResult<Value> {
     Ok(match (dy, x) {
-        (Value::Float(d), _) if x.as_f64().is_some() => Value::Float(d * g(x.as_f64().unwrap())),
+        (Value::Float(d), _) if x.as_f64().is_some() => Value::Float(times(*d, g(x.as_f64().unwrap()))),
         (Value::Array(_), Value::Array(_)) => {
             let (d, x) = (floats("derivative", dy)?, floats("derivative", x)?);
-            Value::float_array(d.iter().zip(&x).map(|(d, x)| d * g(*x)).collect())
+            Value::float_array(d.iter().zip(&x).map(|(d, x)| times(*d, g(*x))).collect())
         }
         (Value::Matrix(d), Value::Matrix(m)) => {
             let (d, m) = (d.borrow(), m.borrow());
-            Value::matrix(m.rows, m.cols, d.data.iter().zip(&m.data).map(|(d, x)| d * g(*x)).collect())
+            Value::matrix(m.rows, m.cols, d.data.iter().zip(&m.data).map(|(d, x)| times(*d, g(*x))).collect())
         }
         _ => return Err(VmError::new("internal differentiation error: cotangent shape")),
     })
@@ -117,7 +118,7 @@ fn like(d: Value, x: &Value) -> Value {
 fn binary_rule(dy: &Value, a: &Value, b: &Value, da: fn(f64, f64) -> f64, db: fn(f64, f64) -> f64) -> VmResult<Vec<Value>> {
     let pa = zip(a, b, da)?;
     let pb = zip(a, b, db)?;
-    Ok(vec![like(mul(dy, &pa)?, a), like(mul(dy, &pb)?, b)])
+    Ok(vec![like(scale(dy, &pa)?, a), like(scale(dy, &pb)?, b)])
 }
 
 fn zip(a: &Value, b: &Value, f: fn(f64, f64) -> f64) -> VmResult<Value> {

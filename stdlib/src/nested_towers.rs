@@ -398,12 +398,40 @@ fn remove(vm: &mut Vm, a: &[Tower], _: u32) -> VmResult<Tower> {
     take(vm, a, crate::arrays::remove)
 }
 
+/// `grad(f)`, `checkpoint(f)`, `custom_gradient(f, rule..)` under `k` levels: each binds its
+/// arguments into a partial application, whose tangent is the tuple of the bound values'
+/// tangents, so the component of every level set is the tuple of the arguments' components
+/// (`nil` where they are all zero). This is what lets `hessian(fn(x) { grad(fn(y) { x * y })(x) })`
+/// carry the outer perturbation of `x` into the closure's captures.
+fn bind(vm: &mut Vm, a: &[Tower], k: u32, make: fn(&mut Vm, &[Value]) -> VmResult<Value>) -> VmResult<Tower> {
+    let primal: Vec<Value> = a.iter().map(|t| t[0].clone()).collect();
+    let mut out = vec![make(vm, &primal)?];
+    for m in 1..1usize << k {
+        let parts: Vec<Value> = a.iter().map(|t| t[m].clone()).collect();
+        out.push(if parts.iter().all(|p| matches!(p, Value::Nil)) { Value::Nil } else { Value::tuple(parts) });
+    }
+    Ok(out)
+}
+
+fn grad(vm: &mut Vm, a: &[Tower], k: u32) -> VmResult<Tower> {
+    bind(vm, a, k, crate::differentiate::grad)
+}
+fn checkpoint(vm: &mut Vm, a: &[Tower], k: u32) -> VmResult<Tower> {
+    bind(vm, a, k, crate::custom_rules::checkpoint)
+}
+fn custom_gradient(vm: &mut Vm, a: &[Tower], k: u32) -> VmResult<Tower> {
+    bind(vm, a, k, crate::custom_rules::custom_gradient)
+}
+
 /// Writes the tower rules into the built-in table.
 pub fn attach(table: &mut [Builtin]) {
     type Rule = zygvm_vm::builtin::TowerFn;
     let rules: &[(&str, Rule)] = &[
         ("derivative", derivative),
         ("jvp", jvp),
+        ("grad", grad),
+        ("checkpoint", checkpoint),
+        ("custom_gradient", custom_gradient),
         (crate::differentiate::GRAD_APPLY, grad_apply),
         ("gradient", gradient),
         ("value_and_gradient", value_and_gradient),

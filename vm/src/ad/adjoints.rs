@@ -176,10 +176,15 @@ fn int_of(v: &Value) -> VmResult<usize> {
     }
 }
 
-/// A zero adjoint container for a primal container (`nil` for values without one).
-fn empty_like(obj: &Value) -> Value {
+/// A zero adjoint container for a primal container (`nil` for values without one), of the
+/// primal's shape: an array of numbers gets float zeros, any other array `nil`s (the zero of
+/// every element).
+pub fn empty_like(obj: &Value) -> Value {
     match obj {
-        Value::Array(_) => Value::float_array(vec![]),
+        Value::Array(a) => match &*a.borrow() {
+            Array::Floats(x) => Value::float_array(vec![0.0; x.len()]),
+            Array::Values(x) => Value::array(vec![Value::Nil; x.len()]),
+        },
         Value::Matrix(m) => {
             let m = m.borrow();
             Value::matrix(m.rows, m.cols, vec![0.0; m.rows * m.cols])
@@ -371,7 +376,9 @@ pub fn to_gradient(adj: &Value, primal: &Value, program: &Program) -> Value {
                     xs.iter()
                         .enumerate()
                         .map(|(k, x)| match x {
-                            Value::Int(_) | Value::Float(_) => Value::Float(elem(k).as_f64().unwrap_or(0.0)),
+                            // An int element is a constant: its derivative is zero (§7).
+                            Value::Int(_) => Value::Float(0.0),
+                            Value::Float(_) => Value::Float(elem(k).as_f64().unwrap_or(0.0)),
                             x => to_gradient(&elem(k), x, program),
                         })
                         .collect(),

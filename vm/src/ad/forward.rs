@@ -7,12 +7,11 @@
 //! `nil` is the zero tangent throughout; the drivers turn it into zeros of the result's shape.
 
 use super::adjoints::{deep_copy, element, to_gradient};
-use super::rules::{bin, map_numbers};
+use super::rules::map_numbers;
 use crate::builtin::{Deriv, Tangent};
 use crate::bytecode::BuiltinId;
 use crate::error::{VmError, VmResult};
 use crate::interp::Vm;
-use crate::ops::BinOp;
 use crate::value::{Array, Value};
 
 /// The `(y, ẏ)` a tangent routine returns.
@@ -44,8 +43,8 @@ pub fn zero_container(y: &Value) -> Value {
 pub(crate) fn inner(a: &Value, b: &Value) -> f64 {
     match (a, b) {
         (Value::Nil, _) | (_, Value::Nil) => 0.0,
-        (Value::Float(_) | Value::Int(_), Value::Float(_) | Value::Int(_)) => a.as_f64().unwrap_or(0.0) * b.as_f64().unwrap_or(0.0),
-        (Value::Matrix(x), Value::Matrix(y)) => x.borrow().data.iter().zip(&y.borrow().data).map(|(p, q)| p * q).sum(),
+        (Value::Float(_) | Value::Int(_), Value::Float(_) | Value::Int(_)) => super::chain::times(a.as_f64().unwrap_or(0.0), b.as_f64().unwrap_or(0.0)),
+        (Value::Matrix(x), Value::Matrix(y)) => x.borrow().data.iter().zip(&y.borrow().data).map(|(p, q)| super::chain::times(*p, *q)).sum(),
         _ => {
             let n = crate::access::length(a).unwrap_or(0);
             (0..n).map(|k| inner(&element(a, k), &element(b, k))).sum()
@@ -154,7 +153,7 @@ impl Vm {
                 None => self.transposed(b, args, targs, &y)?,
             },
             Deriv::Pullback(_) => match (tangent, scalar_deriv) {
-                (_, Some(d)) if args.len() == 1 => bin(BinOp::Mul, &map_numbers(&args[0], d)?, &targs[0])?,
+                (_, Some(d)) if args.len() == 1 => super::chain::scale(&targs[0], &map_numbers(&args[0], d)?)?,
                 (Tangent::Linear, _) => {
                     let program = self.program().clone();
                     let dense: Vec<Value> = args

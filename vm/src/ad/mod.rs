@@ -38,6 +38,7 @@ macro_rules! rule_enum {
 
 pub mod adjoints;
 pub mod calls;
+pub mod chain;
 pub mod driver;
 pub mod forward;
 pub mod nested;

@@ -141,6 +141,15 @@ pub(crate) fn pow_db(x: f64, y: f64) -> f64 {
     }
 }
 
+/// The invariant every rule checks before indexing: a cotangent has the shape of its primal.
+fn cotangent_shape(dy: &Value, rows: usize, cols: usize) -> VmError {
+    let want = if cols == 0 { format!("array of length {rows}") } else { format!("matrix ({rows}, {cols})") };
+    VmError::new(format!(
+        "internal differentiation error: the adjoint of @ has shape {}, but its result has shape {want}",
+        crate::ops::shape_text(dy)
+    ))
+}
+
 fn matmul_rule(rule: Rule, dy: &Value, a: &Value, b: &Value) -> VmResult<Value> {
     use Value::*;
     match (a, b) {
@@ -148,6 +157,9 @@ fn matmul_rule(rule: Rule, dy: &Value, a: &Value, b: &Value) -> VmResult<Value> 
         (Matrix(m), Array(v)) => {
             let d = flat(dy)?;
             let m = m.borrow();
+            if d.len() != m.rows || v.borrow().len() != m.cols {
+                return Err(cotangent_shape(dy, m.rows, 0));
+            }
             if rule == Rule::MatMulA {
                 let v = v.borrow().to_f64s().ok_or_else(|| VmError::new("@ of an array that holds non-numbers"))?;
                 let mut out = Vec::with_capacity(m.rows * m.cols);
@@ -171,6 +183,9 @@ fn matmul_rule(rule: Rule, dy: &Value, a: &Value, b: &Value) -> VmResult<Value> 
                 _ => return Err(VmError::new("cannot differentiate @: cotangent is not a matrix")),
             };
             let (m, n) = (m.borrow(), n.borrow());
+            if d.rows != m.rows || d.cols != n.cols || m.cols != n.rows {
+                return Err(cotangent_shape(dy, m.rows, n.cols));
+            }
             if rule == Rule::MatMulA {
                 // dA[i, k] = sum_j dY[i, j] * B[k, j]
                 let mut out = vec![0.0; m.rows * m.cols];
@@ -244,7 +259,7 @@ pub fn fast<'v>(program: &Program, code: u32, arg: impl Fn(usize) -> &'v Value) 
             _ => return None,
         },
         (Rule::Math1, F(d)) => match (arg(1), program.builtins[payload as usize].scalar_deriv) {
-            (F(x), Some(deriv)) => F(d * deriv(*x)),
+            (F(x), Some(deriv)) => F(super::chain::times(*d, deriv(*x))),
             _ => return None,
         },
         (Rule::Index, Value::Array(acc)) => match (arg(2), arg(3)) {
@@ -253,7 +268,7 @@ pub fn fast<'v>(program: &Program, code: u32, arg: impl Fn(usize) -> &'v Value) 
                 let Array::Floats(x) = &mut *a else { return None };
                 let i = *i as usize;
                 if i >= x.len() {
-                    x.resize(i + 1, 0.0);
+                    return None;
                 }
                 x[i] += d;
                 drop(a);
@@ -298,7 +313,7 @@ pub fn apply(program: &Program, code: u32, args: &[Value]) -> VmResult<Value> {
         Rule::DivA => Ok(unbroadcast(&bin(BinOp::Div, arg(0), arg(2))?, arg(1))),
         Rule::DivB => {
             let q = zip_numbers(arg(1), arg(2), |a, b| -a / (b * b))?;
-            Ok(unbroadcast(&bin(BinOp::Mul, arg(0), &q)?, arg(2)))
+            Ok(unbroadcast(&super::chain::scale(arg(0), &q)?, arg(2)))
         }
         Rule::ModB => {
             let q = zip_numbers(arg(1), arg(2), |a, b| -(a / b).trunc())?;
@@ -306,11 +321,11 @@ pub fn apply(program: &Program, code: u32, args: &[Value]) -> VmResult<Value> {
         }
         Rule::PowA => {
             let d = zip_numbers(arg(1), arg(2), pow_da)?;
-            Ok(unbroadcast(&bin(BinOp::Mul, arg(0), &d)?, arg(1)))
+            Ok(unbroadcast(&super::chain::scale(arg(0), &d)?, arg(1)))
         }
         Rule::PowB => {
             let d = zip_numbers(arg(1), arg(2), pow_db)?;
-            Ok(unbroadcast(&bin(BinOp::Mul, arg(0), &d)?, arg(2)))
+            Ok(unbroadcast(&super::chain::scale(arg(0), &d)?, arg(2)))
         }
         Rule::MatMulA | Rule::MatMulB => matmul_rule(rule, arg(0), arg(1), arg(2)),
         Rule::Neg => neg(arg(0)),
@@ -320,8 +335,8 @@ pub fn apply(program: &Program, code: u32, args: &[Value]) -> VmResult<Value> {
                 return Err(VmError::new(format!("{} has no derivative rule", b.name)));
             };
             match (arg(0), arg(1)) {
-                (Value::Float(d), Value::Float(x)) => Ok(Value::Float(d * deriv(*x))),
-                (dy, x) => bin(BinOp::Mul, dy, &map_numbers(x, deriv)?),
+                (Value::Float(d), Value::Float(x)) => Ok(Value::Float(super::chain::times(*d, deriv(*x)))),
+                (dy, x) => super::chain::scale(dy, &map_numbers(x, deriv)?),
             }
         }
         Rule::Index => adjoints::index_accumulate(arg(0).clone(), arg(1), arg(2), arg(3).clone()),

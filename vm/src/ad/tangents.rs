@@ -181,8 +181,8 @@ pub fn apply(program: &Program, code: u32, args: &[Value]) -> VmResult<Value> {
                 return Err(VmError::new(format!("{} has no derivative rule", b.name)));
             };
             match (x, t) {
-                (Value::Float(x), Value::Float(t)) => Ok(Value::Float(deriv(*x) * t)),
-                (x, t) => bin(BinOp::Mul, &map_numbers(x, deriv)?, t),
+                (Value::Float(x), Value::Float(t)) => Ok(Value::Float(super::chain::times(*t, deriv(*x)))),
+                (x, t) => super::chain::scale(t, &map_numbers(x, deriv)?),
             }
         }
         TanRule::Index => match (arg(0), arg(1)) {
@@ -277,7 +277,7 @@ pub fn fast<'v>(program: &Program, code: u32, n: usize, arg: impl Fn(usize) -> &
             (t(2)? - f(0)? / b * t(3)?) / b
         }
         TanRule::Neg => -t(0)?,
-        TanRule::Math1 if n == 2 => program.builtins[payload as usize].scalar_deriv?(f(0)?) * t(1)?,
+        TanRule::Math1 if n == 2 => super::chain::times(t(1)?, program.builtins[payload as usize].scalar_deriv?(f(0)?)),
         TanRule::Pull => return second_order_fast(program, payload, n / 2, &arg),
         TanRule::Mul | TanRule::Div | TanRule::Pow | TanRule::Math1 => {
             return super::towers::scalar_rule(program, rule, payload, n, &arg)
@@ -320,7 +320,7 @@ fn second_order_fast<'v>(program: &Program, code: u32, m: usize, arg: &impl Fn(u
         Rule::Math1 => {
             let bi = &program.builtins[payload as usize];
             let (d, x) = (f(0)?, f(1)?);
-            t(0)? * bi.scalar_deriv?(x) + d * bi.scalar_deriv2?(x) * t(1)?
+            super::chain::times(t(0)?, bi.scalar_deriv?(x)) + super::chain::times(d * t(1)?, bi.scalar_deriv2?(x))
         }
         _ => return None,
     };

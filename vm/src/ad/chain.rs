@@ -1,0 +1,113 @@
+//! The chain rule's product, with a *strong zero*.
+//!
+//! Every rule of every mode multiplies a (co)tangent by a local derivative: `dx = dy * f'(x)`
+//! in reverse mode, `ẏ = f'(x) * ẋ` in forward mode. Where the local derivative is infinite or
+//! NaN (`sqrt` at 0, `log` at 0, `asin` at 1) and the (co)tangent is exactly zero — an operand
+//! `max` did not select, an element of an array nobody read — the product must be zero: no
+//! derivative reaches that point, so nothing may come out of it. IEEE gives `0 * inf = NaN`,
+//! which would turn an untaken path into a NaN gradient. `times` is the one place this
+//! convention lives; the rules call it instead of `*` (docs/differentiation.md, "No silent
+//! wrong answers").
+
+use crate::error::{VmError, VmResult};
+use crate::value::{Array, Value};
+
+/// `d * g`, except that a zero `d` gives zero whatever `g` is.
+#[inline(always)]
+pub fn times(d: f64, g: f64) -> f64 {
+    if d == 0.0 {
+        0.0
+    } else {
+        d * g
+    }
+}
+
+/// The numbers of a float, int, numeric array or matrix, and its shape: `None` for a scalar,
+/// `Some((rows, cols))` for a matrix, `Some((len, 0))` for an array.
+fn numbers(v: &Value) -> VmResult<(Vec<f64>, Option<(usize, usize)>)> {
+    match v {
+        Value::Float(x) => Ok((vec![*x], None)),
+        Value::Int(i) => Ok((vec![*i as f64], None)),
+        Value::Array(a) => {
+            let a = a.borrow();
+            let x = match &*a {
+                Array::Floats(x) => x.clone(),
+                other => other.to_f64s().ok_or_else(|| VmError::new("derivative of an array that holds non-numbers"))?,
+            };
+            let n = x.len();
+            Ok((x, Some((n, 0))))
+        }
+        Value::Matrix(m) => {
+            let m = m.borrow();
+            Ok((m.data.clone(), Some((m.rows, m.cols))))
+        }
+        other => Err(VmError::new(format!("cannot differentiate through a value of type {}", other.type_name()))),
+    }
+}
+
+/// `d ⊙ g` elementwise with [`times`]: `d` a (co)tangent, `g` local derivatives; a scalar on
+/// either side broadcasts. `nil` (the zero of every shape) gives `nil`. Shapes that differ are
+/// an internal error (adjoints and tangents have the shape of their primal), never a silent
+/// truncation.
+pub fn scale(d: &Value, g: &Value) -> VmResult<Value> {
+    if let (Value::Float(p), Value::Float(q)) = (d, g) {
+        return Ok(Value::Float(times(*p, *q)));
+    }
+    if matches!(d, Value::Nil) || matches!(g, Value::Nil) {
+        return Ok(Value::Nil);
+    }
+    let (p, ps) = numbers(d)?;
+    let (q, qs) = numbers(g)?;
+    let out: Vec<f64> = match (ps, qs) {
+        (None, _) => q.iter().map(|&y| times(p[0], y)).collect(),
+        (_, None) => p.iter().map(|&x| times(x, q[0])).collect(),
+        (Some(a), Some(b)) if a == b || (a.1 == 0 || b.1 == 0) && p.len() == q.len() => {
+            p.iter().zip(&q).map(|(&x, &y)| times(x, y)).collect()
+        }
+        _ => {
+            return Err(VmError::new(format!(
+                "internal differentiation error: a derivative of shape {} meets a value of shape {}",
+                crate::ops::shape_text(d),
+                crate::ops::shape_text(g)
+            )))
+        }
+    };
+    let shape = match (ps, qs) {
+        (Some((r, c)), _) if c > 0 => Some((r, c)),
+        (_, Some((r, c))) if c > 0 => Some((r, c)),
+        (Some(s), _) | (_, Some(s)) => Some(s),
+        (None, None) => None,
+    };
+    Ok(match shape {
+        Some((r, c)) if c > 0 => Value::matrix(r, c, out),
+        Some(_) => Value::float_array(out),
+        None => Value::Float(out[0]),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn zero_times_infinity_is_zero() {
+        assert_eq!(times(0.0, f64::INFINITY), 0.0);
+        assert_eq!(times(0.0, f64::NAN), 0.0);
+        assert_eq!(times(2.0, 3.0), 6.0);
+        assert!(times(1.0, f64::INFINITY).is_infinite());
+    }
+
+    #[test]
+    fn scale_keeps_shapes_and_refuses_mismatches() {
+        let d = Value::float_array(vec![0.0, 2.0]);
+        let g = Value::float_array(vec![f64::INFINITY, 0.25]);
+        let s = scale(&d, &g).unwrap();
+        assert_eq!(crate::ops::shape_text(&s), crate::ops::shape_text(&d));
+        let Value::Array(a) = s else { panic!("array expected") };
+        assert_eq!(a.borrow().to_f64s().unwrap(), vec![0.0, 0.5]);
+        let short = Value::float_array(vec![1.0]);
+        assert!(scale(&short, &g).is_err());
+        let m = Value::matrix(1, 2, vec![1.0, 1.0]);
+        assert!(matches!(scale(&m, &Value::Float(3.0)).unwrap(), Value::Matrix(_)));
+    }
+}
