@@ -267,6 +267,21 @@ fn third_order(c: &mut Criterion) {
     g.finish();
 }
 
+/// Forward mode through the dense built-ins at n = 60 (`benches/zy/forward_linalg.zy`): each
+/// `jvp` beside its primal, so the ratio is read off one run.
+fn forward_mode(c: &mut Criterion) {
+    let mut g = c.benchmark_group("forward_mode");
+    g.sample_size(20).warm_up_time(Duration::from_millis(300)).measurement_time(Duration::from_secs(1));
+    let mut vm = workload_vm("forward_linalg");
+    for name in ["inv", "solve", "det", "softmax", "logsumexp", "matmul"] {
+        for kind in ["primal", "jvp"] {
+            let f = format!("{kind}_{name}");
+            g.bench_function(format!("{name}/{kind}-zygvm-interp"), |b| b.iter(|| vm.call_value(&f, vec![]).unwrap()));
+        }
+    }
+    g.finish();
+}
+
 fn native_forward(c: &mut Criterion) {
     let mut g = c.benchmark_group("forward");
     g.sample_size(20).warm_up_time(Duration::from_millis(300)).measurement_time(Duration::from_secs(2));
@@ -281,5 +296,5 @@ fn native_forward(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, sanity, sanity_gradients, native_forward, forward, gradients, second_order, third_order, compile);
+criterion_group!(benches, sanity, sanity_gradients, native_forward, forward, gradients, second_order, third_order, forward_mode, compile);
 criterion_main!(benches);

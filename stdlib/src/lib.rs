@@ -17,6 +17,7 @@ pub mod tangents;
 pub mod differentiate;
 pub mod io;
 pub mod math;
+pub mod linalg_tangents;
 pub mod linalg_towers;
 pub mod math_towers;
 pub mod matrices;

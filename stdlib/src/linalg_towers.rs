@@ -81,7 +81,7 @@ fn rows_of(m: &[Value], n: usize) -> Vec<Vec<Tower>> {
     (0..n).map(|i| (0..n).map(|j| entry(m, i, j, n)).collect()).collect()
 }
 
-fn det(vm: &mut Vm, a: &[Tower], _: u32) -> VmResult<Tower> {
+pub(crate) fn det(vm: &mut Vm, a: &[Tower], _: u32) -> VmResult<Tower> {
     let n = square("det", &a[0][0])?;
     let (mut d, _) = eliminate(rows_of(&a[0], n), vec![vec![]; n])?;
     d[0] = crate::matrices::det(vm, &[a[0][0].clone()])?;

@@ -169,6 +169,11 @@ fn checkpoint_tangent(vm: &mut Vm, a: &[Value], t: &[Value]) -> VmResult<(Value,
 /// Built-ins with their own forward-mode rule.
 pub const RULES: &[(&str, TangentFn)] = &[
     ("map", map_tangent),
+    ("inv", crate::linalg_tangents::inv_tangent),
+    ("solve", crate::linalg_tangents::solve_tangent),
+    ("det", crate::linalg_tangents::det_tangent),
+    ("softmax", crate::linalg_tangents::softmax_tangent),
+    ("logsumexp", crate::linalg_tangents::logsumexp_tangent),
     ("filter", filter_tangent),
     ("reduce", reduce_tangent),
     ("push", push_tangent),

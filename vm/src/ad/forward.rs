@@ -40,7 +40,7 @@ pub fn zero_container(y: &Value) -> Value {
 }
 
 /// `Σ a·b` over two values of the same shape (numbers, arrays, matrices, tuples); `nil` is 0.
-pub(crate) fn inner(a: &Value, b: &Value) -> f64 {
+pub fn inner(a: &Value, b: &Value) -> f64 {
     match (a, b) {
         (Value::Nil, _) | (_, Value::Nil) => 0.0,
         (Value::Float(_) | Value::Int(_), Value::Float(_) | Value::Int(_)) => super::chain::times(a.as_f64().unwrap_or(0.0), b.as_f64().unwrap_or(0.0)),
@@ -166,7 +166,16 @@ impl Vm {
                         .collect();
                     self.call_builtin(b, &dense)?
                 }
-                _ => self.transposed(b, args, targs, &y)?,
+                // A tower rule at one level is forward mode at the cost of a few primals
+                // (`det`, `inv`, `solve`, `softmax`, `logsumexp`, ...); the Jacobian through
+                // the pullback, one pullback per output number, only where there is none.
+                _ => match self.program().builtins[b.index()].tower {
+                    Some(tower) => {
+                        let towers: Vec<Vec<Value>> = args.iter().zip(targs).map(|(a, t)| vec![a.clone(), t.clone()]).collect();
+                        return Ok(super::towers::pair_of(tower(self, &towers, 1)?));
+                    }
+                    None => self.transposed(b, args, targs, &y)?,
+                },
             },
         };
         Ok((y, ty))
