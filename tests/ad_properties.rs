@@ -35,7 +35,7 @@ const UNARY: &[&str] = &[
 ];
 const BINARY: &[&str] = &[
     "(A + B)", "(A - B)", "(A * B)", "(A / (1.0 + B * B))", "atan2(A, B + 3.0)", "max(A, B)",
-    "min(A, B)", "hypot(A, B + 2.0)", "pow(A + 3.0, B)",
+    "min(A, B)", "hypot(A, B + 2.0)", "pow(3.0 + A * A, B)",
 ];
 
 fn expr() -> impl Strategy<Value = Expr> {
@@ -72,6 +72,14 @@ enum Stmt {
     HigherOrder(u8, bool, u8, u8),
     /// A struct built and its fields read.
     Struct(u8, Expr, Expr),
+    /// One element of an array or matrix result (`sin(arr)[i]`, `(s * arr)[i]`, `(M @ arr)[i]`,
+    /// `softmax(arr)[i]`, `(M @ M)[i, j]`): the other elements' adjoints are zero.
+    PartialRead(u8, u8, u8, u8),
+    /// `max`/`min`/an array element where the operand not taken is singular (`sqrt`, `log`, `/`
+    /// at 0): the untaken side must contribute zero, not NaN.
+    Untaken(u8, u8, u8),
+    /// `grad` of a closure capturing an outer variable, inside the function differentiated.
+    NestedGrad(u8, u8, Expr),
 }
 
 fn stmt() -> impl Strategy<Value = Stmt> {
@@ -84,6 +92,9 @@ fn stmt() -> impl Strategy<Value = Stmt> {
         (any::<u8>(), any::<u8>(), expr()).prop_map(|(k, c, e)| Stmt::Closure(k, c, e)),
         (any::<u8>(), any::<bool>(), any::<u8>(), any::<u8>()).prop_map(|(k, r, a, b)| Stmt::HigherOrder(k, r, a, b)),
         (any::<u8>(), expr(), expr()).prop_map(|(k, a, b)| Stmt::Struct(k, a, b)),
+        (any::<u8>(), any::<u8>(), any::<u8>(), any::<u8>()).prop_map(|(k, a, b, w)| Stmt::PartialRead(k, a, b, w)),
+        (any::<u8>(), any::<u8>(), any::<u8>()).prop_map(|(k, a, w)| Stmt::Untaken(k, a, w)),
+        (any::<u8>(), any::<u8>(), expr()).prop_map(|(k, c, e)| Stmt::NestedGrad(k, c, e)),
     ];
     simple.prop_recursive(2, 16, 3, |inner| {
         prop_oneof![
@@ -211,6 +222,36 @@ impl Render {
                     self.line(&format!("{v} = tanh(sum(map(fn(t) {{ sin(t * {b}) }}, [{a}, {b}])))"));
                 }
             }
+            Stmt::PartialRead(k, a, b, w) => {
+                let (v, a, b) = (self.var(*k), self.var(*a), self.var(*b));
+                let i = *w as usize % 2;
+                let read = match (*w as usize / 2) % 6 {
+                    0 => format!("sin([{a}, {b}])[{i}]"),
+                    1 => format!("({a} * [{b}, 0.5, {a}])[{i}]"),
+                    2 => format!("(matrix([[{a}, 0.5], [{b}, {a}]]) @ [{b}, {a}])[{i}]"),
+                    3 => format!("softmax([{a}, {b}, 0.25])[{i}]"),
+                    4 => format!("(matrix([[{a}, {b}], [0.5, {a}]]) @ matrix([[{b}, 1.0], [{a}, {b}]]))[{i}, 1]"),
+                    _ => format!("(exp([{a}, {b}]) / [2.0, 1.0 + {a} * {a}])[{i}]"),
+                };
+                self.line(&format!("{v} = tanh({read})"));
+            }
+            Stmt::Untaken(k, a, w) => {
+                let (v, a) = (self.var(*k), self.var(*a));
+                // `abs(0.0 * a)` is +0.0 for every `a` (a plain product can be -0.0).
+                let z = format!("abs(0.0 * {a})");
+                let e = match *w % 5 {
+                    0 => format!("max(sqrt({z}), 2.0 + {a})"),
+                    1 => format!("max(log({z}), {a})"),
+                    2 => format!("min(1.0 / {z}, {a})"),
+                    3 => format!("sqrt([{z}, 1.0 + {a} * {a}])[1]"),
+                    _ => format!("sum(max(sqrt([{z}, 4.0 + {a}]), 1.0 + 0.1 * {a}))"),
+                };
+                self.line(&format!("{v} = tanh({e})"));
+            }
+            Stmt::NestedGrad(k, c, e) => {
+                let (v, c, e) = (self.var(*k), self.var(*c), self.expr(e));
+                self.line(&format!("{v} = tanh(grad(fn(t) {{ t * t * {c} + sin(t * {c}) }})(tanh({e})))"));
+            }
             Stmt::Struct(k, a, b) => {
                 let (v, a, b) = (self.var(*k), self.expr(a), self.expr(b));
                 self.line(&format!("let p{} = P(tanh({a}), {b})", self.next));
@@ -236,6 +277,7 @@ fn render(stmts: &[Stmt]) -> String {
     let sum: Vec<String> = (0..r.visible()).map(|k| format!("v{k}")).collect();
     r.line(&sum.join(" + "));
     r.out.push_str("}\nfn g(x, y) { gradient(f, x, y) }\n");
+    r.out.push_str("fn gi(x, y) { gradient(fn(v) { f(v[1], v[2]) * (1.0 + 0.0 * v[0]) }, [2, x, y])[0] }\n");
     r.out.push_str("fn t(x, y) { (jvp(f, (x, y), (1.0, 0.0))[1], jvp(f, (x, y), (0.0, 1.0))[1]) }\n");
     r.out.push_str("fn h(x, y) { hessian(fn(v) { f(v[0], v[1]) }, [x, y]) }\n");
     // Third order three ways: forward over forward over forward, reverse over reverse over
@@ -276,6 +318,13 @@ fn check(stmts: &[Stmt], x: f64, y: f64) -> Result<(), TestCaseError> {
             (gr - f1).abs() <= 1e-6 * scale,
             "d/d{name}: gradient {gr} vs finite difference {f1} at ({x}, {y})\n{src}"
         );
+    }
+    // An int element of an array argument is a constant: its gradient is exactly 0.0.
+    let gi = vm.call_value("gi", vec![Value::Float(x), Value::Float(y)]).map_err(|e| TestCaseError::fail(format!("{e}\n{src}")))?;
+    let Value::Array(gi) = gi else { return Err(TestCaseError::fail(format!("gradient of an array: {gi:?}"))) };
+    prop_assert!(gi.len() == 3 && float(&gi[0]) == 0.0, "int element's gradient {:?}\n{src}", gi[0]);
+    for (k, want) in [(1, gx), (2, gy)] {
+        prop_assert!((float(&gi[k]) - want).abs() <= 1e-12 * want.abs().max(1.0), "array gradient {} vs {want}\n{src}", float(&gi[k]));
     }
     let t = vm.call_value("t", vec![Value::Float(x), Value::Float(y)]).map_err(|e| TestCaseError::fail(format!("{e}\n{src}")))?;
     let Value::Tuple(t) = t else { return Err(TestCaseError::fail("jvp pair is not a tuple")) };
@@ -363,14 +412,17 @@ fn check_third_order(vm: &mut Vm, src: &str, x: f64, y: f64) -> Result<(), TestC
 
 #[test]
 fn gradients_match_finite_differences() {
-    let config = Config { cases: 1000, failure_persistence: None, max_global_rejects: 10_000, ..Config::default() };
-    let rng = TestRng::from_seed(RngAlgorithm::ChaCha, &[7; 32]);
+    // `ZYGVM_PROP_CASES` / `ZYGVM_PROP_SEED` run longer or other searches locally.
+    let cases = std::env::var("ZYGVM_PROP_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(1000);
+    let seed = std::env::var("ZYGVM_PROP_SEED").ok().and_then(|v| v.parse().ok()).unwrap_or(7u8);
+    let config = Config { cases, failure_persistence: None, max_global_rejects: 10_000, ..Config::default() };
+    let rng = TestRng::from_seed(RngAlgorithm::ChaCha, &[seed; 32]);
     let mut runner = TestRunner::new_with_rng(config, rng);
     let strategy = (prop::collection::vec(stmt(), 1..6), -1.0f64..1.0, -1.0f64..1.0);
     runner.run(&strategy, |(stmts, x, y)| check(&stmts, x, y)).unwrap();
     // The generator must produce mostly smooth, checkable programs.
     let checked = CHECKED.load(Ordering::Relaxed);
-    assert!(checked >= 1000, "only {checked} cases were checked");
+    assert!(checked >= cases as usize, "only {checked} cases were checked");
     if std::env::var_os("ZYGVM_SHOW_PROGRAM").is_some() {
         let mut runner = TestRunner::new_with_rng(Config::default(), TestRng::from_seed(RngAlgorithm::ChaCha, &[9; 32]));
         let (stmts, _, _) = strategy.new_tree(&mut runner).unwrap().current();

@@ -99,10 +99,26 @@ fn sin_cos(s: &[f64]) -> (Series, Series) {
     (si, co)
 }
 
+/// The series of `y(s)` for a function given by the autonomous ODE `y' = g(y)` with `g` a
+/// quadratic `c0 + c1 y + c2 y²` and `y(s0) = y0`: `tanh` (`1 - y²`) and `sigmoid` (`y - y²`).
+/// Written from the ODE rather than as a quotient of exponentials, which overflow to `inf / inf`
+/// at large arguments where every derivative is finite (`tanh'(1e4) = 0`).
+fn quadratic_ode(s: &[f64], y0: f64, (c0, c1, c2): (f64, f64, f64)) -> Series {
+    let n = s.len();
+    let (mut y, mut g) = (vec![0.0; n], vec![0.0; n]);
+    y[0] = y0;
+    for k in 0..n {
+        if k > 0 {
+            y[k] = (1..=k).map(|j| j as f64 * s[j] * g[k - j]).sum::<f64>() / k as f64;
+        }
+        let sq: f64 = (0..=k).map(|i| y[i] * y[k - i]).sum();
+        g[k] = if k == 0 { c0 } else { 0.0 } + c1 * y[k] + c2 * sq;
+    }
+    y
+}
+
 fn sigmoid_series(s: &[f64]) -> Series {
-    let n = s.len() - 1;
-    let e = exp(&scale(s, -1.0));
-    div(&constant(1.0, n), &add(&constant(1.0, n), &e))
+    quadratic_ode(s, crate::math::sigmoid(s[0]), (0.0, 1.0, -1.0))
 }
 
 /// The Taylor series of `name` at `x` to order `n`, or `None` for a function without one.
@@ -119,19 +135,12 @@ fn series(name: &str, x: f64, n: usize) -> Option<Series> {
         "asin" => integrate(&pow_with(&one_minus_sq(), -0.5, 1.0 / (1.0 - x * x).sqrt()), x.asin()),
         "acos" => integrate(&scale(&pow_with(&one_minus_sq(), -0.5, 1.0 / (1.0 - x * x).sqrt()), -1.0), x.acos()),
         "atan" => integrate(&div(&constant(1.0, n), &add(&constant(1.0, n), &mul(&s, &s))), x.atan()),
-        "sinh" | "cosh" | "tanh" => {
+        "tanh" => quadratic_ode(&s, x.tanh(), (1.0, 0.0, -1.0)),
+        "sinh" | "cosh" => {
             let (e, f) = (exp(&s), exp(&scale(&s, -1.0)));
             let (sh, ch) = (scale(&add(&e, &scale(&f, -1.0)), 0.5), scale(&add(&e, &f), 0.5));
-            let mut r = match name {
-                "sinh" => sh,
-                "cosh" => ch,
-                _ => div(&sh, &ch),
-            };
-            r[0] = match name {
-                "sinh" => x.sinh(),
-                "cosh" => x.cosh(),
-                _ => x.tanh(),
-            };
+            let mut r = if name == "sinh" { sh } else { ch };
+            r[0] = if name == "sinh" { x.sinh() } else { x.cosh() };
             r
         }
         "exp" => exp(&s),

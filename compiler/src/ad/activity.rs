@@ -158,6 +158,9 @@ fn analyse(f: &Function, builtins: &[Builtin], adjoint: bool) -> Vec<bool> {
                         if varied[callee.index()] || any(f.list(args), &varied) {
                             mark(dst, &mut varied);
                             mutated.extend(f.list(args));
+                            // A closure may write the containers it captured: they alias the
+                            // callee (its class holds its captures).
+                            mutated.push(callee);
                         }
                     }
                     Instr::CallDirect { dst, args, .. } => {

@@ -43,6 +43,8 @@ rule_enum! {
     }
 }
 
+use super::chain::times;
+
 /// Text for the disassembler: `MulA`, `Math1(sin)`, `Element(2)`.
 pub fn describe(code: u32, program: &Program) -> String {
     let (rule, payload) = Rule::decode(code);
@@ -58,6 +60,27 @@ pub(crate) fn bin(op: BinOp, a: &Value, b: &Value) -> VmResult<Value> {
     match (a, b) {
         (Value::Float(x), Value::Float(y)) => Ok(Value::Float(op.float(*x, *y))),
         _ => ops::binary(op, a, b),
+    }
+}
+
+/// `dy * x` or `dy / x` with the chain rule's strong zero (`chain.rs`) for numbers and float
+/// arrays; other shapes (matrices of cotangents against arrays, ...) take the general path.
+fn strong(op: BinOp, dy: &Value, x: &Value) -> VmResult<Value> {
+    let local = |x: &Value| match op {
+        BinOp::Div => map_numbers(x, |v| 1.0 / v),
+        _ => Ok(x.clone()),
+    };
+    match (dy, x) {
+        (Value::Float(d), Value::Float(v)) => Ok(Value::Float(times(*d, if op == BinOp::Div { 1.0 / v } else { *v }))),
+        (Value::Array(_) | Value::Matrix(_) | Value::Float(_), Value::Array(_) | Value::Matrix(_) | Value::Float(_) | Value::Int(_))
+            if matches!(op, BinOp::Mul | BinOp::Div) =>
+        {
+            match super::chain::scale(dy, &local(x)?) {
+                Ok(v) => Ok(v),
+                Err(_) => bin(op, dy, x),
+            }
+        }
+        _ => bin(op, dy, x),
     }
 }
 
@@ -243,19 +266,19 @@ pub fn fast<'v>(program: &Program, code: u32, arg: impl Fn(usize) -> &'v Value) 
         (Rule::AddA | Rule::AddB | Rule::SubA, F(d)) => F(*d),
         (Rule::SubB | Rule::Neg, F(d)) => F(-d),
         (Rule::MulA, F(d)) => match arg(2) {
-            F(b) => F(d * b),
+            F(b) => F(times(*d, *b)),
             _ => return None,
         },
         (Rule::MulB, F(d)) => match arg(1) {
-            F(a) => F(d * a),
+            F(a) => F(times(*d, *a)),
             _ => return None,
         },
         (Rule::DivA, F(d)) => match arg(2) {
-            F(b) => F(d / b),
+            F(b) => F(times(*d, 1.0 / b)),
             _ => return None,
         },
         (Rule::DivB, F(d)) => match (arg(1), arg(2)) {
-            (F(a), F(b)) => F(-d * a / (b * b)),
+            (F(a), F(b)) => F(times(*d, -a / (b * b))),
             _ => return None,
         },
         (Rule::Math1, F(d)) => match (arg(1), program.builtins[payload as usize].scalar_deriv) {
@@ -308,9 +331,9 @@ pub fn apply(program: &Program, code: u32, args: &[Value]) -> VmResult<Value> {
         Rule::AddB => Ok(sum_if(arg(0), arg(1), 2)),
         Rule::SubB => Ok(sum_if(&neg(arg(0))?, arg(1), 2)),
         Rule::ModA => Ok(unbroadcast(arg(0), arg(1))),
-        Rule::MulA => Ok(unbroadcast(&bin(BinOp::Mul, arg(0), arg(2))?, arg(1))),
-        Rule::MulB => Ok(unbroadcast(&bin(BinOp::Mul, arg(0), arg(1))?, arg(2))),
-        Rule::DivA => Ok(unbroadcast(&bin(BinOp::Div, arg(0), arg(2))?, arg(1))),
+        Rule::MulA => Ok(unbroadcast(&strong(BinOp::Mul, arg(0), arg(2))?, arg(1))),
+        Rule::MulB => Ok(unbroadcast(&strong(BinOp::Mul, arg(0), arg(1))?, arg(2))),
+        Rule::DivA => Ok(unbroadcast(&strong(BinOp::Div, arg(0), arg(2))?, arg(1))),
         Rule::DivB => {
             let q = zip_numbers(arg(1), arg(2), |a, b| -a / (b * b))?;
             Ok(unbroadcast(&super::chain::scale(arg(0), &q)?, arg(2)))

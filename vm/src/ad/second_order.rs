@@ -65,11 +65,13 @@ fn adjoint_operands(rule: Rule) -> &'static [usize] {
 }
 
 /// `product` skipped when either factor is the zero tangent.
+/// `a * b` elementwise, `a` the (co)tangent side: with the chain rule's strong zero where the
+/// shapes allow it (`chain::scale`), the general product otherwise.
 fn times(a: &Value, b: &Value) -> VmResult<Value> {
     if matches!(a, Value::Nil) || matches!(b, Value::Nil) {
         Ok(Value::Nil)
     } else {
-        bin(BinOp::Mul, a, b)
+        super::chain::scale(a, b).or_else(|_| bin(BinOp::Mul, a, b))
     }
 }
 

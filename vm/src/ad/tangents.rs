@@ -287,6 +287,8 @@ pub fn fast<'v>(program: &Program, code: u32, n: usize, arg: impl Fn(usize) -> &
     Some(Value::Float(v))
 }
 
+use super::chain::times;
+
 /// Scalar cases of `second_order::pull_tangent`: operands `0..m` are the pullback's, `m..2m`
 /// their tangents.
 #[inline(always)]
@@ -307,15 +309,15 @@ fn second_order_fast<'v>(program: &Program, code: u32, m: usize, arg: &impl Fn(u
             f(0)?;
             -t(0)?
         }
-        Rule::MulA => t(0)? * f(2)? + f(0)? * t(2)?,
-        Rule::MulB => t(0)? * f(1)? + f(0)? * t(1)?,
+        Rule::MulA => times(t(0)?, f(2)?) + times(f(0)?, t(2)?),
+        Rule::MulB => times(t(0)?, f(1)?) + times(f(0)?, t(1)?),
         Rule::DivA => {
             let (d, b) = (f(0)?, f(2)?);
-            t(0)? / b - d * t(2)? / (b * b)
+            times(t(0)?, 1.0 / b) - times(d, t(2)? / (b * b))
         }
         Rule::DivB => {
             let (d, a, b) = (f(0)?, f(1)?, f(2)?);
-            -t(0)? * a / (b * b) - d * t(1)? / (b * b) + 2.0 * d * a * t(2)? / (b * b * b)
+            times(t(0)?, -a / (b * b)) - times(d, t(1)? / (b * b)) + times(d, 2.0 * a * t(2)? / (b * b * b))
         }
         Rule::Math1 => {
             let bi = &program.builtins[payload as usize];
