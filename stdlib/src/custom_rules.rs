@@ -133,8 +133,15 @@ pub fn checkpoint_adjoint(vm: &mut Vm, dy: Value, d: &mut [Value]) -> VmResult<(
         return Ok(());
     }
     // Recompute: the primal-with-tape routine writes f's records on top of the tape, and
-    // f's adjoint consumes exactly those.
-    let _ = vm.call_tape(&f, &inputs)?;
+    // f's adjoint consumes exactly those. The copies and the recomputed result stand for the
+    // originals: they share their shadows (`shadows.rs`).
+    for (k, x) in inputs.iter().enumerate() {
+        if let Some(s) = d.get(k + 1) {
+            zygvm_vm::ad::shadows::alias(x, s);
+        }
+    }
+    let y = vm.call_tape(&f, &inputs)?;
+    zygvm_vm::ad::shadows::alias(&y, &dy);
     let out = vm.call_adjoint(&f, dy, vec![Value::Nil; inputs.len()])?;
     for (k, slot) in d.iter_mut().enumerate() {
         *slot = accumulate(std::mem::take(slot), element(&out, k))?;

@@ -46,10 +46,10 @@ pub fn pullback(vm: &mut Vm, a: &[Value]) -> VmResult<Value> {
 
 /// `back(dy)` of a pullback (its state is bound first).
 pub fn pullback_back(vm: &mut Vm, a: &[Value]) -> VmResult<Value> {
-    if a.len() != 5 {
-        return Err(VmError::new(format!("back takes 1 argument, got {}", a.len().saturating_sub(4))));
+    if a.len() != driver::BACK_STATE + 1 {
+        return Err(VmError::new(format!("back takes 1 argument, got {}", a.len().saturating_sub(driver::BACK_STATE))));
     }
-    driver::apply_back(vm, &a[..4], &a[4])
+    driver::apply_back(vm, &a[..driver::BACK_STATE], &a[driver::BACK_STATE])
 }
 
 /// `stop_gradient(x)`: `x`; its derivative rule is the constant one (derivatives.rs).

@@ -143,7 +143,7 @@ pub fn builtins() -> Vec<Builtin> {
     add("grad", 1, 1, differentiate::grad);
     add(differentiate::GRAD_APPLY, 1, ANY, differentiate::grad_apply);
     add("pullback", 1, ANY, differentiate::pullback);
-    add(zygvm_vm::ad::driver::BACK, 4, ANY, differentiate::pullback_back);
+    add(zygvm_vm::ad::driver::BACK, zygvm_vm::ad::driver::BACK_STATE, ANY, differentiate::pullback_back);
     add("stop_gradient", 1, 1, differentiate::stop_gradient);
     add("derivative", 2, 2, differentiate::derivative);
     add("jvp", 3, 3, differentiate::jvp);

@@ -232,13 +232,14 @@ opcodes! {
     TapePush { src: reg } => "tape.push(R[src]) (a reference: for shapes, indices, immutable numbers)";
     TapeSave { src: reg } => "tape.push(snapshot of R[src]) (arrays, matrices and dicts copied: contents an adjoint reads)";
     TapePushCtl { bit: imm } => "control.push(bit) (a control-flow decision the adjoint replays)";
-    TapeShape { a: reg, b: reg } => "control.push(broadcast code of R[a], R[b]) (what the adjoint of + and - needs)";
+    TapeShape { a: reg, b: reg } => "control.push(code of R[a], R[b]); tape.push(R[a]) if it is a container; tape.push(R[b]) if it is (broadcast and identities: what the adjoint of + - and negation needs)";
     CallTape { dst: def, callee: reg, args: list } => "R[dst] := primal-with-tape of R[callee] (L[args]...)";
     CallBuiltinTape { dst: def, builtin: builtin, args: list } => "R[dst] := BI[builtin](L[args]...), recording what its pullback needs";
 
     // ---- differentiation: the adjoint routine ----
     TapePop { dst: def } => "R[dst] := tape.pop()";
     TapePopCtl { dst: def } => "R[dst] := control.pop() (as an int)";
+    TapePopIf { dst: def, code: reg, mask: imm } => "R[dst] := tape.pop() if R[code] & mask else nil (an operand identity TapeShape recorded)";
     CallAdj { dst: def, callee: reg, args: list } => "R[dst] := adjoint of R[callee] (L[args] = dy, incoming adjoints...) = (d callee, d args...)";
     CallBuiltinAdj { dst: def, builtin: builtin, args: list } => "R[dst] := adjoint of BI[builtin] (L[args] = dy, incoming adjoints...) = (nil, d args...)";
     AdjAdd { dst: def, a: reg, b: reg } => "R[dst] := R[a] (+) R[b] (adjoint accumulation; nil is zero; consumes both)";

@@ -1048,6 +1048,25 @@ impl Vm {
                     Instr::TapeShape { a, b } => {
                         let code = crate::ad::rules::shape_code(&reg!(a), &reg!(b));
                         self.tape.ctl.push(code);
+                        if code as u32 & crate::ad::rules::SHAPE_A_CONTAINER != 0 {
+                            let v = reg!(a).clone();
+                            self.tape.push(v);
+                        }
+                        if code as u32 & crate::ad::rules::SHAPE_B_CONTAINER != 0 {
+                            let v = reg!(b).clone();
+                            self.tape.push(v);
+                        }
+                    }
+                    Instr::TapePopIf { dst, code, mask } => {
+                        let take = matches!(reg!(code), Value::Int(c) if c & mask as i64 != 0);
+                        if take {
+                            match self.tape.pop() {
+                                Some(v) => set!(dst, v),
+                                None => throw!(crate::ad::calls::tape_underflow()),
+                            }
+                        } else {
+                            set!(dst, Value::Nil);
+                        }
                     }
                     Instr::TapePopCtl { dst } => match self.tape.ctl.pop() {
                         Some(c) => set!(dst, Value::Int(c as i64)),

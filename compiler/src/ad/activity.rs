@@ -63,6 +63,16 @@ fn analyse(f: &Function, builtins: &[Builtin], adjoint: bool) -> Vec<bool> {
     }
     // Alias classes: containers and what is read out of them or flows into them.
     let mut uf = UnionFind((0..n as u32).collect());
+    // Every read of one module variable yields the same container: one class.
+    let mut first_load: Vec<(u32, usize)> = vec![];
+    for i in &f.code {
+        if let Instr::GetGlobal { dst, slot } = *i {
+            match first_load.iter().find(|(g, _)| *g == slot.0) {
+                Some(&(_, r)) => uf.union(dst.index(), r),
+                None => first_load.push((slot.0, dst.index())),
+            }
+        }
+    }
     for b in 0..f.blocks.len() {
         for pc in f.blocks[b].start as usize..block_end(f, b) {
             match f.code[pc] {

@@ -193,14 +193,15 @@ impl<'a> Adjoint<'a> {
                 } else {
                     binary(Rule::SubA, Rule::SubB)
                 };
-                // One record: the broadcast code of the operands.
+                // One record: the broadcast code of the operands, then their identities.
                 let shape = popped[0];
+                let (ia, ib) = self.identities(shape, span);
                 if self.varied(a) {
-                    let c = self.pull(ra, 0, &[dy, shape], span);
+                    let c = self.pull(ra, 0, &[dy, shape, ia, ib], span);
                     self.accumulate(a, c, span);
                 }
                 if self.varied(b) {
-                    let c = self.pull(rb, 0, &[dy, shape], span);
+                    let c = self.pull(rb, 0, &[dy, shape, ia, ib], span);
                     self.accumulate(b, c, span);
                 }
             }
@@ -227,7 +228,11 @@ impl<'a> Adjoint<'a> {
                 }
             }
             Instr::Neg { src, .. } => {
-                let c = self.pull(Rule::Neg, 0, &[dy], span);
+                let ia = match popped.first() {
+                    Some(&shape) => self.identities(shape, span).0,
+                    None => self.nil,
+                };
+                let c = self.pull(Rule::Neg, 0, &[dy, ia], span);
                 self.accumulate(src, c, span);
             }
             Instr::Math1 { src, builtin, .. } => {
@@ -249,12 +254,12 @@ impl<'a> Adjoint<'a> {
             Instr::MakeClosure { captures, .. } => self.elements(dy, f.list(captures), span),
             Instr::SetIndex { obj, src, .. } => {
                 let cur = self.read(obj);
-                let c = self.pull(Rule::TakeIndex, 0, &[cur, popped[0]], span);
+                let c = self.pull(Rule::TakeIndex, 0, &[cur, popped[0], popped[1]], span);
                 self.accumulate(src, c, span);
             }
             Instr::SetIndex2 { obj, ijv } => {
                 let cur = self.read(obj);
-                let c = self.pull(Rule::TakeIndex2, 0, &[cur, popped[0], popped[1]], span);
+                let c = self.pull(Rule::TakeIndex2, 0, &[cur, popped[0], popped[1], popped[2]], span);
                 self.accumulate(f.list(ijv)[2], c, span);
             }
             Instr::CallDirect { func, args, .. } => {
@@ -286,6 +291,15 @@ impl<'a> Adjoint<'a> {
             }
             _ => {}
         }
+    }
+
+    /// The identities `TapeShape` recorded after the shape code `shape` (`nil` for operands
+    /// that are not containers): `(a, b)`, popped `b` first.
+    fn identities(&mut self, shape: Reg, span: Span) -> (Reg, Reg) {
+        use zygvm_vm::ad::rules::{SHAPE_A_CONTAINER, SHAPE_B_CONTAINER};
+        let ib = self.b.emit_def(|dst| Instr::TapePopIf { dst, code: shape, mask: SHAPE_B_CONTAINER }, span);
+        let ia = self.b.emit_def(|dst| Instr::TapePopIf { dst, code: shape, mask: SHAPE_A_CONTAINER }, span);
+        (ia, ib)
     }
 
     /// Recomputes a primal value from invariants and constants (`saves::Plan`).

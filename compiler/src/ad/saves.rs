@@ -33,6 +33,8 @@ pub fn saves(f: &Function, i: &Instr) -> Vec<Save> {
         | Instr::Pow { a, b, .. }
         | Instr::MatMul { a, b, .. } => vec![Save::Snap(a), Save::Snap(b)],
         Instr::Math1 { src, .. } => vec![Save::Snap(src)],
+        // The operand's identity when it is a container (`TapeShape`'s bits 2 and 3).
+        Instr::Neg { src, .. } => vec![Save::Shape(src, src)],
         Instr::Index { obj, idx, .. } => vec![Save::Ref(obj), Save::Ref(idx)],
         Instr::Index2 { obj, ij, .. } => {
             let ij = f.list(ij);
@@ -40,10 +42,11 @@ pub fn saves(f: &Function, i: &Instr) -> Vec<Save> {
         }
         Instr::GetField { obj, .. } => vec![Save::Ref(obj)],
         Instr::TupleGet { src, .. } | Instr::IterPrep { src, .. } => vec![Save::Ref(src)],
-        Instr::SetIndex { idx, .. } => vec![Save::Ref(idx)],
-        Instr::SetIndex2 { ijv, .. } => {
+        // The container too: its adjoint is found by its identity (`shadows.rs`).
+        Instr::SetIndex { obj, idx, .. } => vec![Save::Ref(idx), Save::Ref(obj)],
+        Instr::SetIndex2 { obj, ijv } => {
             let ijv = f.list(ijv);
-            vec![Save::Ref(ijv[0]), Save::Ref(ijv[1])]
+            vec![Save::Ref(ijv[0]), Save::Ref(ijv[1]), Save::Ref(obj)]
         }
         // A dynamic call records its callee after the callee's own entries.
         Instr::Call { callee, .. } => vec![Save::Ref(callee)],
@@ -205,6 +208,13 @@ impl Plan {
     /// How each value an active instruction needs is obtained, in `saves` order; registers
     /// first seen here are added to the once-list.
     pub fn records(&mut self, f: &Function, i: &Instr) -> Vec<Record> {
+        // A negation the adjoint recomputes is deferred with its operand's chain (`adjoint.rs`):
+        // its operand is an invariant nothing writes, so it needs no identity record.
+        if let Instr::Neg { dst, .. } = *i {
+            if self.recompute[dst.index()] {
+                return vec![];
+            }
+        }
         saves(f, i)
             .into_iter()
             .map(|s| match s {

@@ -37,8 +37,35 @@ fn mismatch(a: &Value, b: &Value) -> VmError {
     ))
 }
 
-/// `a (+) b`: adjoint accumulation. Consumes both; may update `a`'s container in place.
+/// `a (+) b`: adjoint accumulation. Consumes both; may update `a`'s container in place. Within
+/// a reverse sweep, a container's shadow (`shadows.rs`) is always the one updated, so every
+/// alias keeps seeing it.
 pub fn accumulate(a: Value, b: Value) -> VmResult<Value> {
+    if let Some(swap) = super::shadows::prefer(&a, &b) {
+        if swap {
+            return accumulate_into(b, a);
+        }
+        if super::shadows::is_shadow(&a) && super::shadows::is_shadow(&b) && !same_container(&a, &b) {
+            return Err(VmError::new(format!(
+                "internal differentiation error: the adjoints of two different containers of shapes {} and {} met",
+                crate::ops::shape_text(&a),
+                crate::ops::shape_text(&b)
+            )));
+        }
+    }
+    accumulate_into(a, b)
+}
+
+fn same_container(a: &Value, b: &Value) -> bool {
+    match (a, b) {
+        (Value::Array(x), Value::Array(y)) => Rc::ptr_eq(x, y),
+        (Value::Matrix(x), Value::Matrix(y)) => Rc::ptr_eq(x, y),
+        (Value::Dict(x), Value::Dict(y)) => Rc::ptr_eq(x, y),
+        _ => false,
+    }
+}
+
+fn accumulate_into(a: Value, b: Value) -> VmResult<Value> {
     use Value::*;
     Ok(match (a, b) {
         (Nil, b) => b,
@@ -53,6 +80,9 @@ pub fn accumulate(a: Value, b: Value) -> VmResult<Value> {
             Array(x)
         }
         (Matrix(x), Matrix(y)) => {
+            if Rc::ptr_eq(&x, &y) {
+                return Ok(Matrix(x));
+            }
             {
                 let mut m = x.borrow_mut();
                 let n = y.borrow();
@@ -143,12 +173,15 @@ pub fn deep_copy(v: &Value) -> Value {
 /// What `TapeSave` records: the mutable containers copied one level deep (their contents as
 /// they are now), everything else by reference.
 pub fn snapshot(v: &Value) -> Value {
-    match v {
+    let copy = match v {
         Value::Array(a) => Value::Array(Rc::new(RefCell::new(a.borrow().clone()))),
         Value::Matrix(m) => Value::Matrix(Rc::new(RefCell::new(m.borrow().clone()))),
         Value::Dict(d) => Value::Dict(Rc::new(RefCell::new(d.borrow().clone()))),
-        other => other.clone(),
-    }
+        other => return other.clone(),
+    };
+    // The copy's contributions belong to the original's shadow (`shadows.rs`).
+    super::shadows::note_snapshot(&copy, v);
+    copy
 }
 
 /// Element `k` of an adjoint container (`nil` when absent): the adjoint of the `k`-th item of

@@ -8,6 +8,7 @@
 //! derivative actually has to flow through it.
 
 use super::adjoints::{accumulate, element, snapshot};
+use super::shadows;
 use crate::builtin::Deriv;
 use crate::bytecode::{BuiltinId, FuncId};
 use crate::error::{VmError, VmResult};
@@ -98,7 +99,11 @@ impl Vm {
     pub fn tape_builtin(&mut self, b: BuiltinId, args: &[Value]) -> VmResult<Value> {
         let (deriv, tower) = (self.program().builtins[b.index()].deriv, self.program().builtins[b.index()].tower);
         match deriv {
-            Deriv::Nested if tower.is_some() => self.tower_reverse_tape(b, args),
+            Deriv::Nested if tower.is_some() => {
+                let y = self.tower_reverse_tape(b, args)?;
+                self.record_identities(args, &y);
+                Ok(y)
+            }
             Deriv::Constant | Deriv::Missing | Deriv::Nested => self.call_builtin(b, args),
             Deriv::Pullback(_) | Deriv::Host => {
                 let y = self.call_builtin(b, args)?;
@@ -110,9 +115,59 @@ impl Vm {
             }
             Deriv::Custom { tape, .. } => {
                 self.check_builtin_arity(b, args.len())?;
-                tape(self, args)
+                let y = tape(self, args)?;
+                self.record_identities(args, &y);
+                Ok(y)
             }
         }
+    }
+
+    /// Within a sweep with shadows: the containers among a built-in's arguments and result,
+    /// pushed after the built-in's own records so that its adjoint can route their adjoints
+    /// through their shadows (`with_shadows`).
+    fn record_identities(&mut self, args: &[Value], y: &Value) {
+        if shadows::active() {
+            let keep = |v: &Value| if shadows::is_container(v) { v.clone() } else { Value::Nil };
+            let mut ids: Vec<Value> = args.iter().map(keep).collect();
+            ids.push(keep(y));
+            self.tape.push(Value::tuple(ids));
+        }
+    }
+
+    /// Runs a built-in's own adjoint (`Custom`, or by forward sweeps) so that it keeps the
+    /// shadow invariant (`shadows.rs`): each container argument's incoming adjoint is its
+    /// shadow, whatever the adjoint does with it — add into it, or hand back a new outgoing
+    /// adjoint, which then becomes the shadow's contents.
+    fn with_shadows(&mut self, dy: Value, d: &mut [Value], adjoint: impl FnOnce(&mut Vm, Value, &mut [Value]) -> VmResult<()>) -> VmResult<()> {
+        if !shadows::active() {
+            return adjoint(self, dy, d);
+        }
+        let ids = match self.tape_pop()? {
+            Value::Tuple(t) => t,
+            other => return Err(VmError::new(format!("internal differentiation error: tape holds {other:?} for identities"))),
+        };
+        let n = d.len();
+        let dy = match (&dy, ids.get(n)) {
+            (Value::Nil, Some(y)) => shadows::existing_shadow(y).unwrap_or(Value::Nil),
+            _ => dy,
+        };
+        let mut shadows_of: Vec<Option<Value>> = vec![None; n];
+        for k in 0..n {
+            if shadows::is_container(&ids[k]) {
+                if let Some(s) = shadows::merged(std::mem::take(&mut d[k]), &ids[k])? {
+                    d[k] = s.clone();
+                    shadows_of[k] = Some(s);
+                }
+            }
+        }
+        adjoint(self, dy, d)?;
+        for k in 0..n {
+            if let Some(s) = &shadows_of[k] {
+                shadows::replace_contents(s, &d[k])?;
+                d[k] = s.clone();
+            }
+        }
+        Ok(())
     }
 
     /// The adjoint of a built-in call: pops its record and turns the arguments' incoming
@@ -121,7 +176,7 @@ impl Vm {
         let (deriv, tower) = (self.program().builtins[b.index()].deriv, self.program().builtins[b.index()].tower);
         match deriv {
             Deriv::Constant => Ok(()),
-            Deriv::Nested if tower.is_some() => self.tower_reverse_adjoint(b, &dy, d),
+            Deriv::Nested if tower.is_some() => self.with_shadows(dy, d, |vm, dy, d| vm.tower_reverse_adjoint(b, &dy, d)),
             Deriv::Missing | Deriv::Nested if matches!(dy, Value::Nil) => Ok(()),
             Deriv::Nested => Err(VmError::new(format!(
                 "cannot differentiate through {}: nested differentiation is not supported yet",
@@ -138,16 +193,22 @@ impl Vm {
                 for a in args.iter_mut().rev() {
                     *a = self.tape_pop()?;
                 }
+                // A container result's adjoint is its shadow, which aliases may have reached.
+                let dy = match dy {
+                    Value::Nil => shadows::existing_shadow(&y).unwrap_or(Value::Nil),
+                    dy => dy,
+                };
                 if matches!(dy, Value::Nil) {
                     return Ok(());
                 }
                 let contributions = self.pullback_of_builtin(b, &dy, &args, &y)?;
-                for (slot, c) in d.iter_mut().zip(contributions) {
+                for ((slot, c), a) in d.iter_mut().zip(contributions).zip(&args) {
+                    let c = shadows::deposit(a, c)?;
                     *slot = accumulate(std::mem::take(slot), c)?;
                 }
                 Ok(())
             }
-            Deriv::Custom { adjoint, .. } => adjoint(self, dy, d),
+            Deriv::Custom { adjoint, .. } => self.with_shadows(dy, d, |vm, dy, d| adjoint(vm, dy, d)),
         }
     }
 

@@ -8,7 +8,7 @@
 //! any number of times and side effects of `f` never repeat.
 
 use super::adjoints::{check_cotangent, deep_copy, to_gradient};
-use super::Segment;
+use super::{shadows, Segment};
 use crate::error::{VmError, VmResult};
 use crate::interp::Vm;
 use crate::value::{Partial, Value};
@@ -60,6 +60,7 @@ pub fn value_and_gradient(vm: &mut Vm, f: &Value, args: &[Value]) -> VmResult<(V
     let lengths: Vec<Option<usize>> =
         if args.iter().any(|a| matches!(a, Value::Array(_))) { args.iter().map(array_length).collect() } else { vec![] };
     with_tape_mark(vm, |vm| {
+        let _scope = shadows::enter(&[]);
         let y = forward(vm, f, args)?;
         if !matches!(y, Value::Float(_) | Value::Int(_)) {
             return Err(VmError::new(format!(
@@ -67,7 +68,7 @@ pub fn value_and_gradient(vm: &mut Vm, f: &Value, args: &[Value]) -> VmResult<(V
                 y.type_name()
             )));
         }
-        let d = backward(vm, Value::Float(1.0), args.len())?;
+        let d = with_shadows_of(backward(vm, Value::Float(1.0), args.len())?, args)?;
         let program = vm.program().clone();
         let grads = d
             .iter()
@@ -77,6 +78,15 @@ pub fn value_and_gradient(vm: &mut Vm, f: &Value, args: &[Value]) -> VmResult<(V
             .collect();
         Ok((y, grads))
     })
+}
+
+/// The arguments' adjoints: a container argument's is its shadow (`shadows.rs`), which
+/// aliases may have reached even where the adjoint routine returned nothing.
+fn with_shadows_of(d: Vec<Value>, args: &[Value]) -> VmResult<Vec<Value>> {
+    d.into_iter()
+        .zip(args)
+        .map(|(d, a)| Ok(if shadows::is_container(a) { shadows::merged(d.clone(), a)?.unwrap_or(d) } else { d }))
+        .collect()
 }
 
 fn array_length(v: &Value) -> Option<usize> {
@@ -121,10 +131,15 @@ pub fn builtin_named(vm: &Vm, name: &str) -> VmResult<crate::bytecode::BuiltinId
 /// The built-in that applies a pullback's `back`; `pullback` binds its state to it.
 pub const BACK: &str = "pullback.back";
 
+/// How many values `pullback` binds to `back`: the tape segment's values and control bits,
+/// the result, the arguments, and the snapshots' originals.
+pub const BACK_STATE: usize = 5;
+
 /// `pullback(f, args...)`: `(y, back)`.
 pub fn pullback(vm: &mut Vm, f: &Value, args: &[Value]) -> VmResult<(Value, Value)> {
     let back_id = builtin_named(vm, BACK)?;
     let mark = vm.tape.mark();
+    let scope = shadows::enter(&[]);
     let y = match forward(vm, f, args) {
         Ok(y) => y,
         Err(e) => {
@@ -132,6 +147,9 @@ pub fn pullback(vm: &mut Vm, f: &Value, args: &[Value]) -> VmResult<(Value, Valu
             return Err(e);
         }
     };
+    // The snapshots' originals, for `back`'s own scopes.
+    let origins: Vec<Value> = shadows::origins().into_iter().map(|(c, o)| Value::tuple(vec![c, o])).collect();
+    drop(scope);
     let seg = vm.tape.split_off(mark);
     let ctl: Vec<Value> = seg.ctl.iter().map(|&b| Value::Int(b as i64)).collect();
     let bound = vec![
@@ -139,6 +157,7 @@ pub fn pullback(vm: &mut Vm, f: &Value, args: &[Value]) -> VmResult<(Value, Valu
         Value::tuple(ctl),
         y.clone(),
         Value::tuple(args.to_vec()),
+        Value::tuple(origins),
     ];
     let back = Value::Partial(Rc::new(Partial { builtin: back_id, bound: bound.into_boxed_slice() }));
     Ok((y, back))
@@ -146,18 +165,28 @@ pub fn pullback(vm: &mut Vm, f: &Value, args: &[Value]) -> VmResult<(Value, Valu
 
 /// `back(dy)` of a pullback: `bound` is what `pullback` stored.
 pub fn apply_back(vm: &mut Vm, bound: &[Value], dy: &Value) -> VmResult<Value> {
-    let [Value::Tuple(values), Value::Tuple(ctl), y, Value::Tuple(args)] = bound else {
+    let [Value::Tuple(values), Value::Tuple(ctl), y, Value::Tuple(args), Value::Tuple(origins)] = bound else {
         return Err(VmError::new("internal error: malformed pullback"));
     };
     check_cotangent(dy, y).map_err(VmError::new)?;
+    let origins: Vec<(Value, Value)> = origins.iter().map(|p| (super::adjoints::element(p, 0), super::adjoints::element(p, 1))).collect();
     with_tape_mark(vm, |vm| {
+        let _scope = shadows::enter(&origins);
         let seg = Segment {
             values: values.to_vec(),
             ctl: ctl.iter().map(|b| b.as_f64().unwrap_or(0.0) as u8).collect(),
         };
         vm.tape.replay(&seg);
         vm.tape.note_peak();
-        let d = backward(vm, deep_copy(dy), args.len())?;
+        // A container result's cotangent is its shadow's first contents.
+        let dy = match shadows::shadow_of(y) {
+            Some(s) => {
+                shadows::replace_contents(&s, &deep_copy(dy))?;
+                s
+            }
+            None => deep_copy(dy),
+        };
+        let d = with_shadows_of(backward(vm, dy, args.len())?, args)?;
         let program = vm.program().clone();
         Ok(Value::tuple(d.iter().zip(args.iter()).map(|(d, a)| to_gradient(d, a, &program)).collect()))
     })

@@ -44,6 +44,7 @@ pub mod forward;
 pub mod nested;
 pub mod rules;
 pub mod second_order;
+pub mod shadows;
 pub mod sweeps;
 pub mod tangents;
 pub mod tower_calls;

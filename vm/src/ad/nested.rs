@@ -42,6 +42,7 @@ impl Vm {
     /// One sweep: `f`'s tangent primal-with-tape at `(args, targs)`, then its tangent adjoint
     /// with cotangent `dy` and cotangent tangent `tdy`.
     pub fn forward_over_reverse(&mut self, f: &Value, tf: &Value, args: &[Value], targs: &[Value], dy: Value, tdy: Value) -> VmResult<Sweep> {
+        let _values = super::shadows::suspend();
         if !f.is_callable() {
             return Err(VmError::new(format!("cannot differentiate a value of type {}", f.type_name())));
         }
@@ -66,6 +67,7 @@ impl Vm {
 
     /// The tangent of the primal-with-tape version of any callable value.
     pub fn call_tangent_tape(&mut self, f: &Value, tf: &Value, args: &[Value], targs: &[Value]) -> VmResult<(Value, Value)> {
+        let _values = super::shadows::suspend();
         if let Some(r) = self.run_tangent_routine(f, |d| d.tangent_tape, tf, args, targs) {
             return r;
         }
@@ -87,6 +89,7 @@ impl Vm {
     /// The tangent of the adjoint version of any callable value: `((d callee, d args..),
     /// (their tangents))`.
     pub fn call_tangent_adjoint(&mut self, f: &Value, dy: Value, mut d: Vec<Value>, tdy: Value, mut td: Vec<Value>) -> VmResult<(Value, Value)> {
+        let _values = super::shadows::suspend();
         let func = match f {
             Value::Func(id) => Some(*id),
             Value::Closure(c) => Some(c.func),
@@ -146,6 +149,7 @@ impl Vm {
     /// The tangent of a built-in's primal-with-tape step: its value and tangent, with each
     /// record its pullback needs pushed beside that record's tangent.
     pub fn tangent_tape_builtin(&mut self, b: BuiltinId, args: &[Value], targs: &[Value]) -> VmResult<(Value, Value)> {
+        let _values = super::shadows::suspend();
         if self.program().builtins[b.index()].second_order_by_sweeps() {
             return self.tower_tape(&Value::Builtin(b), &Value::Nil, args, targs);
         }
@@ -177,6 +181,7 @@ impl Vm {
     /// The tangent of a built-in's adjoint step: pops its records and their tangents and
     /// accumulates the contributions (`d`) and their tangents (`td`).
     pub fn tangent_adjoint_builtin(&mut self, b: BuiltinId, dy: &Value, d: &mut [Value], tdy: &Value, td: &mut [Value]) -> VmResult<()> {
+        let _values = super::shadows::suspend();
         let (deriv, tangent, d1, d2, second, custom, name) = {
             let bi = &self.program().builtins[b.index()];
             (bi.deriv, bi.tangent, bi.scalar_deriv, bi.scalar_deriv2, bi.second, bi.custom_second, bi.name.clone())

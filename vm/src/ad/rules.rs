@@ -44,6 +44,7 @@ rule_enum! {
 }
 
 use super::chain::times;
+use super::shadows;
 
 /// Text for the disassembler: `MulA`, `Math1(sin)`, `Element(2)`.
 pub fn describe(code: u32, program: &Program) -> String {
@@ -242,12 +243,23 @@ fn matmul_rule(rule: Rule, dy: &Value, a: &Value, b: &Value) -> VmResult<Value> 
     }
 }
 
-/// What `+` and `-` record (`TapeShape`, on the control tape): bit 0 when `a` is a number and
-/// `b` is not (so `a` was broadcast and its adjoint is the sum of `dy`), bit 1 the other way.
+/// What `+`, `-` and negation record (`TapeShape`, on the control tape): bit 0 when `a` is a
+/// number and `b` is not (so `a` was broadcast and its adjoint is the sum of `dy`), bit 1 the
+/// other way; bits 2 and 3 when `a`, `b` are containers, whose identities (`shadows.rs`) then
+/// follow on the value tape ([`SHAPE_A_CONTAINER`], [`SHAPE_B_CONTAINER`]).
 pub fn shape_code(a: &Value, b: &Value) -> u8 {
     let num = |v: &Value| matches!(v, Value::Float(_) | Value::Int(_));
-    ((num(a) && !num(b)) as u8) | (((num(b) && !num(a)) as u8) << 1)
+    let container = |v: &Value| shadows::is_container(v);
+    ((num(a) && !num(b)) as u8)
+        | (((num(b) && !num(a)) as u8) << 1)
+        | ((container(a) as u8) << 2)
+        | ((container(b) as u8) << 3)
 }
+
+/// The shape code's bit for "`a` is a container, its identity is on the tape".
+pub const SHAPE_A_CONTAINER: u32 = 4;
+/// The same for `b` (pushed after `a`'s, so popped first).
+pub const SHAPE_B_CONTAINER: u32 = 8;
 
 /// `dy`, or its sum when the operand was broadcast (`bit` of the shape code set).
 fn sum_if(dy: &Value, code: &Value, bit: i64) -> Value {
@@ -314,8 +326,60 @@ pub fn fast<'v>(program: &Program, code: u32, arg: impl Fn(usize) -> &'v Value) 
     Some(v)
 }
 
-/// Applies the rule `code` (see `Rule::encode`) to its arguments.
+/// Applies the rule `code` (see `Rule::encode`) to its arguments. Within a reverse sweep with
+/// shadows (`shadows.rs`), contributions to containers go to their shadows.
 pub fn apply(program: &Program, code: u32, args: &[Value]) -> VmResult<Value> {
+    if shadows::active() {
+        return apply_with_shadows(program, code, args);
+    }
+    apply_to_values(program, code, args)
+}
+
+/// The operand a contribution rule's result belongs to, as recorded (a reference, a snapshot
+/// of it, or the identity `TapeShape` stored for `+`/`-`/negation): its argument position.
+fn operand_position(rule: Rule) -> Option<usize> {
+    Some(match rule {
+        Rule::MulA | Rule::DivA | Rule::ModA | Rule::PowA | Rule::MatMulA | Rule::Math1 | Rule::IterPrep | Rule::Neg => 1,
+        Rule::MulB | Rule::DivB | Rule::ModB | Rule::PowB | Rule::MatMulB | Rule::AddA | Rule::SubA => 2,
+        Rule::AddB | Rule::SubB => 3,
+        _ => return None,
+    })
+}
+
+fn apply_with_shadows(program: &Program, code: u32, args: &[Value]) -> VmResult<Value> {
+    let (rule, _) = Rule::decode(code);
+    let arg = |k: usize| args.get(k).unwrap_or(&Value::Nil);
+    match rule {
+        Rule::Index | Rule::Index2 if shadows::is_container(arg(1)) => {
+            let Some(shadow) = shadows::merged(arg(0).clone(), arg(1))? else { return apply_to_values(program, code, args) };
+            let mut with = args.to_vec();
+            with[0] = shadow;
+            apply_to_values(program, code, &with)
+        }
+        Rule::TakeIndex | Rule::TakeIndex2 => {
+            let obj = if rule == Rule::TakeIndex { arg(2) } else { arg(3) };
+            match shadows::merged(arg(0).clone(), obj)? {
+                Some(shadow) => {
+                    let mut with = args.to_vec();
+                    with[0] = shadow;
+                    apply_to_values(program, code, &with)
+                }
+                None => apply_to_values(program, code, args),
+            }
+        }
+        // `-x` and `+`/`-` carry their operands' identities after the rule's own arguments.
+        Rule::Neg => shadows::deposit(arg(1), apply_to_values(program, code, &args[..1])?),
+        Rule::AddA | Rule::AddB | Rule::SubA | Rule::SubB => {
+            shadows::deposit(arg(operand_position(rule).unwrap_or(0)), apply_to_values(program, code, &args[..2])?)
+        }
+        _ => match operand_position(rule) {
+            Some(k) => shadows::deposit(arg(k), apply_to_values(program, code, args)?),
+            None => apply_to_values(program, code, args),
+        },
+    }
+}
+
+fn apply_to_values(program: &Program, code: u32, args: &[Value]) -> VmResult<Value> {
     let (rule, payload) = Rule::decode(code);
     let arg = |k: usize| &args[k];
     // The contribution rules all start with dy: nil in, nil out.

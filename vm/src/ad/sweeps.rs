@@ -80,6 +80,7 @@ impl Vm {
     /// (a differentiation operator): its value and tangent by towers, and on the tape the
     /// arguments, their tangents and the callee's tangent, for `tower_adjoint`.
     pub(crate) fn tower_tape(&mut self, f: &Value, tf: &Value, args: &[Value], targs: &[Value]) -> VmResult<(Value, Value)> {
+        let _values = super::shadows::suspend();
         let towers: Vec<Tower> = args.iter().zip(targs).map(|(a, t)| vec![a.clone(), t.clone()]).collect();
         let y = self.tower_call(&[f.clone(), tf.clone()], &towers, 1)?;
         for (a, t) in args.iter().zip(targs) {
@@ -95,6 +96,7 @@ impl Vm {
     /// adjoint `⟨ȳ, ∂y⟩` and its tangent `⟨ẏ̄, ∂y⟩ + ⟨ȳ, ∂ẏ⟩`. Returns the callee's adjoint
     /// and tangent and accumulates the arguments' into `d`, `td`.
     pub(crate) fn tower_adjoint(&mut self, f: &Value, dy: &Value, d: &mut [Value], tdy: &Value, td: &mut [Value]) -> VmResult<(Value, Value)> {
+        let _values = super::shadows::suspend();
         let n = d.len();
         let tf = self.tape_pop()?;
         let (mut args, mut targs) = (vec![Value::Nil; n], vec![Value::Nil; n]);
@@ -117,6 +119,7 @@ impl Vm {
     /// tangents `⟨ẏ̄, ∂y⟩ + ⟨ȳ, ∂ẏ⟩`: per number of every input, one sweep under two levels
     /// (the number's unit, then the recorded tangents).
     pub fn adjoints_by_sweeps(&mut self, f: &Value, tf: &Value, args: &[Value], targs: &[Value], dy: &Value, tdy: &Value) -> VmResult<(Vec<Value>, Vec<Value>)> {
+        let _values = super::shadows::suspend();
         let n = args.len();
         let all = inputs(f, args);
         let (mut bar, mut tbar) = (vec![], vec![]);
@@ -140,6 +143,7 @@ impl Vm {
     /// Reverse mode of a built-in with a tower rule but no pullback (`hessian`,
     /// `jacobian`): records the arguments.
     pub(crate) fn tower_reverse_tape(&mut self, b: BuiltinId, args: &[Value]) -> VmResult<Value> {
+        let _values = super::shadows::suspend();
         let y = self.call_builtin(b, args)?;
         for a in args {
             self.tape.push(super::adjoints::snapshot(a));
@@ -149,6 +153,7 @@ impl Vm {
 
     /// Its adjoint: per number of every argument, one forward sweep, `⟨ȳ, ∂y⟩`.
     pub(crate) fn tower_reverse_adjoint(&mut self, b: BuiltinId, dy: &Value, d: &mut [Value]) -> VmResult<()> {
+        let _values = super::shadows::suspend();
         let n = d.len();
         let mut args = vec![Value::Nil; n];
         for k in (0..n).rev() {

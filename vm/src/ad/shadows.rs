@@ -1,0 +1,257 @@
+//! Adjoints that follow a container's identity (shadow memory), in reverse mode.
+//!
+//! Arrays, matrices and dicts are mutable and shared: the same container can be reached
+//! through several registers, a closure's captures, a module variable or another container.
+//! Its derivative must therefore live with the container, not with the register it was read
+//! from — otherwise a write through one alias cannot see what reads through another have
+//! accumulated (Enzyme's shadow memory; Mooncake.jl's tangents of mutable objects). So during
+//! a reverse sweep every mutable container `O` that receives a derivative gets one *shadow*
+//! `S(O)`: an adjoint container of `O`'s shape, found by `O`'s identity. The invariant:
+//!
+//! > within a sweep, every adjoint value of a mutable container, in any register, slot or
+//! > argument, is `nil` or that container's shadow itself.
+//!
+//! Rules keep it by depositing each contribution to a container operand into its shadow and
+//! returning the shadow (`deposit`, `shadow_of`); accumulation of a shadow with anything adds
+//! into the shadow (`prefer`). A shadow's element slot holds the element's adjoint: a number's
+//! adjoint, or the shadow of an element that is itself a container.
+//!
+//! Where a rule reads a *snapshot* of a container (the copy `TapeSave` stores, so later writes
+//! cannot corrupt it), the copy remembers its original (`note_snapshot`), so contributions
+//! still reach the original's shadow.
+//!
+//! Scope: the first-order sweeps run by `gradient`, `value_and_gradient`, `grad` and
+//! `pullback` (`driver.rs`) each open one; nested sweeps (a `gradient` inside a function
+//! being differentiated) open their own. Outside a scope — forward-over-reverse sweeps, higher
+//! orders — adjoints are values as before. The scopes live in a thread-local stack: rules are
+//! plain functions without the VM, and a sweep never leaves the thread that runs it.
+
+use super::adjoints::{accumulate, empty_like};
+use crate::dict::Dict;
+use crate::error::{VmError, VmResult};
+use crate::value::{Array, Matrix, Value};
+use hashbrown::{HashMap, HashSet};
+use std::cell::{Cell, RefCell};
+use std::rc::Rc;
+
+/// One sweep's shadows.
+#[derive(Default)]
+pub struct Scope {
+    /// Container address -> (the container, kept alive so the address stays its own; its shadow).
+    shadows: HashMap<usize, (Value, Value)>,
+    /// Addresses of the shadows themselves.
+    is_shadow: HashSet<usize>,
+    /// Snapshot copy address -> (the copy, the original it was taken from).
+    origins: HashMap<usize, (Value, Value)>,
+}
+
+thread_local! {
+    static SCOPES: RefCell<Vec<Scope>> = const { RefCell::new(Vec::new()) };
+    static ACTIVE: Cell<usize> = const { Cell::new(0) };
+}
+
+/// Whether a sweep with shadows is running on this thread (a cheap check for fast paths).
+#[inline(always)]
+pub fn active() -> bool {
+    ACTIVE.with(|a| a.get() > 0)
+}
+
+/// Opens a scope; it closes when the guard is dropped (on every exit path).
+pub struct ScopeGuard(());
+
+impl Drop for ScopeGuard {
+    fn drop(&mut self) {
+        SCOPES.with(|s| s.borrow_mut().pop());
+        ACTIVE.with(|a| a.set(a.get() - 1));
+    }
+}
+
+/// Suspends the current scope (forward-over-reverse and tower sweeps run on values); it is
+/// restored when the guard is dropped.
+pub struct SuspendGuard(usize);
+
+impl Drop for SuspendGuard {
+    fn drop(&mut self) {
+        ACTIVE.with(|a| a.set(self.0));
+    }
+}
+
+pub fn suspend() -> SuspendGuard {
+    SuspendGuard(ACTIVE.with(|a| a.replace(0)))
+}
+
+/// Opens a new scope, seeded with snapshot origins recorded by an earlier primal pass
+/// (`pullback`'s `back`).
+pub fn enter(origins: &[(Value, Value)]) -> ScopeGuard {
+    let mut scope = Scope::default();
+    for (copy, original) in origins {
+        if let Some(p) = address(copy) {
+            scope.origins.insert(p, (copy.clone(), original.clone()));
+        }
+    }
+    SCOPES.with(|s| s.borrow_mut().push(scope));
+    ACTIVE.with(|a| a.set(a.get() + 1));
+    ScopeGuard(())
+}
+
+/// The snapshot origins of the current scope, as `(copy, original)` pairs (kept by `pullback`).
+pub fn origins() -> Vec<(Value, Value)> {
+    SCOPES.with(|s| s.borrow().last().map(|sc| sc.origins.values().cloned().collect()).unwrap_or_default())
+}
+
+fn with_scope<T>(f: impl FnOnce(&mut Scope) -> T) -> Option<T> {
+    if !active() {
+        return None;
+    }
+    SCOPES.with(|s| s.borrow_mut().last_mut().map(f))
+}
+
+/// The address that identifies a mutable container.
+fn address(v: &Value) -> Option<usize> {
+    match v {
+        Value::Array(a) => Some(Rc::as_ptr(a) as *const u8 as usize),
+        Value::Matrix(m) => Some(Rc::as_ptr(m) as *const u8 as usize),
+        Value::Dict(d) => Some(Rc::as_ptr(d) as *const u8 as usize),
+        _ => None,
+    }
+}
+
+/// Whether a value is a mutable container (what has a shadow).
+pub fn is_container(v: &Value) -> bool {
+    address(v).is_some()
+}
+
+/// Records that `copy` is a snapshot of `original`.
+pub fn note_snapshot(copy: &Value, original: &Value) {
+    let Some(p) = address(copy) else { return };
+    with_scope(|s| {
+        // A snapshot of a snapshot leads to the same original.
+        let original = address(original).and_then(|q| s.origins.get(&q)).map(|(_, o)| o.clone()).unwrap_or_else(|| original.clone());
+        s.origins.insert(p, (copy.clone(), original));
+    });
+}
+
+/// Whether `v` is a shadow of the current scope.
+pub fn is_shadow(v: &Value) -> bool {
+    match address(v) {
+        Some(p) => with_scope(|s| s.is_shadow.contains(&p)).unwrap_or(false),
+        None => false,
+    }
+}
+
+/// The shadow of the container `v` stands for (`v` itself, or the original of a snapshot),
+/// created as zeros of its current shape on first use. `None` outside a scope and for values
+/// that are not mutable containers.
+pub fn shadow_of(v: &Value) -> Option<Value> {
+    let p = address(v)?;
+    with_scope(|s| {
+        let (key, original) = match s.origins.get(&p) {
+            Some((_, o)) => (address(o).unwrap_or(p), o.clone()),
+            None => (p, v.clone()),
+        };
+        if let Some((_, shadow)) = s.shadows.get(&key) {
+            return shadow.clone();
+        }
+        let shadow = empty_like(&original);
+        if let Some(q) = address(&shadow) {
+            s.is_shadow.insert(q);
+        }
+        s.shadows.insert(key, (original, shadow.clone()));
+        shadow
+    })
+}
+
+/// Declares `v` a recomputation of the container whose shadow is `shadow` (`checkpoint` reruns
+/// its function on copies): both share that shadow from now on.
+pub fn alias(v: &Value, shadow: &Value) {
+    let (Some(p), true) = (address(v), is_shadow(shadow)) else { return };
+    with_scope(|s| {
+        s.shadows.insert(p, (v.clone(), shadow.clone()));
+    });
+}
+
+/// The shadow of `v` if it has one already (no creation).
+pub fn existing_shadow(v: &Value) -> Option<Value> {
+    let p = address(v)?;
+    with_scope(|s| {
+        let key = s.origins.get(&p).and_then(|(_, o)| address(o)).unwrap_or(p);
+        s.shadows.get(&key).map(|(_, sh)| sh.clone())
+    })
+    .flatten()
+}
+
+/// Sends the contribution `c` for the operand recorded as `operand` to its shadow when it is a
+/// container, returning the shadow; otherwise returns `c` unchanged (a number's adjoint travels
+/// in registers).
+pub fn deposit(operand: &Value, c: Value) -> VmResult<Value> {
+    if matches!(c, Value::Nil) || !active() {
+        return Ok(c);
+    }
+    match shadow_of(operand) {
+        Some(shadow) => accumulate(shadow, c),
+        None => Ok(c),
+    }
+}
+
+/// `acc` merged into the shadow of `obj` (so a register that held part of the adjoint hands it
+/// over); returns the shadow, or `None` when `obj` has none.
+pub fn merged(acc: Value, obj: &Value) -> VmResult<Option<Value>> {
+    match shadow_of(obj) {
+        Some(shadow) => Ok(Some(accumulate(shadow, acc)?)),
+        None => Ok(None),
+    }
+}
+
+/// For `accumulate`: when `b` is a shadow and `a` is not, the sum must be the shadow (every
+/// alias keeps seeing it), so the operands are swapped. `None`: keep the order.
+pub fn prefer(a: &Value, b: &Value) -> Option<bool> {
+    if !active() || address(b).is_none() || address(a).is_none() {
+        return None;
+    }
+    Some(is_shadow(b) && !is_shadow(a))
+}
+
+/// Replaces a shadow's contents with `new`'s (a rule that returns the outgoing adjoint of a
+/// container whole, such as `push`'s, rather than adding into it).
+pub fn replace_contents(shadow: &Value, new: &Value) -> VmResult<()> {
+    match (shadow, new) {
+        (_, Value::Nil) => clear(shadow),
+        (Value::Array(s), Value::Array(n)) if !Rc::ptr_eq(s, n) => {
+            let v: Array = n.borrow().clone();
+            *s.borrow_mut() = v;
+            Ok(())
+        }
+        (Value::Matrix(s), Value::Matrix(n)) if !Rc::ptr_eq(s, n) => {
+            let v: Matrix = n.borrow().clone();
+            *s.borrow_mut() = v;
+            Ok(())
+        }
+        (Value::Dict(s), Value::Dict(n)) if !Rc::ptr_eq(s, n) => {
+            let v: Dict = n.borrow().clone();
+            *s.borrow_mut() = v;
+            Ok(())
+        }
+        (a, b) if address(a).is_some() && address(a) == address(b) => Ok(()),
+        (a, b) => Err(VmError::new(format!(
+            "internal differentiation error: the adjoint {} cannot replace a shadow {}",
+            crate::ops::shape_text(b),
+            crate::ops::shape_text(a)
+        ))),
+    }
+}
+
+fn clear(shadow: &Value) -> VmResult<()> {
+    match shadow {
+        Value::Array(s) => {
+            let mut a = s.borrow_mut();
+            match &mut *a {
+                Array::Floats(x) => x.iter_mut().for_each(|v| *v = 0.0),
+                Array::Values(x) => x.iter_mut().for_each(|v| *v = Value::Nil),
+            }
+        }
+        Value::Matrix(m) => m.borrow_mut().data.iter_mut().for_each(|v| *v = 0.0),
+        Value::Dict(d) => *d.borrow_mut() = Dict::default(),
+        _ => {}
+    }
+    Ok(())
+}
