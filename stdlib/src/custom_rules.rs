@@ -137,11 +137,11 @@ pub fn checkpoint_adjoint(vm: &mut Vm, dy: Value, d: &mut [Value]) -> VmResult<(
     // originals: they share their shadows (`shadows.rs`).
     for (k, x) in inputs.iter().enumerate() {
         if let Some(s) = d.get(k + 1) {
-            zygvm_vm::ad::shadows::alias(x, s);
+            zygvm_vm::ad::shadows::alias(x, s, zygvm_vm::ad::shadows::Level::Adjoint);
         }
     }
     let y = vm.call_tape(&f, &inputs)?;
-    zygvm_vm::ad::shadows::alias(&y, &dy);
+    zygvm_vm::ad::shadows::alias(&y, &dy, zygvm_vm::ad::shadows::Level::Adjoint);
     let out = vm.call_adjoint(&f, dy, vec![Value::Nil; inputs.len()])?;
     for (k, slot) in d.iter_mut().enumerate() {
         *slot = accumulate(std::mem::take(slot), element(&out, k))?;

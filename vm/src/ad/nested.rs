@@ -17,6 +17,7 @@
 //! Perturbations cannot be confused: each level's tangent lives in its own registers.
 
 use super::adjoints::{accumulate, element, snapshot};
+use super::shadows::{self, Level};
 use super::forward::{pair, with_bound};
 use super::second_order::unary_pullback_tangent;
 use crate::builtin::{Deriv, Tangent};
@@ -42,7 +43,8 @@ impl Vm {
     /// One sweep: `f`'s tangent primal-with-tape at `(args, targs)`, then its tangent adjoint
     /// with cotangent `dy` and cotangent tangent `tdy`.
     pub fn forward_over_reverse(&mut self, f: &Value, tf: &Value, args: &[Value], targs: &[Value], dy: Value, tdy: Value) -> VmResult<Sweep> {
-        let _values = super::shadows::suspend();
+        // Containers' adjoints and their tangents follow identity (`shadows.rs`), level by level.
+        let _scope = shadows::enter(&[]);
         if !f.is_callable() {
             return Err(VmError::new(format!("cannot differentiate a value of type {}", f.type_name())));
         }
@@ -51,14 +53,18 @@ impl Vm {
             let (y, ty) = self.call_tangent_tape(f, tf, args, targs)?;
             self.tape.note_peak();
             let n = args.len();
+            let (dy, tdy) = (seed(&y, dy, Level::Adjoint)?, seed(&y, tdy, Level::Tangent)?);
             let (out, tout) = self.call_tangent_adjoint(f, dy, vec![Value::Nil; n], tdy, vec![Value::Nil; n])?;
+            let with_shadow = |d: Value, a: &Value, level: Level| -> VmResult<Value> {
+                Ok(if shadows::is_container(a) { shadows::merged_at(d.clone(), a, level)?.unwrap_or(d) } else { d })
+            };
             Ok(Sweep {
                 y,
                 ty,
                 d_callee: element(&out, 0),
                 td_callee: element(&tout, 0),
-                grads: (0..n).map(|k| element(&out, k + 1)).collect(),
-                tgrads: (0..n).map(|k| element(&tout, k + 1)).collect(),
+                grads: (0..n).map(|k| with_shadow(element(&out, k + 1), &args[k], Level::Adjoint)).collect::<VmResult<_>>()?,
+                tgrads: (0..n).map(|k| with_shadow(element(&tout, k + 1), &args[k], Level::Tangent)).collect::<VmResult<_>>()?,
             })
         })();
         self.tape.reset(mark);
@@ -67,7 +73,6 @@ impl Vm {
 
     /// The tangent of the primal-with-tape version of any callable value.
     pub fn call_tangent_tape(&mut self, f: &Value, tf: &Value, args: &[Value], targs: &[Value]) -> VmResult<(Value, Value)> {
-        let _values = super::shadows::suspend();
         if let Some(r) = self.run_tangent_routine(f, |d| d.tangent_tape, tf, args, targs) {
             return r;
         }
@@ -89,7 +94,6 @@ impl Vm {
     /// The tangent of the adjoint version of any callable value: `((d callee, d args..),
     /// (their tangents))`.
     pub fn call_tangent_adjoint(&mut self, f: &Value, dy: Value, mut d: Vec<Value>, tdy: Value, mut td: Vec<Value>) -> VmResult<(Value, Value)> {
-        let _values = super::shadows::suspend();
         let func = match f {
             Value::Func(id) => Some(*id),
             Value::Closure(c) => Some(c.func),
@@ -149,7 +153,18 @@ impl Vm {
     /// The tangent of a built-in's primal-with-tape step: its value and tangent, with each
     /// record its pullback needs pushed beside that record's tangent.
     pub fn tangent_tape_builtin(&mut self, b: BuiltinId, args: &[Value], targs: &[Value]) -> VmResult<(Value, Value)> {
-        let _values = super::shadows::suspend();
+        let (y, ty) = self.tangent_tape_builtin_records(b, args, targs)?;
+        // The containers among the arguments and result, for `tangent_adjoint_builtin`.
+        if shadows::active() {
+            let keep = |v: &Value| if shadows::is_container(v) { v.clone() } else { Value::Nil };
+            let mut ids: Vec<Value> = args.iter().map(keep).collect();
+            ids.push(keep(&y));
+            self.tape.push(Value::tuple(ids));
+        }
+        Ok((y, ty))
+    }
+
+    fn tangent_tape_builtin_records(&mut self, b: BuiltinId, args: &[Value], targs: &[Value]) -> VmResult<(Value, Value)> {
         if self.program().builtins[b.index()].second_order_by_sweeps() {
             return self.tower_tape(&Value::Builtin(b), &Value::Nil, args, targs);
         }
@@ -181,7 +196,51 @@ impl Vm {
     /// The tangent of a built-in's adjoint step: pops its records and their tangents and
     /// accumulates the contributions (`d`) and their tangents (`td`).
     pub fn tangent_adjoint_builtin(&mut self, b: BuiltinId, dy: &Value, d: &mut [Value], tdy: &Value, td: &mut [Value]) -> VmResult<()> {
-        let _values = super::shadows::suspend();
+        if !shadows::active() {
+            return self.tangent_adjoint_builtin_values(b, dy, d, tdy, td);
+        }
+        // As `calls::with_shadows`, at both levels: each container argument's incoming
+        // adjoint and tangent are its shadows, and what the rule hands back becomes theirs.
+        let ids = match self.tape_pop()? {
+            Value::Tuple(t) => t,
+            other => return Err(VmError::new(format!("internal differentiation error: tape holds {other:?} for identities"))),
+        };
+        let n = d.len();
+        let y = ids.get(n).cloned().unwrap_or(Value::Nil);
+        let dy = match dy {
+            Value::Nil => shadows::existing_at(&y, Level::Adjoint).unwrap_or(Value::Nil),
+            dy => dy.clone(),
+        };
+        let tdy = match tdy {
+            Value::Nil => shadows::existing_at(&y, Level::Tangent).unwrap_or(Value::Nil),
+            tdy => tdy.clone(),
+        };
+        let mut kept: Vec<Option<(Value, Value)>> = vec![None; n];
+        for k in 0..n {
+            if shadows::is_container(&ids[k]) {
+                if let (Some(s), Some(ts)) = (
+                    shadows::merged_at(std::mem::take(&mut d[k]), &ids[k], Level::Adjoint)?,
+                    shadows::merged_at(std::mem::take(&mut td[k]), &ids[k], Level::Tangent)?,
+                ) {
+                    d[k] = s.clone();
+                    td[k] = ts.clone();
+                    kept[k] = Some((s, ts));
+                }
+            }
+        }
+        self.tangent_adjoint_builtin_values(b, &dy, d, &tdy, td)?;
+        for k in 0..n {
+            if let Some((s, ts)) = &kept[k] {
+                shadows::replace_contents(s, &d[k])?;
+                shadows::replace_contents(ts, &td[k])?;
+                d[k] = s.clone();
+                td[k] = ts.clone();
+            }
+        }
+        Ok(())
+    }
+
+    fn tangent_adjoint_builtin_values(&mut self, b: BuiltinId, dy: &Value, d: &mut [Value], tdy: &Value, td: &mut [Value]) -> VmResult<()> {
         let (deriv, tangent, d1, d2, second, custom, name) = {
             let bi = &self.program().builtins[b.index()];
             (bi.deriv, bi.tangent, bi.scalar_deriv, bi.scalar_deriv2, bi.second, bi.custom_second, bi.name.clone())
@@ -231,6 +290,21 @@ impl Vm {
                 Ok(())
             }
         }
+    }
+}
+
+/// The cotangent (or its tangent) of a sweep's result: a container result's is its shadow at
+/// that level, filled with the seed.
+fn seed(y: &Value, dy: Value, level: Level) -> VmResult<Value> {
+    if matches!(dy, Value::Nil) {
+        return Ok(dy);
+    }
+    match shadows::shadow_at(y, level) {
+        Some(s) => {
+            shadows::replace_contents(&s, &super::adjoints::deep_copy(&dy))?;
+            Ok(s)
+        }
+        None => Ok(dy),
     }
 }
 

@@ -337,7 +337,7 @@ pub fn apply(program: &Program, code: u32, args: &[Value]) -> VmResult<Value> {
 
 /// The operand a contribution rule's result belongs to, as recorded (a reference, a snapshot
 /// of it, or the identity `TapeShape` stored for `+`/`-`/negation): its argument position.
-fn operand_position(rule: Rule) -> Option<usize> {
+pub(crate) fn operand_position(rule: Rule) -> Option<usize> {
     Some(match rule {
         Rule::MulA | Rule::DivA | Rule::ModA | Rule::PowA | Rule::MatMulA | Rule::Math1 | Rule::IterPrep | Rule::Neg => 1,
         Rule::MulB | Rule::DivB | Rule::ModB | Rule::PowB | Rule::MatMulB | Rule::AddA | Rule::SubA => 2,
@@ -379,7 +379,7 @@ fn apply_with_shadows(program: &Program, code: u32, args: &[Value]) -> VmResult<
     }
 }
 
-fn apply_to_values(program: &Program, code: u32, args: &[Value]) -> VmResult<Value> {
+pub(crate) fn apply_to_values(program: &Program, code: u32, args: &[Value]) -> VmResult<Value> {
     let (rule, payload) = Rule::decode(code);
     let arg = |k: usize| &args[k];
     // The contribution rules all start with dy: nil in, nil out.

@@ -75,6 +75,52 @@ fn times(a: &Value, b: &Value) -> VmResult<Value> {
     }
 }
 
+/// `pull_tangent` within a forward-over-reverse sweep with shadows (`shadows.rs`): the tangent
+/// of a container's adjoint is that container's tangent-level shadow, so reads deposit into
+/// it, writes take from it, and contributions to container operands go to it.
+pub fn pull_tangent_with_shadows(program: &Program, code: u32, a: &[Value], t: &[Value]) -> VmResult<Value> {
+    use super::shadows::{self, Level};
+    let (rule, _) = Rule::decode(code);
+    let nil = Value::Nil;
+    let arg = |k: usize| a.get(k).unwrap_or(&nil);
+    let tan = |k: usize| t.get(k).unwrap_or(&nil);
+    let on_values = |args: &[Value]| {
+        let _values = shadows::suspend();
+        rules::apply_to_values(program, code, args)
+    };
+    match rule {
+        Rule::Index | Rule::Index2 if shadows::is_container(arg(1)) => {
+            let Some(ts) = shadows::merged_at(tan(0).clone(), arg(1), Level::Tangent)? else { return pull_tangent(program, code, a, t) };
+            let dy = if rule == Rule::Index { 3 } else { 4 };
+            let mut args = a.to_vec();
+            args[0] = ts;
+            args[dy] = tan(dy).clone();
+            on_values(&args)
+        }
+        Rule::TakeIndex | Rule::TakeIndex2 => {
+            let obj = if rule == Rule::TakeIndex { arg(2) } else { arg(3) };
+            match shadows::merged_at(tan(0).clone(), obj, Level::Tangent)? {
+                Some(ts) => {
+                    let mut args = a.to_vec();
+                    args[0] = ts;
+                    on_values(&args)
+                }
+                None => pull_tangent(program, code, a, t),
+            }
+        }
+        _ => {
+            let c = {
+                let _values = shadows::suspend();
+                pull_tangent(program, code, a, t)?
+            };
+            match rules::operand_position(rule) {
+                Some(k) => shadows::deposit_at(arg(k), c, Level::Tangent),
+                None => Ok(c),
+            }
+        }
+    }
+}
+
 /// The tangent of the pullback rule `code` at operands `a` with tangents `t`.
 pub fn pull_tangent(program: &Program, code: u32, a: &[Value], t: &[Value]) -> VmResult<Value> {
     let (rule, payload) = Rule::decode(code);

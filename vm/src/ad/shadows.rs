@@ -37,8 +37,9 @@ use std::rc::Rc;
 /// One sweep's shadows.
 #[derive(Default)]
 pub struct Scope {
-    /// Container address -> (the container, kept alive so the address stays its own; its shadow).
-    shadows: HashMap<usize, (Value, Value)>,
+    /// Per level (0: the adjoint; 1: its tangent, in a forward-over-reverse sweep): container
+    /// address -> (the container, kept alive so the address stays its own; its shadow).
+    shadows: [HashMap<usize, (Value, Value)>; 2],
     /// Addresses of the shadows themselves.
     is_shadow: HashSet<usize>,
     /// Snapshot copy address -> (the copy, the original it was taken from).
@@ -139,43 +140,60 @@ pub fn is_shadow(v: &Value) -> bool {
     }
 }
 
+/// Which shadow: the adjoint's, or (forward over reverse) the adjoint's tangent.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Level {
+    Adjoint = 0,
+    Tangent = 1,
+}
+
 /// The shadow of the container `v` stands for (`v` itself, or the original of a snapshot),
 /// created as zeros of its current shape on first use. `None` outside a scope and for values
 /// that are not mutable containers.
 pub fn shadow_of(v: &Value) -> Option<Value> {
+    shadow_at(v, Level::Adjoint)
+}
+
+/// `shadow_of` at a level.
+pub fn shadow_at(v: &Value, level: Level) -> Option<Value> {
     let p = address(v)?;
     with_scope(|s| {
         let (key, original) = match s.origins.get(&p) {
             Some((_, o)) => (address(o).unwrap_or(p), o.clone()),
             None => (p, v.clone()),
         };
-        if let Some((_, shadow)) = s.shadows.get(&key) {
+        if let Some((_, shadow)) = s.shadows[level as usize].get(&key) {
             return shadow.clone();
         }
         let shadow = empty_like(&original);
         if let Some(q) = address(&shadow) {
             s.is_shadow.insert(q);
         }
-        s.shadows.insert(key, (original, shadow.clone()));
+        s.shadows[level as usize].insert(key, (original, shadow.clone()));
         shadow
     })
 }
 
 /// Declares `v` a recomputation of the container whose shadow is `shadow` (`checkpoint` reruns
 /// its function on copies): both share that shadow from now on.
-pub fn alias(v: &Value, shadow: &Value) {
+pub fn alias(v: &Value, shadow: &Value, level: Level) {
     let (Some(p), true) = (address(v), is_shadow(shadow)) else { return };
     with_scope(|s| {
-        s.shadows.insert(p, (v.clone(), shadow.clone()));
+        s.shadows[level as usize].insert(p, (v.clone(), shadow.clone()));
     });
 }
 
 /// The shadow of `v` if it has one already (no creation).
 pub fn existing_shadow(v: &Value) -> Option<Value> {
+    existing_at(v, Level::Adjoint)
+}
+
+/// `existing_shadow` at a level.
+pub fn existing_at(v: &Value, level: Level) -> Option<Value> {
     let p = address(v)?;
     with_scope(|s| {
         let key = s.origins.get(&p).and_then(|(_, o)| address(o)).unwrap_or(p);
-        s.shadows.get(&key).map(|(_, sh)| sh.clone())
+        s.shadows[level as usize].get(&key).map(|(_, sh)| sh.clone())
     })
     .flatten()
 }
@@ -184,10 +202,15 @@ pub fn existing_shadow(v: &Value) -> Option<Value> {
 /// container, returning the shadow; otherwise returns `c` unchanged (a number's adjoint travels
 /// in registers).
 pub fn deposit(operand: &Value, c: Value) -> VmResult<Value> {
+    deposit_at(operand, c, Level::Adjoint)
+}
+
+/// `deposit` at a level.
+pub fn deposit_at(operand: &Value, c: Value, level: Level) -> VmResult<Value> {
     if matches!(c, Value::Nil) || !active() {
         return Ok(c);
     }
-    match shadow_of(operand) {
+    match shadow_at(operand, level) {
         Some(shadow) => accumulate(shadow, c),
         None => Ok(c),
     }
@@ -196,7 +219,12 @@ pub fn deposit(operand: &Value, c: Value) -> VmResult<Value> {
 /// `acc` merged into the shadow of `obj` (so a register that held part of the adjoint hands it
 /// over); returns the shadow, or `None` when `obj` has none.
 pub fn merged(acc: Value, obj: &Value) -> VmResult<Option<Value>> {
-    match shadow_of(obj) {
+    merged_at(acc, obj, Level::Adjoint)
+}
+
+/// `merged` at a level.
+pub fn merged_at(acc: Value, obj: &Value, level: Level) -> VmResult<Option<Value>> {
+    match shadow_at(obj, level) {
         Some(shadow) => Ok(Some(accumulate(shadow, acc)?)),
         None => Ok(None),
     }

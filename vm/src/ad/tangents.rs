@@ -224,6 +224,9 @@ pub fn apply(program: &Program, code: u32, args: &[Value]) -> VmResult<Value> {
         TanRule::TupleGet => Ok(super::adjoints::element(arg(0), payload as usize)),
         TanRule::Pull => {
             let n = args.len() / 2;
+            if super::shadows::active() {
+                return super::second_order::pull_tangent_with_shadows(program, payload, &args[..n], &args[n..]);
+            }
             super::second_order::pull_tangent(program, payload, &args[..n], &args[n..])
         }
         TanRule::NewArray => Ok(match arg(0) {
