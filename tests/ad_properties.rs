@@ -80,6 +80,12 @@ enum Stmt {
     Untaken(u8, u8, u8),
     /// `grad` of a closure capturing an outer variable, inside the function differentiated.
     NestedGrad(u8, u8, Expr),
+    /// A closure writes an array or dict it captured (`a[i] =`, `push`, `d[k] =`); the
+    /// function reads it back, directly and through the closure.
+    CapturedWrite(u8, u8, u8, u8),
+    /// A container reached through another container is written through one path and read
+    /// through the other.
+    NestedWrite(u8, u8, u8),
 }
 
 fn stmt() -> impl Strategy<Value = Stmt> {
@@ -95,6 +101,8 @@ fn stmt() -> impl Strategy<Value = Stmt> {
         (any::<u8>(), any::<u8>(), any::<u8>(), any::<u8>()).prop_map(|(k, a, b, w)| Stmt::PartialRead(k, a, b, w)),
         (any::<u8>(), any::<u8>(), any::<u8>()).prop_map(|(k, a, w)| Stmt::Untaken(k, a, w)),
         (any::<u8>(), any::<u8>(), expr()).prop_map(|(k, c, e)| Stmt::NestedGrad(k, c, e)),
+        (any::<u8>(), any::<u8>(), any::<u8>(), any::<u8>()).prop_map(|(k, a, b, w)| Stmt::CapturedWrite(k, a, b, w)),
+        (any::<u8>(), any::<u8>(), any::<u8>()).prop_map(|(k, a, b)| Stmt::NestedWrite(k, a, b)),
     ];
     simple.prop_recursive(2, 16, 3, |inner| {
         prop_oneof![
@@ -251,6 +259,42 @@ impl Render {
             Stmt::NestedGrad(k, c, e) => {
                 let (v, c, e) = (self.var(*k), self.var(*c), self.expr(e));
                 self.line(&format!("{v} = tanh(grad(fn(t) {{ t * t * {c} + sin(t * {c}) }})(tanh({e})))"));
+            }
+            Stmt::CapturedWrite(k, a, b, w) => {
+                let (v, a, b, n) = (self.var(*k), self.var(*a), self.var(*b), self.next);
+                self.next += 1;
+                match *w % 3 {
+                    0 => {
+                        self.line(&format!("let buf{n} = [0.0, 0.5]"));
+                        self.line(&format!("let put{n} = fn(i, t) {{ buf{n}[i] = t }}"));
+                        self.line(&format!("put{n}(0, tanh({a}) * {b})"));
+                        self.line(&format!("put{n}(1, buf{n}[0] * {a} + buf{n}[1])"));
+                        self.line(&format!("{v} = tanh(buf{n}[0] + buf{n}[1] * {b})"));
+                    }
+                    1 => {
+                        self.line(&format!("let log{n} = []"));
+                        self.line(&format!("let rec{n} = fn(t) {{ push(log{n}, t) }}"));
+                        self.line(&format!("rec{n}({a} * {b})"));
+                        self.line(&format!("rec{n}(sin(log{n}[0]) + {a})"));
+                        self.line(&format!("{v} = tanh(log{n}[0] * log{n}[1] + sum(log{n}))"));
+                    }
+                    _ => {
+                        self.line(&format!("let memo{n} = dict()"));
+                        self.line(&format!("let set{n} = fn(key, t) {{ memo{n}[key] = t }}"));
+                        self.line(&format!("set{n}(\"p\", {a} * {a})"));
+                        self.line(&format!("set{n}(\"q\", memo{n}[\"p\"] * {b})"));
+                        self.line(&format!("{v} = tanh(memo{n}[\"q\"] + memo{n}[\"p\"])"));
+                    }
+                }
+            }
+            Stmt::NestedWrite(k, a, b) => {
+                let (v, a, b, n) = (self.var(*k), self.var(*a), self.var(*b), self.next);
+                self.next += 1;
+                self.line(&format!("let holder{n} = [[0.0, {a}], [{b}]]"));
+                self.line(&format!("let inner{n} = holder{n}[0]"));
+                self.line(&format!("inner{n}[0] = {a} * {b}"));
+                self.line(&format!("push(holder{n}[1], inner{n}[1] * 2.0)"));
+                self.line(&format!("{v} = tanh(holder{n}[0][0] + holder{n}[1][1] * {a} + sum(inner{n}))"));
             }
             Stmt::Struct(k, a, b) => {
                 let (v, a, b) = (self.var(*k), self.expr(a), self.expr(b));
