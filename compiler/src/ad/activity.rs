@@ -17,6 +17,7 @@ use super::cfg::{block_end, terminator};
 use zygvm_vm::builtin::{Builtin, Deriv};
 use zygvm_vm::bytecode::*;
 use zygvm_vm::program::Function;
+use zygvm_vm::bytecode::FuncId;
 
 struct UnionFind(Vec<u32>);
 
@@ -42,9 +43,63 @@ pub fn builtin_is_differentiable(b: &Builtin) -> bool {
     !matches!(b.deriv, Deriv::Constant)
 }
 
+/// What activity needs to know about the whole program: module variables whose containers
+/// some function writes a varied value into (`written[slot]`), and functions whose result may
+/// vary even when nothing passed to them does, because they read such a container, directly
+/// or through calls (`varies_alone[f]`). A derivative stored in a module variable's container
+/// by one function and read back by another flows through both (`shadows.rs` follows the
+/// container's identity at run time).
+#[derive(Default, Clone)]
+pub struct Globals {
+    pub written: Vec<bool>,
+    pub varies_alone: Vec<bool>,
+}
+
+impl Globals {
+    fn written(&self, slot: u32) -> bool {
+        self.written.get(slot as usize).copied().unwrap_or(false)
+    }
+    fn varies_alone(&self, f: FuncId) -> bool {
+        self.varies_alone.get(f.index()).copied().unwrap_or(false)
+    }
+    fn any_varies_alone(&self) -> bool {
+        self.varies_alone.iter().any(|&v| v)
+    }
+}
+
+/// `Globals` of a program (SSA form), by iterating the per-function analysis to a fixpoint.
+pub fn program_globals(ssa: &[Function], builtins: &[Builtin]) -> Globals {
+    let slots = ssa.iter().flat_map(|f| f.code.iter()).filter_map(|i| match *i {
+        Instr::GetGlobal { slot, .. } => Some(slot.0 as usize + 1),
+        _ => None,
+    });
+    let nslots = slots.max().unwrap_or(0);
+    let mut g = Globals { written: vec![false; nslots], varies_alone: vec![false; ssa.len()] };
+    loop {
+        let mut next = g.clone();
+        for (k, f) in ssa.iter().enumerate() {
+            let (_, written) = analyse(f, builtins, false, &g);
+            for s in written {
+                next.written[s as usize] = true;
+            }
+            let reads = f.code.iter().any(|i| match *i {
+                Instr::GetGlobal { slot, .. } => g.written(slot.0),
+                Instr::CallDirect { func, .. } => g.varies_alone(func),
+                Instr::Call { .. } => g.any_varies_alone(),
+                _ => false,
+            });
+            next.varies_alone[k] = next.varies_alone[k] || reads;
+        }
+        if next.written == g.written && next.varies_alone == g.varies_alone {
+            return g;
+        }
+        g = next;
+    }
+}
+
 /// The varied registers of an SSA function.
-pub fn varied_registers(f: &Function, builtins: &[Builtin]) -> Vec<bool> {
-    analyse(f, builtins, false)
+pub fn varied_registers(f: &Function, builtins: &[Builtin], globals: &Globals) -> Vec<bool> {
+    analyse(f, builtins, false, globals).0
 }
 
 /// The varied registers of an adjoint routine, for its tangent routine (forward over
@@ -52,10 +107,12 @@ pub fn varied_registers(f: &Function, builtins: &[Builtin]) -> Vec<bool> {
 /// (`TapePop`, adjoint calls) counts as varied so that its tangent form pops the records'
 /// tangents too, whatever its operands.
 pub fn varied_in_adjoint(f: &Function, builtins: &[Builtin]) -> Vec<bool> {
-    analyse(f, builtins, true)
+    analyse(f, builtins, true, &Globals::default()).0
 }
 
-fn analyse(f: &Function, builtins: &[Builtin], adjoint: bool) -> Vec<bool> {
+/// The varied registers, and the module variables whose containers the function writes a
+/// varied value into.
+fn analyse(f: &Function, builtins: &[Builtin], adjoint: bool, globals: &Globals) -> (Vec<bool>, Vec<u32>) {
     let n = f.num_regs as usize;
     let mut varied = vec![false; n];
     for r in 0..(f.arity + f.num_captures) as usize {
@@ -98,6 +155,9 @@ fn analyse(f: &Function, builtins: &[Builtin], adjoint: bool) -> Vec<bool> {
         }
     }
     let mut class_marked = vec![false; n];
+    // Classes written into (not merely called): what makes a module variable's container
+    // carry a derivative (`Globals::written`).
+    let mut class_written = vec![false; n];
     let mut changed = true;
     while changed {
         changed = false;
@@ -108,6 +168,7 @@ fn analyse(f: &Function, builtins: &[Builtin], adjoint: bool) -> Vec<bool> {
             }
         };
         let mut mutated: Vec<Reg> = vec![];
+        let mut called: Vec<Reg> = vec![];
         for b in 0..f.blocks.len() {
             for pc in f.blocks[b].start as usize..block_end(f, b) {
                 let i = &f.code[pc];
@@ -154,6 +215,11 @@ fn analyse(f: &Function, builtins: &[Builtin], adjoint: bool) -> Vec<bool> {
                             mark(dst, &mut varied)
                         }
                     }
+                    Instr::GetGlobal { dst, slot } => {
+                        if globals.written(slot.0) {
+                            mark(dst, &mut varied)
+                        }
+                    }
                     Instr::SetIndex { obj, src, .. } => {
                         if varied[src.index()] {
                             mutated.push(obj);
@@ -165,17 +231,17 @@ fn analyse(f: &Function, builtins: &[Builtin], adjoint: bool) -> Vec<bool> {
                         }
                     }
                     Instr::Call { dst, callee, args } => {
-                        if varied[callee.index()] || any(f.list(args), &varied) {
+                        if varied[callee.index()] || any(f.list(args), &varied) || globals.any_varies_alone() {
                             mark(dst, &mut varied);
                             mutated.extend(f.list(args));
                             // A closure may write the containers it captured: they alias the
                             // callee (its class holds its captures).
-                            mutated.push(callee);
+                            called.push(callee);
                         }
                     }
-                    Instr::CallDirect { dst, args, .. } => {
+                    Instr::CallDirect { dst, func, args } => {
                         // In an adjoint routine, a direct call is a callee's adjoint: it pops.
-                        if adjoint || any(f.list(args), &varied) {
+                        if adjoint || any(f.list(args), &varied) || globals.varies_alone(func) {
                             mark(dst, &mut varied);
                             mutated.extend(f.list(args));
                         }
@@ -219,8 +285,16 @@ fn analyse(f: &Function, builtins: &[Builtin], adjoint: bool) -> Vec<bool> {
                 }
             }
         }
+        for &r in &called {
+            let c = uf.find(r.index());
+            if !class_marked[c] {
+                class_marked[c] = true;
+                changed = true;
+            }
+        }
         for r in mutated {
             let c = uf.find(r.index());
+            class_written[c] = true;
             if !class_marked[c] {
                 class_marked[c] = true;
                 changed = true;
@@ -233,5 +307,13 @@ fn analyse(f: &Function, builtins: &[Builtin], adjoint: bool) -> Vec<bool> {
             }
         }
     }
-    varied
+    let mut written = vec![];
+    for i in &f.code {
+        if let Instr::GetGlobal { dst, slot } = *i {
+            if class_written[uf.find(dst.index())] && !written.contains(&slot.0) {
+                written.push(slot.0);
+            }
+        }
+    }
+    (varied, written)
 }

@@ -64,12 +64,13 @@ pub fn differentiate_program(ssa: &[Function], builtins: &[Builtin]) -> (Vec<Opt
         .flat_map(|d| [(d.tape, d.tangent_tape), (d.adjoint, d.tangent_adjoint)])
         .collect();
     let routine_tangent = |g: FuncId| routine_tangents.get(&g).copied();
+    let globals = activity::program_globals(ssa, builtins);
     let mut routines = vec![];
     for (i, f) in ssa.iter().enumerate() {
         if derivatives[i].is_none() {
             continue;
         }
-        let varied = activity::varied_registers(f, builtins);
+        let varied = activity::varied_registers(f, builtins, &globals);
         let differentiable = |b: zygvm_vm::bytecode::BuiltinId| activity::builtin_is_differentiable(&builtins[b.index()]);
         let active: Vec<bool> = f.code.iter().map(|i| saves::is_active(f, i, &varied, differentiable)).collect();
         // What each active instruction records, decided once for both routines.

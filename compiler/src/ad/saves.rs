@@ -60,8 +60,10 @@ pub fn is_active(f: &Function, i: &Instr, varied: &[bool], differentiable_builti
     let v = |r: Reg| varied[r.index()];
     match *i {
         Instr::SetIndex { obj, .. } | Instr::SetIndex2 { obj, .. } => v(obj),
-        Instr::Call { callee, args, .. } => v(callee) || f.list(args).iter().any(|&r| v(r)),
-        Instr::CallDirect { args, .. } => f.list(args).iter().any(|&r| v(r)),
+        // A call whose result varies though nothing passed to it does (it reads a module
+        // variable's container that holds a derivative: `activity::Globals`) is active too.
+        Instr::Call { dst, callee, args } => v(callee) || v(dst) || f.list(args).iter().any(|&r| v(r)),
+        Instr::CallDirect { dst, args, .. } => v(dst) || f.list(args).iter().any(|&r| v(r)),
         Instr::CallBuiltin { builtin, args, .. } => {
             differentiable_builtin(builtin) && f.list(args).iter().any(|&r| v(r))
         }

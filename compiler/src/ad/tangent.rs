@@ -254,7 +254,13 @@ fn transcribe(cx: &Context, m: &Map, out: &mut Out, i: Instr, span: Span) -> Res
                 Again::Tower => ops.iter().map(|&o| m.p(o)).chain(ops.iter().map(|&o| m.t(o))).collect(),
                 Again::No => return Err(higher_order_error()),
             };
-            if is_effect(r) {
+            if matches!(r, TanRule::Global | TanRule::GlobalDeep) {
+                // A module variable's container one level up: a runtime error if it is one.
+                if dst_varied {
+                    let args = out.list(&operands);
+                    out.emit(Instr::Tan { dst: m.t(dst), rule: TanRule::GlobalDeep.encode(0), args }, span);
+                }
+            } else if is_effect(r) {
                 out.effect(r, &operands, span);
             } else if dst_varied {
                 let args = out.list(&operands);
@@ -384,6 +390,9 @@ fn tangent_of_instruction(cx: &Context, m: &Map, out: &mut Out, i: Instr, span: 
                 out.emit(Instr::LoadNil { dst: td }, span);
             }
         }
+        // A module variable's container that is written with a varying value: its tangent by
+        // identity (`TanRule::Global`).
+        Instr::GetGlobal { dst, .. } => out.rule(t(dst), TanRule::Global, 0, &[p(dst)], span),
         // Its tangent register is `ḟ` itself (set up in `tangent_routine`).
         Instr::LoadSelf { .. } => {}
         // Everything else yields no derivative (comparisons, lengths, constants, module

@@ -262,6 +262,8 @@ fn check_float_input(what: &str, x: &Value) -> VmResult<()> {
 
 /// `derivative(f, x)`: `ḟ(x)` with `ẋ = 1`, shaped like `f(x)`.
 pub fn derivative(vm: &mut Vm, f: &Value, x: &Value) -> VmResult<Value> {
+    // Tangents of module variables' containers follow identity through the sweep.
+    let _scope = super::shadows::enter(&[]);
     if !matches!(x, Value::Float(_)) {
         return Err(VmError::new(format!("derivative needs a float input, got {}", x.type_name())));
     }
@@ -283,6 +285,8 @@ fn differentiable_result(y: &Value) -> bool {
 
 /// `jvp(f, (x..), (ẋ..))`: `(y, ẏ)`.
 pub fn jvp(vm: &mut Vm, f: &Value, xs: &[Value], ts: &[Value]) -> VmResult<(Value, Value)> {
+    // Tangents of module variables' containers follow identity through the sweep.
+    let _scope = super::shadows::enter(&[]);
     if xs.len() != ts.len() {
         return Err(VmError::new(format!("jvp needs one tangent per input: {} inputs, {} tangents", xs.len(), ts.len())));
     }
@@ -309,6 +313,8 @@ pub fn jacobian(vm: &mut Vm, f: &Value, x: &Value) -> VmResult<Value> {
     let mut columns: Vec<Vec<f64>> = Vec::with_capacity(n);
     for j in 0..n {
         let seed = if matches!(x, Value::Float(_)) { Value::Float(1.0) } else { unit(x, j) };
+        // One sweep per column, each with its own tangents of module variables' containers.
+        let _scope = super::shadows::enter(&[]);
         let (y, ty) = vm.call_tangent(f, &Value::Nil, &[deep_copy(x)], &[seed])?;
         let ty = to_gradient(&ty, &y, &program);
         let col = match &ty {

@@ -21,9 +21,10 @@
 //! still reach the original's shadow.
 //!
 //! Scope: the first-order sweeps run by `gradient`, `value_and_gradient`, `grad` and
-//! `pullback` (`driver.rs`) each open one; nested sweeps (a `gradient` inside a function
-//! being differentiated) open their own. Outside a scope — forward-over-reverse sweeps, higher
-//! orders — adjoints are values as before. The scopes live in a thread-local stack: rules are
+//! `pullback` (`driver.rs`), forward-over-reverse sweeps (`nested.rs`: the adjoint's tangent
+//! has its own level of shadows) and forward sweeps (`derivative`, `jvp`, `jacobian`: the
+//! tangent of a module variable's container, `Level::Forward`) each open one; nested sweeps
+//! open their own. Adjoints by forward sweeps and higher orders (towers) run on values. The scopes live in a thread-local stack: rules are
 //! plain functions without the VM, and a sweep never leaves the thread that runs it.
 
 use super::adjoints::{accumulate, empty_like};
@@ -37,9 +38,9 @@ use std::rc::Rc;
 /// One sweep's shadows.
 #[derive(Default)]
 pub struct Scope {
-    /// Per level (0: the adjoint; 1: its tangent, in a forward-over-reverse sweep): container
-    /// address -> (the container, kept alive so the address stays its own; its shadow).
-    shadows: [HashMap<usize, (Value, Value)>; 2],
+    /// Per level (`Level`): container address -> (the container, kept alive so the address
+    /// stays its own; its shadow).
+    shadows: [HashMap<usize, (Value, Value)>; 3],
     /// Addresses of the shadows themselves.
     is_shadow: HashSet<usize>,
     /// Snapshot copy address -> (the copy, the original it was taken from).
@@ -140,11 +141,13 @@ pub fn is_shadow(v: &Value) -> bool {
     }
 }
 
-/// Which shadow: the adjoint's, or (forward over reverse) the adjoint's tangent.
+/// Which shadow: the adjoint's, the adjoint's tangent (forward over reverse), or the forward-mode
+/// tangent of a container the function did not create (a module variable's: `TanRule::Global`).
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub enum Level {
     Adjoint = 0,
     Tangent = 1,
+    Forward = 2,
 }
 
 /// The shadow of the container `v` stands for (`v` itself, or the original of a snapshot),

@@ -42,7 +42,7 @@ rule_enum! {
     /// A tangent rule, the `rule` operand of `Tan`.
     TanRule {
         Add, Sub, Mul, Div, Mod, Pow, MatMul, Neg, Math1, Index, Index2, SetIndex, SetIndex2, Field,
-        TupleGet, IterPrep, NewArray, Pull,
+        TupleGet, IterPrep, NewArray, Pull, Global, GlobalDeep,
     }
 }
 
@@ -222,6 +222,17 @@ pub fn apply(program: &Program, code: u32, args: &[Value]) -> VmResult<Value> {
             _ => Ok(Value::Nil),
         },
         TanRule::TupleGet => Ok(super::adjoints::element(arg(0), payload as usize)),
+        // A module variable's container: its tangent follows its identity through the sweep
+        // (`shadows.rs`), so every read and write of it in any function sees the same one.
+        TanRule::Global => Ok(super::shadows::shadow_at(arg(0), super::shadows::Level::Forward).unwrap_or(Value::Nil)),
+        // The same one level up (`T(T(f))`): not supported for a container yet, nothing to do
+        // for any other value.
+        TanRule::GlobalDeep if super::shadows::is_container(arg(0)) => Err(VmError::new(
+            "derivatives of second and higher order in forward mode through a module variable's container \
+             that the function writes are not supported yet (first-order forward mode, reverse mode and \
+             hessian are)",
+        )),
+        TanRule::GlobalDeep => Ok(Value::Nil),
         TanRule::Pull => {
             let n = args.len() / 2;
             if super::shadows::active() {
@@ -363,6 +374,7 @@ pub fn again(rule: TanRule) -> Again {
         TanRule::NewArray => Again::Linear(|k| k >= 1),
         TanRule::Mul | TanRule::Div | TanRule::Pow | TanRule::MatMul | TanRule::Math1 => Again::Tower,
         TanRule::Pull => Again::No,
+        TanRule::Global | TanRule::GlobalDeep => Again::Linear(|_| false),
     }
 }
 
