@@ -4,18 +4,20 @@
 //! in reverse mode, `ẏ = f'(x) * ẋ` in forward mode. Where the local derivative is infinite or
 //! NaN (`sqrt` at 0, `log` at 0, `asin` at 1) and the (co)tangent is exactly zero — an operand
 //! `max` did not select, an element of an array nobody read — the product must be zero: no
-//! derivative reaches that point, so nothing may come out of it. IEEE gives `0 * inf = NaN`,
-//! which would turn an untaken path into a NaN gradient. `times` is the one place this
-//! convention lives; the rules call it instead of `*` (docs/differentiation.md, "No silent
-//! wrong answers").
+//! derivative reaches that point, so nothing may come out of it. The same holds the other way
+//! round: a local derivative that is exactly zero (`tanh` saturated, `relu` off) stops an
+//! infinite (co)tangent from an overflowed intermediate. IEEE gives `0 * inf = NaN`, which
+//! would turn such paths into NaN derivatives. `times` is the one place this convention
+//! lives; the rules call it instead of `*` (docs/differentiation.md, "No silent wrong
+//! answers").
 
 use crate::error::{VmError, VmResult};
 use crate::value::{Array, Value};
 
-/// `d * g`, except that a zero `d` gives zero whatever `g` is.
+/// `d * g`, except that a zero factor gives zero whatever the other is.
 #[inline(always)]
 pub fn times(d: f64, g: f64) -> f64 {
-    if d == 0.0 {
+    if d == 0.0 || g == 0.0 {
         0.0
     } else {
         d * g
@@ -94,6 +96,7 @@ mod tests {
         assert_eq!(times(0.0, f64::INFINITY), 0.0);
         assert_eq!(times(0.0, f64::NAN), 0.0);
         assert_eq!(times(2.0, 3.0), 6.0);
+        assert_eq!(times(f64::INFINITY, 0.0), 0.0);
         assert!(times(1.0, f64::INFINITY).is_infinite());
     }
 

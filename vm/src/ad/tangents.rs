@@ -85,11 +85,13 @@ fn fit(t: Value, y: &Value) -> Value {
 }
 
 /// `t * x`, skipped (nil) when the tangent is zero.
+/// `t * x`, `t` a tangent: `nil` for the zero tangent, and the chain rule's strong zero
+/// (`chain.rs`) where the shapes allow it.
 fn scaled(t: &Value, x: &Value) -> VmResult<Value> {
     if is_zero(t) {
         Ok(Value::Nil)
     } else {
-        bin(BinOp::Mul, t, x)
+        super::chain::scale(t, x).or_else(|_| bin(BinOp::Mul, t, x))
     }
 }
 
@@ -157,8 +159,8 @@ pub fn apply(program: &Program, code: u32, args: &[Value]) -> VmResult<Value> {
         }
         TanRule::Pow => {
             let (a, b, ta, tb) = (arg(0), arg(1), arg(2), arg(3));
-            let da = if is_zero(ta) { Value::Nil } else { bin(BinOp::Mul, ta, &zip_numbers(a, b, pow_da)?)? };
-            let db = if is_zero(tb) { Value::Nil } else { bin(BinOp::Mul, tb, &zip_numbers(a, b, pow_db)?)? };
+            let da = if is_zero(ta) { Value::Nil } else { scaled(ta, &zip_numbers(a, b, pow_da)?)? };
+            let db = if is_zero(tb) { Value::Nil } else { scaled(tb, &zip_numbers(a, b, pow_db)?)? };
             add(da, db)
         }
         TanRule::MatMul => {
