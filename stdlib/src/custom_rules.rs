@@ -118,7 +118,13 @@ pub fn checkpoint_apply(vm: &mut Vm, a: &[Value]) -> VmResult<Value> {
 /// Under reverse mode: only the inputs (copied, as `f` or later code may mutate them) and `f`.
 pub fn checkpoint_tape(vm: &mut Vm, a: &[Value]) -> VmResult<Value> {
     let inputs = Value::tuple(a[1..].iter().map(deep_copy).collect());
+    // Every container of the copies and the original it copies (`shadows::alias` in the adjoint).
+    let mut pairs = vec![];
+    for (copy, original) in zygvm_vm::ad::adjoints::element_pairs(&inputs, &Value::tuple(a[1..].to_vec())) {
+        pairs.push(Value::tuple(vec![copy, original]));
+    }
     let y = vm.call_value(&a[0], &a[1..])?;
+    vm.tape_push(Value::tuple(pairs));
     vm.tape_push(inputs);
     vm.tape_push(a[0].clone());
     Ok(y)
@@ -129,8 +135,17 @@ pub fn checkpoint_adjoint(vm: &mut Vm, dy: Value, d: &mut [Value]) -> VmResult<(
     let Value::Tuple(inputs) = vm.tape_pop()? else {
         return Err(VmError::new("internal differentiation error: checkpoint record"));
     };
+    let Value::Tuple(pairs) = vm.tape_pop()? else {
+        return Err(VmError::new("internal differentiation error: checkpoint record"));
+    };
     if matches!(dy, Value::Nil) {
         return Ok(());
+    }
+    // Containers inside the copies stand for the originals' (their elements included).
+    for p in pairs.iter() {
+        if let Some(s) = zygvm_vm::ad::shadows::shadow_of(&element(p, 1)) {
+            zygvm_vm::ad::shadows::alias(&element(p, 0), &s, zygvm_vm::ad::shadows::Level::Adjoint);
+        }
     }
     // Recompute: the primal-with-tape routine writes f's records on top of the tape, and
     // f's adjoint consumes exactly those. The copies and the recomputed result stand for the

@@ -170,6 +170,38 @@ pub fn deep_copy(v: &Value) -> Value {
     }
 }
 
+/// The containers of `copy` (a `deep_copy` of `original`) paired with the containers of
+/// `original` they copy, all the way down.
+pub fn element_pairs(copy: &Value, original: &Value) -> Vec<(Value, Value)> {
+    let mut out = vec![];
+    fn walk(c: &Value, o: &Value, out: &mut Vec<(Value, Value)>) {
+        match (c, o) {
+            (Value::Array(x), Value::Array(y)) => {
+                out.push((c.clone(), o.clone()));
+                let (x, y) = (x.borrow(), y.borrow());
+                if let (Array::Values(xs), Array::Values(ys)) = (&*x, &*y) {
+                    xs.iter().zip(ys.iter()).for_each(|(p, q)| walk(p, q, out));
+                }
+            }
+            (Value::Matrix(_), Value::Matrix(_)) => out.push((c.clone(), o.clone())),
+            (Value::Dict(x), Value::Dict(y)) => {
+                out.push((c.clone(), o.clone()));
+                let (x, y) = (x.borrow(), y.borrow());
+                for (k, p) in x.map.iter() {
+                    if let Some(q) = y.get(k) {
+                        walk(p, q, out);
+                    }
+                }
+            }
+            (Value::Tuple(x), Value::Tuple(y)) => x.iter().zip(y.iter()).for_each(|(p, q)| walk(p, q, out)),
+            (Value::Struct(x), Value::Struct(y)) => x.fields.iter().zip(y.fields.iter()).for_each(|(p, q)| walk(p, q, out)),
+            _ => {}
+        }
+    }
+    walk(copy, original, &mut out);
+    out
+}
+
 /// What `TapeSave` records: the mutable containers copied one level deep (their contents as
 /// they are now), everything else by reference.
 pub fn snapshot(v: &Value) -> Value {

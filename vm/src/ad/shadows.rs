@@ -210,7 +210,11 @@ pub fn deposit(operand: &Value, c: Value) -> VmResult<Value> {
 
 /// `deposit` at a level.
 pub fn deposit_at(operand: &Value, c: Value, level: Level) -> VmResult<Value> {
-    if matches!(c, Value::Nil) || !active() {
+    if matches!(c, Value::Nil) || !active() || !is_container(operand) {
+        return Ok(c);
+    }
+    if existing_at(operand, level).is_none() && adopt(operand, &c, level) {
+        // The first contribution becomes the shadow: no zeros to allocate and add to.
         return Ok(c);
     }
     match shadow_at(operand, level) {
@@ -218,6 +222,33 @@ pub fn deposit_at(operand: &Value, c: Value, level: Level) -> VmResult<Value> {
         None => Ok(c),
     }
 }
+
+/// Makes `c` the shadow of `operand` when it can be: a container of the operand's shape that
+/// nothing else holds (a rule's fresh result).
+fn adopt(operand: &Value, c: &Value, level: Level) -> bool {
+    let original = |v: &Value| -> Value {
+        address(v).and_then(|p| with_scope(|s| s.origins.get(&p).map(|(_, o)| o.clone())).flatten()).unwrap_or_else(|| v.clone())
+    };
+    let o = original(operand);
+    let fits = match (&o, c) {
+        (Value::Array(x), Value::Array(y)) => Rc::strong_count(y) == 1 && x.borrow().len() == y.borrow().len(),
+        (Value::Matrix(x), Value::Matrix(y)) => Rc::strong_count(y) == 1 && {
+            let (x, y) = (x.borrow(), y.borrow());
+            x.rows == y.rows && x.cols == y.cols
+        },
+        _ => false,
+    };
+    if !fits {
+        return false;
+    }
+    let (Some(key), Some(q)) = (address(&o), address(c)) else { return false };
+    with_scope(|s| {
+        s.is_shadow.insert(q);
+        s.shadows[level as usize].insert(key, (o.clone(), c.clone()));
+    })
+    .is_some()
+}
+
 
 /// `acc` merged into the shadow of `obj` (so a register that held part of the adjoint hands it
 /// over); returns the shadow, or `None` when `obj` has none.
