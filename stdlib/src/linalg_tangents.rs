@@ -53,27 +53,9 @@ fn square_matrix(name: &str, v: &Value) -> VmResult<Matrix> {
     Ok(m)
 }
 
-fn inverse_of(name: &str, a: &Matrix) -> VmResult<Matrix> {
-    let f = lu(a);
-    if f.singular {
-        return Err(VmError::new(format!("{name}: the matrix is singular")));
-    }
-    let n = a.rows;
-    let mut out = vec![0.0; n * n];
-    let mut e = vec![0.0; n];
-    for c in 0..n {
-        e.iter_mut().for_each(|x| *x = 0.0);
-        e[c] = 1.0;
-        for (r, x) in f.solve(&e).into_iter().enumerate() {
-            out[r * n + c] = x;
-        }
-    }
-    Ok(Matrix { rows: n, cols: n, data: out })
-}
-
 pub(crate) fn inv_tangent(_: &mut Vm, a: &[Value], t: &[Value]) -> VmResult<(Value, Value)> {
     let m = square_matrix("inv", &a[0])?;
-    let y = inverse_of("inv", &m)?;
+    let y = crate::matrices::inverse_of(&m)?;
     let ty = match matrix_tangent("inv", &t[0], m.rows)? {
         None => Value::Nil,
         Some(ta) => {

@@ -192,8 +192,13 @@ pub fn det(_: &mut Vm, a: &[Value]) -> VmResult<Value> {
 }
 
 pub fn inv(_: &mut Vm, a: &[Value]) -> VmResult<Value> {
-    let m = square("inv", &a[0])?;
-    let f = lu(&m);
+    let m = inverse_of(&*square("inv", &a[0])?)?;
+    Ok(Value::matrix(m.rows, m.cols, m.data))
+}
+
+/// The inverse of a square matrix, column by column from one LU factorisation.
+pub fn inverse_of(m: &Matrix) -> VmResult<Matrix> {
+    let f = lu(m);
     if f.singular {
         return err("inv: the matrix is singular");
     }
@@ -208,7 +213,7 @@ pub fn inv(_: &mut Vm, a: &[Value]) -> VmResult<Value> {
             out[r * n + c] = x[r];
         }
     }
-    Ok(Value::matrix(n, n, out))
+    Ok(Matrix { rows: n, cols: n, data: out })
 }
 
 pub fn solve(_: &mut Vm, a: &[Value]) -> VmResult<Value> {

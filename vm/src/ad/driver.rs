@@ -83,6 +83,9 @@ pub fn value_and_gradient(vm: &mut Vm, f: &Value, args: &[Value]) -> VmResult<(V
 /// The arguments' adjoints: a container argument's is its shadow (`shadows.rs`), which
 /// aliases may have reached even where the adjoint routine returned nothing.
 fn with_shadows_of(d: Vec<Value>, args: &[Value]) -> VmResult<Vec<Value>> {
+    if !args.iter().any(shadows::is_container) {
+        return Ok(d);
+    }
     d.into_iter()
         .zip(args)
         .map(|(d, a)| Ok(if shadows::is_container(a) { shadows::merged(d.clone(), a)?.unwrap_or(d) } else { d }))

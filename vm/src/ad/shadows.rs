@@ -48,7 +48,9 @@ pub struct Scope {
 }
 
 thread_local! {
-    static SCOPES: RefCell<Vec<Scope>> = const { RefCell::new(Vec::new()) };
+    /// Open scopes, innermost last; a scope's tables are made on first use, so a sweep that
+    /// never meets a container pays for a push and a pop only.
+    static SCOPES: RefCell<Vec<Option<Box<Scope>>>> = const { RefCell::new(Vec::new()) };
     static ACTIVE: Cell<usize> = const { Cell::new(0) };
 }
 
@@ -85,12 +87,17 @@ pub fn suspend() -> SuspendGuard {
 /// Opens a new scope, seeded with snapshot origins recorded by an earlier primal pass
 /// (`pullback`'s `back`).
 pub fn enter(origins: &[(Value, Value)]) -> ScopeGuard {
-    let mut scope = Scope::default();
-    for (copy, original) in origins {
-        if let Some(p) = address(copy) {
-            scope.origins.insert(p, (copy.clone(), original.clone()));
+    let scope = if origins.is_empty() {
+        None
+    } else {
+        let mut scope = Box::<Scope>::default();
+        for (copy, original) in origins {
+            if let Some(p) = address(copy) {
+                scope.origins.insert(p, (copy.clone(), original.clone()));
+            }
         }
-    }
+        Some(scope)
+    };
     SCOPES.with(|s| s.borrow_mut().push(scope));
     ACTIVE.with(|a| a.set(a.get() + 1));
     ScopeGuard(())
@@ -98,14 +105,17 @@ pub fn enter(origins: &[(Value, Value)]) -> ScopeGuard {
 
 /// The snapshot origins of the current scope, as `(copy, original)` pairs (kept by `pullback`).
 pub fn origins() -> Vec<(Value, Value)> {
-    SCOPES.with(|s| s.borrow().last().map(|sc| sc.origins.values().cloned().collect()).unwrap_or_default())
+    SCOPES.with(|s| match s.borrow().last() {
+        Some(Some(sc)) => sc.origins.values().cloned().collect(),
+        _ => vec![],
+    })
 }
 
 fn with_scope<T>(f: impl FnOnce(&mut Scope) -> T) -> Option<T> {
     if !active() {
         return None;
     }
-    SCOPES.with(|s| s.borrow_mut().last_mut().map(f))
+    SCOPES.with(|s| s.borrow_mut().last_mut().map(|top| f(top.get_or_insert_with(Default::default))))
 }
 
 /// The address that identifies a mutable container.
