@@ -67,6 +67,12 @@ impl Globals {
     }
 }
 
+/// Whether a built-in has its own tape protocol (`map`, `filter`, `reduce`, `custom_gradient`,
+/// ...): the ones that may call a function value back.
+fn calls_back(b: &Builtin) -> bool {
+    matches!(b.deriv, Deriv::Custom { .. } | Deriv::Nested)
+}
+
 /// `Globals` of a program (SSA form), by iterating the per-function analysis to a fixpoint.
 pub fn program_globals(ssa: &[Function], builtins: &[Builtin]) -> Globals {
     let slots = ssa.iter().flat_map(|f| f.code.iter()).filter_map(|i| match *i {
@@ -84,8 +90,9 @@ pub fn program_globals(ssa: &[Function], builtins: &[Builtin]) -> Globals {
             }
             let reads = f.code.iter().any(|i| match *i {
                 Instr::GetGlobal { slot, .. } => g.written(slot.0),
-                Instr::CallDirect { func, .. } => g.varies_alone(func),
+                Instr::CallDirect { func, .. } | Instr::MakeClosure { func, .. } => g.varies_alone(func),
                 Instr::Call { .. } => g.any_varies_alone(),
+                Instr::CallBuiltin { builtin, .. } => calls_back(&builtins[builtin.index()]) && g.any_varies_alone(),
                 _ => false,
             });
             next.varies_alone[k] = next.varies_alone[k] || reads;
@@ -266,7 +273,10 @@ fn analyse(f: &Function, builtins: &[Builtin], adjoint: bool, globals: &Globals)
                     }
                     Instr::CallBuiltin { dst, builtin, args } => {
                         let bi = &builtins[builtin.index()];
-                        if builtin_is_differentiable(bi) && any(f.list(args), &varied) {
+                        // A built-in that calls a function back (`map`, ...) may reach a module
+                        // variable's container through it.
+                        let through_callback = calls_back(bi) && globals.any_varies_alone();
+                        if builtin_is_differentiable(bi) && (any(f.list(args), &varied) || through_callback) {
                             mark(dst, &mut varied);
                             if matches!(bi.deriv, Deriv::Custom { .. }) {
                                 mutated.extend(f.list(args));

@@ -64,8 +64,8 @@ pub fn is_active(f: &Function, i: &Instr, varied: &[bool], differentiable_builti
         // variable's container that holds a derivative: `activity::Globals`) is active too.
         Instr::Call { dst, callee, args } => v(callee) || v(dst) || f.list(args).iter().any(|&r| v(r)),
         Instr::CallDirect { dst, args, .. } => v(dst) || f.list(args).iter().any(|&r| v(r)),
-        Instr::CallBuiltin { builtin, args, .. } => {
-            differentiable_builtin(builtin) && f.list(args).iter().any(|&r| v(r))
+        Instr::CallBuiltin { dst, builtin, args } => {
+            differentiable_builtin(builtin) && (v(dst) || f.list(args).iter().any(|&r| v(r)))
         }
         Instr::LoadSelf { .. } => false,
         _ => i.def().is_some_and(v) && !i.is_terminator(),
