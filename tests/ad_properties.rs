@@ -78,7 +78,8 @@ enum Stmt {
     /// `max`/`min`/an array element where the operand not taken is singular (`sqrt`, `log`, `/`
     /// at 0): the untaken side must contribute zero, not NaN.
     Untaken(u8, u8, u8),
-    /// `grad` of a closure capturing an outer variable, inside the function differentiated.
+    /// `grad`, `derivative` or `hessian` of a closure capturing an outer variable, inside the
+    /// function differentiated.
     NestedGrad(u8, u8, Expr),
     /// A closure writes an array or dict it captured (`a[i] =`, `push`, `d[k] =`); the
     /// function reads it back, directly and through the closure.
@@ -264,7 +265,13 @@ impl Render {
             }
             Stmt::NestedGrad(k, c, e) => {
                 let (v, c, e) = (self.var(*k), self.var(*c), self.expr(e));
-                self.line(&format!("{v} = tanh(grad(fn(t) {{ t * t * {c} + sin(t * {c}) }})(tanh({e})))"));
+                let inner = match self.next % 3 {
+                    0 => format!("grad(fn(t) {{ t * t * {c} + sin(t * {c}) }})(tanh({e}))"),
+                    1 => format!("derivative(fn(t) {{ t * t * {c} + sin(t * {c}) }}, tanh({e}))"),
+                    _ => format!("hessian(fn(w) {{ w[0] * w[0] * w[0] * {c} + sin(w[0] * {c}) }}, [tanh({e})])[0, 0]"),
+                };
+                self.next += 1;
+                self.line(&format!("{v} = tanh({inner})"));
             }
             Stmt::CapturedWrite(k, a, b, w) => {
                 let (v, a, b, n) = (self.var(*k), self.var(*a), self.var(*b), self.next);
