@@ -354,8 +354,8 @@ fn mat(v: &Value) -> VmResult<Matrix> {
 fn mval(m: Matrix) -> Value {
     Value::matrix(m.rows, m.cols, m.data)
 }
-fn matmul(a: &Matrix, b: &Matrix) -> Matrix {
-    Matrix { rows: a.rows, cols: b.cols, data: zygvm_vm::kernels::matmul(a, b) }
+fn matmul(a: &Matrix, b: &Matrix) -> VmResult<Matrix> {
+    Ok(Matrix { rows: a.rows, cols: b.cols, data: zygvm_vm::kernels::matmul(a, b)? })
 }
 fn matrix_rows(dy: &Value, a: &[Value]) -> VmResult<Vec<Value>> {
     let d = mat(dy)?;
@@ -431,7 +431,7 @@ fn det(dy: &Value, a: &[Value], y: &Value) -> VmResult<Vec<Value>> {
 /// `Y = inv(M)`: `dM = -Y^T dY Y^T`.
 fn inv(dy: &Value, _: &[Value], y: &Value) -> VmResult<Vec<Value>> {
     let yt = transpose_of(&mat(y)?);
-    let mut out = matmul(&matmul(&yt, &mat(dy)?), &yt);
+    let mut out = matmul(&matmul(&yt, &mat(dy)?)?, &yt)?;
     out.data.iter_mut().for_each(|x| *x = -*x);
     Ok(vec![mval(out)])
 }

@@ -59,8 +59,8 @@ pub(crate) fn inv_tangent(_: &mut Vm, a: &[Value], t: &[Value]) -> VmResult<(Val
     let ty = match matrix_tangent("inv", &t[0], m.rows)? {
         None => Value::Nil,
         Some(ta) => {
-            let yta = Matrix { rows: m.rows, cols: m.rows, data: kernels::matmul(&y, &ta) };
-            let data = kernels::matmul(&yta, &y).into_iter().map(|x| -x).collect();
+            let yta = Matrix { rows: m.rows, cols: m.rows, data: kernels::matmul(&y, &ta)? };
+            let data = kernels::matmul(&yta, &y)?.into_iter().map(|x| -x).collect();
             Value::matrix(m.rows, m.rows, data)
         }
     };

@@ -1,6 +1,7 @@
 //! Dense float kernels used by operators and the standard library. Matrix products go through
 //! `matrixmultiply` (blocked, SIMD); the rest are simple loops the compiler vectorises.
 
+use crate::error::{VmError, VmResult};
 use crate::value::Matrix;
 
 #[inline]
@@ -31,15 +32,28 @@ pub fn matvec(m: &Matrix, x: &[f64]) -> Vec<f64> {
     (0..m.rows).map(|r| dot(&m.data[r * m.cols..(r + 1) * m.cols], x)).collect()
 }
 
-/// `a @ b`, both row-major.
-pub fn matmul(a: &Matrix, b: &Matrix) -> Vec<f64> {
+/// `a @ b`, both row-major; an error when the shapes do not agree or a matrix's data does not
+/// have its declared size (`Matrix`'s fields are public: nothing else guarantees it).
+pub fn matmul(a: &Matrix, b: &Matrix) -> VmResult<Vec<f64>> {
     let (m, k, n) = (a.rows, a.cols, b.cols);
+    if b.rows != k || a.data.len() != m * k || b.data.len() != k * n {
+        return Err(VmError::new(format!(
+            "shape mismatch in @: matrix ({}, {}) holding {} numbers and matrix ({}, {}) holding {}",
+            a.rows,
+            a.cols,
+            a.data.len(),
+            b.rows,
+            b.cols,
+            b.data.len()
+        )));
+    }
     let mut c = vec![0.0; m * n];
     if m == 0 || n == 0 || k == 0 {
-        return c;
+        return Ok(c);
     }
-    // SAFETY: the pointers cover `m*k`, `k*n` and `m*n` f64s laid out row-major with the
-    // strides given (row stride = column count, column stride 1); `c` is exclusively borrowed.
+    // SAFETY: checked above: `a.data` holds exactly `m*k` f64s, `b.data` `k*n`, and `c` was
+    // allocated with `m*n`, all row-major with the strides given (row stride = column count,
+    // column stride 1); `c` is exclusively borrowed.
     unsafe {
         matrixmultiply::dgemm(
             m,
@@ -58,5 +72,23 @@ pub fn matmul(a: &Matrix, b: &Matrix) -> Vec<f64> {
             1,
         );
     }
-    c
+    Ok(c)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn matmul_refuses_sizes_that_do_not_agree() {
+        let a = Matrix { rows: 2, cols: 2, data: vec![1.0, 2.0, 3.0, 4.0] };
+        let b = Matrix { rows: 2, cols: 1, data: vec![1.0, 1.0] };
+        assert_eq!(matmul(&a, &b).unwrap(), vec![3.0, 7.0]);
+        // A matrix whose data is shorter than its shape says (public fields): an error.
+        let short = Matrix { rows: 2, cols: 3000, data: vec![1.0; 6] };
+        assert!(matmul(&a, &short).is_err());
+        let lying = Matrix { rows: 2, cols: 2, data: vec![1.0; 3] };
+        assert!(matmul(&lying, &b).is_err());
+        assert!(matmul(&b, &a).is_err());
+    }
 }

@@ -256,7 +256,7 @@ pub fn matmul(a: &Value, b: &Value) -> VmResult<Value> {
                     m.rows, m.cols, n.rows, n.cols
                 )));
             }
-            Ok(Value::matrix(m.rows, n.cols, kernels::matmul(&m, &n)))
+            Ok(Value::matrix(m.rows, n.cols, kernels::matmul(&m, &n)?))
         }
         (Value::Array(u), Value::Array(v)) => {
             let (u, v) = (u.borrow(), v.borrow());
