@@ -125,12 +125,20 @@ impl Vm {
     /// Within a sweep with shadows: the containers among a built-in's arguments and result,
     /// pushed after the built-in's own records so that its adjoint can route their adjoints
     /// through their shadows (`with_shadows`).
-    fn record_identities(&mut self, args: &[Value], y: &Value) {
+    pub(crate) fn record_identities(&mut self, args: &[Value], y: &Value) {
         if shadows::active() {
             let keep = |v: &Value| if shadows::is_container(v) { v.clone() } else { Value::Nil };
             let mut ids: Vec<Value> = args.iter().map(keep).collect();
             ids.push(keep(y));
             self.tape.push(Value::tuple(ids));
+        }
+    }
+
+    /// What `record_identities` pushed.
+    pub(crate) fn pop_identities(&mut self) -> VmResult<std::rc::Rc<Vec<Value>>> {
+        match self.tape_pop()? {
+            Value::Tuple(t) => Ok(t),
+            other => Err(VmError::new(format!("internal differentiation error: tape holds {other:?} for identities"))),
         }
     }
 
@@ -142,10 +150,7 @@ impl Vm {
         if !shadows::active() {
             return adjoint(self, dy, d);
         }
-        let ids = match self.tape_pop()? {
-            Value::Tuple(t) => t,
-            other => return Err(VmError::new(format!("internal differentiation error: tape holds {other:?} for identities"))),
-        };
+        let ids = self.pop_identities()?;
         let n = d.len();
         let dy = match (&dy, ids.get(n)) {
             (Value::Nil, Some(y)) => shadows::existing_shadow(y).unwrap_or(Value::Nil),

@@ -87,6 +87,12 @@ pub fn scale(d: &Value, g: &Value) -> VmResult<Value> {
     })
 }
 
+/// `d * g` with the strong zero where `scale` handles the shapes, the general product of
+/// `ops` otherwise (a matrix cotangent against an array, ...).
+pub fn product(d: &Value, g: &Value) -> VmResult<Value> {
+    scale(d, g).or_else(|_| crate::ops::binary(crate::ops::BinOp::Mul, d, g))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -86,10 +86,7 @@ fn with_shadows_of(d: Vec<Value>, args: &[Value]) -> VmResult<Vec<Value>> {
     if !args.iter().any(shadows::is_container) {
         return Ok(d);
     }
-    d.into_iter()
-        .zip(args)
-        .map(|(d, a)| Ok(if shadows::is_container(a) { shadows::merged(d.clone(), a)?.unwrap_or(d) } else { d }))
-        .collect()
+    d.into_iter().zip(args).map(|(d, a)| shadows::of_argument(d, a, shadows::Level::Adjoint)).collect()
 }
 
 fn array_length(v: &Value) -> Option<usize> {

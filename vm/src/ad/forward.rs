@@ -137,9 +137,8 @@ impl Vm {
             Deriv::Constant => zero_container(&y),
             Deriv::Missing => return Err(VmError::new(format!("cannot differentiate through {}: it has no derivative rule", name()))),
             Deriv::Nested | Deriv::Custom { .. } if self.program().builtins[b.index()].tower.is_some() => {
-                let towers: Vec<Vec<Value>> = args.iter().zip(targs).map(|(a, t)| vec![a.clone(), t.clone()]).collect();
                 let tower = self.program().builtins[b.index()].tower.expect("checked above");
-                return Ok(super::towers::pair_of(tower(self, &towers, 1)?));
+                return self.tower_at_one_level(tower, args, targs);
             }
             Deriv::Nested => {
                 return Err(VmError::new(format!(
@@ -170,10 +169,7 @@ impl Vm {
                 // (`det`, `inv`, `solve`, `softmax`, `logsumexp`, ...); the Jacobian through
                 // the pullback, one pullback per output number, only where there is none.
                 _ => match self.program().builtins[b.index()].tower {
-                    Some(tower) => {
-                        let towers: Vec<Vec<Value>> = args.iter().zip(targs).map(|(a, t)| vec![a.clone(), t.clone()]).collect();
-                        return Ok(super::towers::pair_of(tower(self, &towers, 1)?));
-                    }
+                    Some(tower) => return self.tower_at_one_level(tower, args, targs),
                     None => self.transposed(b, args, targs, &y)?,
                 },
             },
@@ -183,6 +179,12 @@ impl Vm {
 }
 
 impl Vm {
+    /// A built-in's tower rule at one level: `(y, ẏ)`.
+    fn tower_at_one_level(&mut self, tower: crate::builtin::TowerFn, args: &[Value], targs: &[Value]) -> VmResult<(Value, Value)> {
+        let towers: Vec<Vec<Value>> = args.iter().zip(targs).map(|(a, t)| vec![a.clone(), t.clone()]).collect();
+        Ok(super::towers::pair_of(tower(self, &towers, 1)?))
+    }
+
     /// The Jacobian applied to the tangents, one pullback per output number (a pullback is
     /// linear in its cotangent): exact, and cheap for the numbers and small arrays built-ins
     /// return.

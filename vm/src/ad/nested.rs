@@ -55,9 +55,7 @@ impl Vm {
             let n = args.len();
             let (dy, tdy) = (seed(&y, dy, Level::Adjoint)?, seed(&y, tdy, Level::Tangent)?);
             let (out, tout) = self.call_tangent_adjoint(f, dy, vec![Value::Nil; n], tdy, vec![Value::Nil; n])?;
-            let with_shadow = |d: Value, a: &Value, level: Level| -> VmResult<Value> {
-                Ok(if shadows::is_container(a) { shadows::merged_at(d.clone(), a, level)?.unwrap_or(d) } else { d })
-            };
+            let with_shadow = shadows::of_argument;
             Ok(Sweep {
                 y,
                 ty,
@@ -154,13 +152,7 @@ impl Vm {
     /// record its pullback needs pushed beside that record's tangent.
     pub fn tangent_tape_builtin(&mut self, b: BuiltinId, args: &[Value], targs: &[Value]) -> VmResult<(Value, Value)> {
         let (y, ty) = self.tangent_tape_builtin_records(b, args, targs)?;
-        // The containers among the arguments and result, for `tangent_adjoint_builtin`.
-        if shadows::active() {
-            let keep = |v: &Value| if shadows::is_container(v) { v.clone() } else { Value::Nil };
-            let mut ids: Vec<Value> = args.iter().map(keep).collect();
-            ids.push(keep(&y));
-            self.tape.push(Value::tuple(ids));
-        }
+        self.record_identities(args, &y);
         Ok((y, ty))
     }
 
@@ -201,10 +193,7 @@ impl Vm {
         }
         // As `calls::with_shadows`, at both levels: each container argument's incoming
         // adjoint and tangent are its shadows, and what the rule hands back becomes theirs.
-        let ids = match self.tape_pop()? {
-            Value::Tuple(t) => t,
-            other => return Err(VmError::new(format!("internal differentiation error: tape holds {other:?} for identities"))),
-        };
+        let ids = self.pop_identities()?;
         let n = d.len();
         let y = ids.get(n).cloned().unwrap_or(Value::Nil);
         let dy = match dy {

@@ -43,7 +43,7 @@ rule_enum! {
     }
 }
 
-use super::chain::times;
+use super::chain::{self, times};
 use super::shadows;
 
 /// Text for the disassembler: `MulA`, `Math1(sin)`, `Element(2)`.
@@ -64,24 +64,13 @@ pub(crate) fn bin(op: BinOp, a: &Value, b: &Value) -> VmResult<Value> {
     }
 }
 
-/// `dy * x` or `dy / x` with the chain rule's strong zero (`chain.rs`) for numbers and float
-/// arrays; other shapes (matrices of cotangents against arrays, ...) take the general path.
+/// `dy * x` or `dy / x` with the chain rule's strong zero (`chain.rs`) where the shapes allow
+/// it, the general operator otherwise.
 fn strong(op: BinOp, dy: &Value, x: &Value) -> VmResult<Value> {
-    let local = |x: &Value| match op {
-        BinOp::Div => map_numbers(x, |v| 1.0 / v),
-        _ => Ok(x.clone()),
-    };
-    match (dy, x) {
-        (Value::Float(d), Value::Float(v)) => Ok(Value::Float(times(*d, if op == BinOp::Div { 1.0 / v } else { *v }))),
-        (Value::Array(_) | Value::Matrix(_) | Value::Float(_), Value::Array(_) | Value::Matrix(_) | Value::Float(_) | Value::Int(_))
-            if matches!(op, BinOp::Mul | BinOp::Div) =>
-        {
-            match super::chain::scale(dy, &local(x)?) {
-                Ok(v) => Ok(v),
-                Err(_) => bin(op, dy, x),
-            }
-        }
-        _ => bin(op, dy, x),
+    let local = if op == BinOp::Div { map_numbers(x, |v| 1.0 / v) } else { Ok(x.clone()) };
+    match local {
+        Ok(l) => chain::scale(dy, &l).or_else(|_| bin(op, dy, x)),
+        Err(_) => bin(op, dy, x),
     }
 }
 
@@ -294,7 +283,7 @@ pub fn fast<'v>(program: &Program, code: u32, arg: impl Fn(usize) -> &'v Value) 
             _ => return None,
         },
         (Rule::Math1, F(d)) => match (arg(1), program.builtins[payload as usize].scalar_deriv) {
-            (F(x), Some(deriv)) => F(super::chain::times(*d, deriv(*x))),
+            (F(x), Some(deriv)) => F(times(*d, deriv(*x))),
             _ => return None,
         },
         (Rule::Index, Value::Array(acc)) => match (arg(2), arg(3)) {
@@ -400,7 +389,7 @@ pub(crate) fn apply_to_values(program: &Program, code: u32, args: &[Value]) -> V
         Rule::DivA => Ok(unbroadcast(&strong(BinOp::Div, arg(0), arg(2))?, arg(1))),
         Rule::DivB => {
             let q = zip_numbers(arg(1), arg(2), |a, b| -a / (b * b))?;
-            Ok(unbroadcast(&super::chain::scale(arg(0), &q)?, arg(2)))
+            Ok(unbroadcast(&chain::scale(arg(0), &q)?, arg(2)))
         }
         Rule::ModB => {
             let q = zip_numbers(arg(1), arg(2), |a, b| -(a / b).trunc())?;
@@ -408,11 +397,11 @@ pub(crate) fn apply_to_values(program: &Program, code: u32, args: &[Value]) -> V
         }
         Rule::PowA => {
             let d = zip_numbers(arg(1), arg(2), pow_da)?;
-            Ok(unbroadcast(&super::chain::scale(arg(0), &d)?, arg(1)))
+            Ok(unbroadcast(&chain::scale(arg(0), &d)?, arg(1)))
         }
         Rule::PowB => {
             let d = zip_numbers(arg(1), arg(2), pow_db)?;
-            Ok(unbroadcast(&super::chain::scale(arg(0), &d)?, arg(2)))
+            Ok(unbroadcast(&chain::scale(arg(0), &d)?, arg(2)))
         }
         Rule::MatMulA | Rule::MatMulB => matmul_rule(rule, arg(0), arg(1), arg(2)),
         Rule::Neg => neg(arg(0)),
@@ -422,8 +411,8 @@ pub(crate) fn apply_to_values(program: &Program, code: u32, args: &[Value]) -> V
                 return Err(VmError::new(format!("{} has no derivative rule", b.name)));
             };
             match (arg(0), arg(1)) {
-                (Value::Float(d), Value::Float(x)) => Ok(Value::Float(super::chain::times(*d, deriv(*x)))),
-                (dy, x) => super::chain::scale(dy, &map_numbers(x, deriv)?),
+                (Value::Float(d), Value::Float(x)) => Ok(Value::Float(times(*d, deriv(*x)))),
+                (dy, x) => chain::scale(dy, &map_numbers(x, deriv)?),
             }
         }
         Rule::Index => adjoints::index_accumulate(arg(0).clone(), arg(1), arg(2), arg(3).clone()),

@@ -71,7 +71,7 @@ fn times(a: &Value, b: &Value) -> VmResult<Value> {
     if matches!(a, Value::Nil) || matches!(b, Value::Nil) {
         Ok(Value::Nil)
     } else {
-        super::chain::scale(a, b).or_else(|_| bin(BinOp::Mul, a, b))
+        super::chain::product(a, b)
     }
 }
 

@@ -274,6 +274,15 @@ pub fn merged_at(acc: Value, obj: &Value, level: Level) -> VmResult<Option<Value
     }
 }
 
+/// The adjoint of an argument `a` at the end of a sweep: `d` merged into its shadow when `a` is
+/// a container (aliases may have reached the shadow where the routine returned nothing).
+pub fn of_argument(d: Value, a: &Value, level: Level) -> VmResult<Value> {
+    if !is_container(a) {
+        return Ok(d);
+    }
+    Ok(merged_at(d.clone(), a, level)?.unwrap_or(d))
+}
+
 /// For `accumulate`: when `b` is a shadow and `a` is not, the sum must be the shadow (every
 /// alias keeps seeing it), so the operands are swapped. `None`: keep the order.
 pub fn prefer(a: &Value, b: &Value) -> Option<bool> {

@@ -91,7 +91,7 @@ fn scaled(t: &Value, x: &Value) -> VmResult<Value> {
     if is_zero(t) {
         Ok(Value::Nil)
     } else {
-        super::chain::scale(t, x).or_else(|_| bin(BinOp::Mul, t, x))
+        super::chain::product(t, x)
     }
 }
 
