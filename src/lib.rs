@@ -191,6 +191,9 @@ impl ProgramBuilder {
     }
 }
 
+/// How the message of an error that is a bug in zygvm starts.
+const INTERNAL: &str = "internal error in zygvm (please report): ";
+
 /// Runs `f`, turning a panic (a bug in zygvm) into an error rather than unwinding into the host.
 fn guard<T>(f: impl FnOnce() -> Result<T, Error>) -> Result<T, Error> {
     match std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
@@ -201,7 +204,7 @@ fn guard<T>(f: impl FnOnce() -> Result<T, Error>) -> Result<T, Error> {
                 .cloned()
                 .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
                 .unwrap_or_default();
-            Err(Error::runtime(format!("internal error in zygvm (please report): {msg}")))
+            Err(Error::runtime(format!("{INTERNAL}{msg}")))
         }
     }
 }
@@ -323,12 +326,8 @@ impl Vm {
     pub fn value_and_gradient(&mut self, name: &str, args: Vec<Value>) -> Result<(Value, Vec<Value>), Error> {
         let f = self.function_value(name)?;
         let args = self.to_runtime(&args)?;
-        let program = self.inner.program().clone();
-        let inner = &mut self.inner;
-        guard(|| {
-            let (y, g) = zygvm_vm::ad::driver::value_and_gradient(inner, &f, &args).map_err(|e| e.locate(inner.program()))?;
-            Ok((Value::from_value(&y, &program), g.iter().map(|v| Value::from_value(v, &program)).collect()))
-        })
+        let (y, g) = self.guarded(|inner| zygvm_vm::ad::driver::value_and_gradient(inner, &f, &args))?;
+        Ok((self.to_host(&y)?, g.iter().map(|v| self.to_host(v)).collect::<Result<_, _>>()?))
     }
 
     /// The pullback of a named function at `args`: its value `y` (any differentiable value)
@@ -352,27 +351,22 @@ impl Vm {
     pub fn pullback(&mut self, name: &str, args: Vec<Value>) -> Result<(Value, Pullback), Error> {
         let f = self.function_value(name)?;
         let args = self.to_runtime(&args)?;
-        let program = self.inner.program().clone();
-        let inner = &mut self.inner;
-        let (y, back) = guard(|| zygvm_vm::ad::driver::pullback(inner, &f, &args).map_err(|e| e.locate(inner.program())))?;
+        let (y, back) = self.guarded(|inner| zygvm_vm::ad::driver::pullback(inner, &f, &args))?;
+        let y = self.to_host(&y)?;
         let slot = self.inner.hold(back);
-        Ok((Value::from_value(&y, &program), Pullback { vm: self.id, slot }))
+        Ok((y, Pullback { vm: self.id, slot }))
     }
 
     /// Applies a pullback to a cotangent `dy` (shaped like the function's result): the
     /// adjoints of the arguments.
     pub fn back(&mut self, pullback: &Pullback, dy: Value) -> Result<Vec<Value>, Error> {
         let back = self.pullback_value(pullback)?;
-        let program = self.inner.program().clone();
-        let dy = dy.to_value(&program).map_err(Error::runtime)?;
-        let inner = &mut self.inner;
-        guard(|| {
-            let d = inner.call_value(&back, &[dy]).map_err(|e| e.locate(inner.program()))?;
-            match Value::from_value(&d, &program) {
-                Value::Tuple(items) => Ok(items),
-                other => Err(Error::runtime(format!("internal error: back returned {other:?}"))),
-            }
-        })
+        let dy = self.to_runtime(&[dy])?;
+        let d = self.guarded(|inner| inner.call_value(&back, &dy))?;
+        match self.to_host(&d)? {
+            Value::Tuple(items) => Ok(items),
+            other => Err(Error::runtime(format!("internal error: back returned {other:?}"))),
+        }
     }
 
     /// Frees what a pullback holds (its tape).
@@ -391,12 +385,8 @@ impl Vm {
 
     /// Runs the main program (the file's top-level code) and returns its value.
     pub fn run(&mut self) -> Result<Value, Error> {
-        let inner = &mut self.inner;
-        let program = inner.program().clone();
-        guard(|| {
-            let v = inner.run_main().map_err(|e| e.locate(inner.program()))?;
-            Ok(Value::from_value(&v, &program))
-        })
+        let v = self.guarded(|inner| inner.run_main())?;
+        self.to_host(&v)
     }
 
     /// Calls a named top-level function with Rust arguments, converting the result.
@@ -417,28 +407,32 @@ impl Vm {
 
     /// Calls a named top-level function with `Value` arguments.
     pub fn call_value(&mut self, name: &str, args: Vec<Value>) -> Result<Value, Error> {
-        let program = self.inner.program().clone();
-        let f = program
-            .find_function(name)
-            .ok_or_else(|| Error::runtime(format!("no function named '{name}'")))?;
-        let args = args
-            .iter()
-            .map(|a| a.to_value(&program))
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(Error::runtime)?;
-        let inner = &mut self.inner;
-        guard(|| {
-            let v = inner
-                .call_value(&zygvm_vm::Value::Func(f), &args)
-                .map_err(|e| e.locate(inner.program()))?;
-            Ok(Value::from_value(&v, &program))
-        })
+        let f = self.function_value(name)?;
+        let args = self.to_runtime(&args)?;
+        let v = self.guarded(|inner| inner.call_value(&f, &args))?;
+        self.to_host(&v)
     }
 
-    /// Reads a module variable of the entry file.
-    pub fn global(&self, name: &str) -> Option<Value> {
-        let program = self.inner.program().clone();
-        self.inner.global(name).map(|v| Value::from_value(&v, &program))
+    /// Reads a module variable of the entry file (`None` when it has no value yet). A cyclic
+    /// value is an error.
+    pub fn global(&self, name: &str) -> Result<Option<Value>, Error> {
+        self.inner.global(name).map(|v| self.to_host(&v)).transpose()
+    }
+
+    /// Runs `f` on the inner VM: its error located, and a panic (a bug in zygvm) turned into an
+    /// error after the VM's state is reset, so the VM stays usable.
+    fn guarded<T>(&mut self, f: impl FnOnce(&mut zygvm_vm::Vm) -> zygvm_vm::VmResult<T>) -> Result<T, Error> {
+        let inner = &mut self.inner;
+        let r = guard(|| f(&mut *inner).map_err(|e| e.locate(inner.program())));
+        if r.as_ref().is_err_and(|e| e.message.starts_with(INTERNAL)) {
+            self.inner.recover();
+        }
+        r
+    }
+
+    /// A runtime value converted for the host (a deep copy).
+    fn to_host(&self, v: &zygvm_vm::Value) -> Result<Value, Error> {
+        Value::from_value(v, self.inner.program()).map_err(Error::runtime)
     }
 
     /// Sends `print` output to `out` instead of standard output.

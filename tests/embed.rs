@@ -35,7 +35,7 @@ fn values_cross_in_both_directions() {
         Value::Dict(vec![(Value::Str("a".into()), Value::Int(1)), (Value::Int(2), Value::Array(vec![Value::Float(1.5)]))])
     );
     assert_eq!(vm.call_value("mat", vec![]).unwrap(), Value::Matrix { rows: 2, cols: 2, data: vec![1.0, 2.0, 3.0, 4.0] });
-    assert_eq!(vm.global("SCALE"), Some(Value::Float(2.0)));
+    assert_eq!(vm.global("SCALE").unwrap(), Some(Value::Float(2.0)));
 }
 
 #[test]

@@ -14,7 +14,7 @@ pub fn print(vm: &mut Vm, a: &[Value]) -> VmResult<Value> {
         if i > 0 {
             line.push(' ');
         }
-        zygvm_vm::format::write_value(&mut line, v, &program, true);
+        zygvm_vm::format::write_value(&mut line, v, &program, true)?;
     }
     line.push('\n');
     // A closed output (e.g. a pipe whose reader left) is not the script's error.
@@ -26,7 +26,7 @@ pub fn assert(vm: &mut Vm, a: &[Value]) -> VmResult<Value> {
     match &a[0] {
         Value::Bool(true) => Ok(Value::Nil),
         Value::Bool(false) => match a.get(1) {
-            Some(msg) => err(format!("assertion failed: {}", to_display(msg, vm.program()))),
+            Some(msg) => err(format!("assertion failed: {}", to_display(msg, vm.program())?)),
             None => err("assertion failed"),
         },
         other => err(format!("assert expects a bool, got {}", other.type_name())),
@@ -35,6 +35,7 @@ pub fn assert(vm: &mut Vm, a: &[Value]) -> VmResult<Value> {
 
 /// Compares two values number by number; returns the first pair that is not close.
 fn close(a: &Value, b: &Value, rtol: f64) -> Result<(), String> {
+    let _level = zygvm_vm::nesting::enter("compare").map_err(|e| e.message.clone())?;
     let pair_ok = |x: f64, y: f64| {
         if x == y {
             return true;
@@ -81,7 +82,7 @@ pub fn assert_close(_: &mut Vm, a: &[Value]) -> VmResult<Value> {
 }
 
 pub fn error(vm: &mut Vm, a: &[Value]) -> VmResult<Value> {
-    err(to_display(&a[0], vm.program()))
+    err(to_display(&a[0], vm.program())?)
 }
 
 pub fn args(vm: &mut Vm, _: &[Value]) -> VmResult<Value> {
@@ -117,7 +118,7 @@ pub fn float(_: &mut Vm, a: &[Value]) -> VmResult<Value> {
 }
 
 pub fn str_(vm: &mut Vm, a: &[Value]) -> VmResult<Value> {
-    Ok(Value::string(to_display(&a[0], vm.program())))
+    Ok(Value::string(to_display(&a[0], vm.program())?))
 }
 
 pub fn type_(vm: &mut Vm, a: &[Value]) -> VmResult<Value> {

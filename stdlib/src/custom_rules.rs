@@ -82,6 +82,7 @@ pub fn custom_gradient_adjoint(vm: &mut Vm, dy: Value, d: &mut [Value]) -> VmRes
     }
     let n = d.len() - CUSTOM_BOUND;
     let dx = vm.call_value(&back, &[dy])?;
+    zygvm_vm::nesting::check(&dx, "differentiate")?;
     match &dx {
         Value::Tuple(t) if t.len() == n => {
             for (slot, g) in d[CUSTOM_BOUND..].iter_mut().zip(t.iter()) {

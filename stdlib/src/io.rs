@@ -67,7 +67,7 @@ impl<'a> JsonParser<'a> {
     fn value(&mut self) -> VmResult<Value> {
         self.ws();
         self.depth += 1;
-        if self.depth > 500 {
+        if self.depth > zygvm_vm::nesting::MAX_NESTING {
             return self.fail("nested too deeply");
         }
         let v = match self.s.get(self.pos) {
@@ -205,9 +205,7 @@ fn json_quote(out: &mut String, s: &str) {
 }
 
 fn json_write(out: &mut String, v: &Value, vm: &Vm, depth: usize) -> VmResult<()> {
-    if depth > 500 {
-        return err("json_str: value nested too deeply");
-    }
+    let _level = zygvm_vm::nesting::enter("json_str")?;
     let num = |out: &mut String, x: f64| -> VmResult<()> {
         if !x.is_finite() {
             return err(format!("json_str: {x:?} cannot be written as JSON"));

@@ -31,8 +31,16 @@ pub fn join(vm: &mut Vm, a: &[Value]) -> VmResult<Value> {
     let parts = items("join", &a[0])?;
     let sep = s("join", a, 1)?;
     let program = vm.program().clone();
-    let strs: Vec<String> = parts.iter().map(|p| zygvm_vm::format::to_display(p, &program)).collect();
-    Ok(Value::string(strs.join(sep)))
+    let strs: Vec<String> = parts.iter().map(|p| zygvm_vm::format::to_display(p, &program)).collect::<VmResult<_>>()?;
+    let total = strs.iter().try_fold(sep.len().saturating_mul(strs.len().saturating_sub(1)), |n, s| n.checked_add(s.len()));
+    let mut out = vm.new_string(total.unwrap_or(usize::MAX))?;
+    for (i, s) in strs.iter().enumerate() {
+        if i > 0 {
+            out.push_str(sep);
+        }
+        out.push_str(s);
+    }
+    Ok(Value::string(out))
 }
 
 pub fn trim(_: &mut Vm, a: &[Value]) -> VmResult<Value> {

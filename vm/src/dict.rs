@@ -72,8 +72,16 @@ impl Dict {
     }
 
     /// Equality ignores insertion order.
-    pub fn equals(&self, other: &Dict) -> bool {
-        self.len() == other.len()
-            && self.map.iter().all(|(k, v)| other.map.get(k).is_some_and(|w| v.equals(w)))
+    pub fn equals(&self, other: &Dict) -> crate::error::VmResult<bool> {
+        if self.len() != other.len() {
+            return Ok(false);
+        }
+        for (k, v) in &self.map {
+            match other.map.get(k) {
+                Some(w) if v.equals(w)? => {}
+                _ => return Ok(false),
+            }
+        }
+        Ok(true)
     }
 }

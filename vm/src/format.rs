@@ -1,14 +1,17 @@
 //! How `print` and `str` write values (section 8 of the language reference).
 
+use crate::error::VmResult;
+use crate::nesting::{self, Path};
 use crate::program::Program;
 use crate::value::{Array, Value};
 use std::fmt::Write;
 
-/// Formats `v` as `print` does: strings raw at top level, quoted inside containers.
-pub fn to_display(v: &Value, program: &Program) -> String {
+/// Formats `v` as `print` does: strings raw at top level, quoted inside containers. A cyclic
+/// or too deeply nested value is an error (`nesting`).
+pub fn to_display(v: &Value, program: &Program) -> VmResult<String> {
     let mut s = String::new();
-    write_value(&mut s, v, program, true);
-    s
+    write_value(&mut s, v, program, true)?;
+    Ok(s)
 }
 
 pub fn write_float(out: &mut String, x: f64) {
@@ -31,7 +34,19 @@ fn write_quoted(out: &mut String, s: &str) {
     out.push('"');
 }
 
-pub fn write_value(out: &mut String, v: &Value, program: &Program, top: bool) {
+/// Appends `v` formatted as `print` does (`top`: strings raw).
+pub fn write_value(out: &mut String, v: &Value, program: &Program, top: bool) -> VmResult<()> {
+    write_in(out, v, program, top, &mut Path::default())
+}
+
+fn write_in(out: &mut String, v: &Value, program: &Program, top: bool, path: &mut Path) -> VmResult<()> {
+    match nesting::address(v) {
+        Some(at) => write_contents(out, v, program, top, path.enter(at, "print")?.path()),
+        None => write_contents(out, v, program, top, path),
+    }
+}
+
+fn write_contents(out: &mut String, v: &Value, program: &Program, top: bool, path: &mut Path) -> VmResult<()> {
     match v {
         Value::Nil => out.push_str("nil"),
         Value::Bool(b) => out.push_str(if *b { "true" } else { "false" }),
@@ -48,7 +63,7 @@ pub fn write_value(out: &mut String, v: &Value, program: &Program, top: bool) {
         }
         Value::Tuple(items) => {
             out.push('(');
-            write_seq(out, items.iter(), program);
+            write_seq(out, items.iter(), program, path)?;
             if items.len() == 1 {
                 out.push(',');
             }
@@ -65,7 +80,7 @@ pub fn write_value(out: &mut String, v: &Value, program: &Program, top: bool) {
                         write_float(out, *x);
                     }
                 }
-                Array::Values(xs) => write_seq(out, xs.iter(), program),
+                Array::Values(xs) => write_seq(out, xs.iter(), program, path)?,
             }
             out.push(']');
         }
@@ -93,9 +108,9 @@ pub fn write_value(out: &mut String, v: &Value, program: &Program, top: bool) {
                 if i > 0 {
                     out.push_str(", ");
                 }
-                write_value(out, &k.to_value(), program, false);
+                write_in(out, &k.to_value(), program, false, path)?;
                 out.push_str(": ");
-                write_value(out, v, program, false);
+                write_in(out, v, program, false, path)?;
             }
             out.push('}');
         }
@@ -109,7 +124,7 @@ pub fn write_value(out: &mut String, v: &Value, program: &Program, top: bool) {
                 }
                 out.push_str(&program.symbols[f.index()]);
                 out.push('=');
-                write_value(out, v, program, false);
+                write_in(out, v, program, false, path)?;
             }
             out.push(')');
         }
@@ -127,13 +142,15 @@ pub fn write_value(out: &mut String, v: &Value, program: &Program, top: bool) {
             let _ = write!(out, "<fn {}>", program.builtins[p.builtin.index()].name);
         }
     }
+    Ok(())
 }
 
-fn write_seq<'a>(out: &mut String, items: impl Iterator<Item = &'a Value>, program: &Program) {
+fn write_seq<'a>(out: &mut String, items: impl Iterator<Item = &'a Value>, program: &Program, path: &mut Path) -> VmResult<()> {
     for (i, x) in items.enumerate() {
         if i > 0 {
             out.push_str(", ");
         }
-        write_value(out, x, program, false);
+        write_in(out, x, program, false, path)?;
     }
+    Ok(())
 }

@@ -1,5 +1,7 @@
 //! Values as a Rust host sees them: owned, `Send`, independent of any VM, plus host functions.
 
+use crate::error::VmResult;
+use crate::nesting::{self, Path};
 use crate::program::Program;
 use crate::value::{Array, Value};
 use std::sync::Arc;
@@ -47,18 +49,31 @@ pub struct HostFunction {
 }
 
 impl HostValue {
-    /// Converts a runtime value (deep copy).
-    pub fn from_value(v: &Value, program: &Program) -> HostValue {
-        match v {
+    /// Converts a runtime value (deep copy). A cyclic value, or one nested deeper than
+    /// `nesting::MAX_NESTING`, is an error: the host would get an infinite tree.
+    pub fn from_value(v: &Value, program: &Program) -> Result<HostValue, String> {
+        Self::from_in(v, program, &mut Path::default()).map_err(|e| e.message.clone())
+    }
+
+    fn from_in(v: &Value, program: &Program, path: &mut Path) -> VmResult<HostValue> {
+        match nesting::address(v) {
+            Some(at) => Self::from_contents(v, program, path.enter(at, "return to the host")?.path()),
+            None => Self::from_contents(v, program, path),
+        }
+    }
+
+    fn from_contents(v: &Value, program: &Program, path: &mut Path) -> VmResult<HostValue> {
+        let mut many = |xs: &[Value]| xs.iter().map(|x| Self::from_in(x, program, path)).collect::<VmResult<Vec<_>>>();
+        Ok(match v {
             Value::Nil => HostValue::Nil,
             Value::Bool(b) => HostValue::Bool(*b),
             Value::Int(i) => HostValue::Int(*i),
             Value::Float(x) => HostValue::Float(*x),
             Value::Str(s) => HostValue::Str(s.0.to_string()),
-            Value::Tuple(t) => HostValue::Tuple(t.iter().map(|x| Self::from_value(x, program)).collect()),
+            Value::Tuple(t) => HostValue::Tuple(many(t)?),
             Value::Array(a) => HostValue::Array(match &*a.borrow() {
                 Array::Floats(xs) => xs.iter().map(|&x| HostValue::Float(x)).collect(),
-                Array::Values(xs) => xs.iter().map(|x| Self::from_value(x, program)).collect(),
+                Array::Values(xs) => many(xs)?,
             }),
             Value::Matrix(m) => {
                 let m = m.borrow();
@@ -68,8 +83,8 @@ impl HostValue {
                 d.borrow()
                     .map
                     .iter()
-                    .map(|(k, v)| (Self::from_value(&k.to_value(), program), Self::from_value(v, program)))
-                    .collect(),
+                    .map(|(k, v)| Ok((Self::from_in(&k.to_value(), program, path)?, Self::from_in(v, program, path)?)))
+                    .collect::<VmResult<_>>()?,
             ),
             Value::Struct(s) => {
                 let def = &program.structs[s.def.index()];
@@ -79,16 +94,20 @@ impl HostValue {
                         .fields
                         .iter()
                         .zip(s.fields.iter())
-                        .map(|(f, v)| (program.symbols[f.index()].clone(), Self::from_value(v, program)))
-                        .collect(),
+                        .map(|(f, v)| Ok((program.symbols[f.index()].clone(), Self::from_in(v, program, path)?)))
+                        .collect::<VmResult<_>>()?,
                 }
             }
-            f => HostValue::Function(crate::format::to_display(f, program)),
-        }
+            // Functions are shown by name only: their captures are not walked.
+            f => HostValue::Function(crate::format::to_display(f, program)?),
+        })
     }
 
-    /// Converts to a runtime value. Functions and struct instances cannot cross into a VM.
+    /// Converts to a runtime value. Functions cannot cross into a VM; every shape is checked
+    /// here (a matrix's `rows * cols` must be its data's length, without overflow), so values
+    /// that reach the kernels are well formed.
     pub fn to_value(&self, program: &Program) -> Result<Value, String> {
+        let _level = nesting::enter("pass in from the host").map_err(|e| e.message.clone())?;
         Ok(match self {
             HostValue::Nil => Value::Nil,
             HostValue::Bool(b) => Value::Bool(*b),
@@ -102,8 +121,8 @@ impl HostValue {
                 Value::array(a.iter().map(|x| x.to_value(program)).collect::<Result<_, _>>()?)
             }
             HostValue::Matrix { rows, cols, data } => {
-                if rows * cols != data.len() {
-                    return Err(format!("matrix of shape ({rows}, {cols}) needs {} elements, got {}", rows * cols, data.len()));
+                if rows.checked_mul(*cols) != Some(data.len()) {
+                    return Err(format!("matrix of shape ({rows}, {cols}) needs rows * cols elements, got {}", data.len()));
                 }
                 Value::matrix(*rows, *cols, data.clone())
             }
@@ -140,5 +159,22 @@ impl HostValue {
                 return Err(format!("a function value ({name}) cannot be passed into a VM"))
             }
         })
+    }
+}
+
+/// Calls a host function (or one of its rules), turning a panic into an error message: the
+/// panic is the host's bug, and unwinding through the interpreter would leave its frames and
+/// counters behind (the VM must stay usable).
+pub fn call_host<T>(name: &str, f: impl FnOnce() -> Result<T, String>) -> Result<T, String> {
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
+        Ok(r) => r,
+        Err(p) => {
+            let msg = p
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_default();
+            Err(format!("host function {name} panicked: {msg}"))
+        }
     }
 }

@@ -170,6 +170,17 @@ impl Vm {
         }
     }
 
+    /// Resets the execution state (frames, value stack, nesting of built-in calls, tape) after a
+    /// panic inside the VM — a zygvm bug caught at the API — so that later calls start clean.
+    /// Module variables and held values are kept.
+    pub fn recover(&mut self) {
+        self.frames.clear();
+        self.stack.clear();
+        self.native_depth = 0;
+        self.tape = crate::ad::Tape::default();
+        self.scratch.clear();
+    }
+
     pub fn program(&self) -> &Arc<Program> {
         &self.program
     }
@@ -266,15 +277,9 @@ impl Vm {
         (self.calls.clone(), loops)
     }
 
-    /// Fails when allocating `bytes` more would pass the memory limit.
-    pub fn reserve(&mut self, bytes: usize) -> VmResult<()> {
-        let Some(max) = self.limits.max_memory else { return Ok(()) };
-        // Without a probe, only the request itself is checked.
-        let in_use = self.memory_probe.map_or(0, |probe| probe());
-        if in_use.saturating_add(bytes) > max {
-            return Err(VmError::new(format!("memory limit exceeded (--max-memory {max} bytes)")));
-        }
-        Ok(())
+    /// Heap bytes in use as the installed probe reports them (0 without one).
+    pub(crate) fn memory_in_use(&self) -> usize {
+        self.memory_probe.map_or(0, |probe| probe())
     }
 
     fn check_limits(&mut self) -> VmResult<()> {
@@ -398,7 +403,8 @@ impl Vm {
     pub(crate) fn run_function(&mut self, func: FuncId, closure: Option<Rc<Closure>>, args: &[Value]) -> VmResult<Value> {
         let outermost = self.frames.is_empty();
         if outermost {
-            self.deadline = self.limits.timeout.map(|t| Instant::now() + t);
+            // A timeout too long to represent as an instant is no deadline.
+            self.deadline = self.limits.timeout.and_then(|t| Instant::now().checked_add(t));
             self.next_check = self.steps;
             self.interrupt.store(false, AtomicOrdering::Relaxed);
         }
@@ -456,9 +462,10 @@ impl Vm {
             BuiltinImpl::Native(f) => f(self, args),
             BuiltinImpl::Host(i) => {
                 let host = &program.host_functions[i];
+                let fail = |m: String| VmError::new(format!("{}: {m}", host.name));
                 let hargs: Vec<HostValue> =
-                    args.iter().map(|a| HostValue::from_value(a, &program)).collect();
-                let r = (host.func)(&hargs).map_err(|m| VmError::new(format!("{}: {m}", host.name)))?;
+                    args.iter().map(|a| HostValue::from_value(a, &program)).collect::<Result<_, _>>().map_err(fail)?;
+                let r = crate::host::call_host(&host.name, || (host.func)(&hargs)).map_err(fail)?;
                 r.to_value(&program).map_err(|m| VmError::new(format!("{}: {m}", host.name)))
             }
         }
@@ -834,11 +841,11 @@ impl Vm {
                         }
                     }
                     Instr::Eq { dst, a, b } => {
-                        let r = reg!(a).equals(&reg!(b));
+                        let r = tri!(reg!(a).equals(&reg!(b)));
                         reg!(dst) = Value::Bool(r)
                     }
                     Instr::Ne { dst, a, b } => {
-                        let r = !reg!(a).equals(&reg!(b));
+                        let r = !tri!(reg!(a).equals(&reg!(b)));
                         reg!(dst) = Value::Bool(r)
                     }
                     Instr::Lt { dst, a, b } => compare!(dst, a, b, "<", |o| o.is_lt()),

@@ -4,6 +4,7 @@
 
 pub mod access;
 pub mod ad;
+pub mod budget;
 pub mod builtin;
 pub mod bytecode;
 pub mod dict;
@@ -13,9 +14,11 @@ pub mod format;
 pub mod host;
 pub mod interp;
 pub mod kernels;
+pub mod nesting;
 pub mod ops;
 pub mod program;
 pub mod value;
+mod value_drop;
 pub mod verify;
 
 pub use error::{Error, ErrorKind, VmError, VmResult};

@@ -3,12 +3,32 @@
 
 use crate::bytecode::{BuiltinId, FuncId, StructId};
 use crate::dict::Dict;
+use crate::error::VmResult;
+use crate::nesting;
 use std::cell::RefCell;
 use std::rc::Rc;
 
 /// An immutable string. Boxed once more so that `Value` stays 16 bytes (a thin pointer).
 #[derive(Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Str(pub Box<str>);
+
+/// An immutable tuple's elements (a newtype so that dropping a deep tuple is iterative:
+/// `value_drop`). Dereferences to its `Vec`.
+#[derive(Debug, Clone, Default)]
+pub struct Tuple(pub Vec<Value>);
+
+impl std::ops::Deref for Tuple {
+    type Target = Vec<Value>;
+    fn deref(&self) -> &Vec<Value> {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Tuple {
+    fn deref_mut(&mut self) -> &mut Vec<Value> {
+        &mut self.0
+    }
+}
 
 /// A growable array. Arrays whose elements are all floats use the `Floats` representation
 /// (contiguous `f64`, what the kernels and the differentiator want); storing any other value
@@ -54,7 +74,7 @@ pub enum Value {
     Int(i64),
     Float(f64),
     Str(Rc<Str>),
-    Tuple(Rc<Vec<Value>>),
+    Tuple(Rc<Tuple>),
     Array(Rc<RefCell<Array>>),
     Matrix(Rc<RefCell<Matrix>>),
     Dict(Rc<RefCell<Dict>>),
@@ -131,7 +151,7 @@ impl Value {
         Value::Array(Rc::new(RefCell::new(Array::from_values(v))))
     }
     pub fn tuple(v: Vec<Value>) -> Value {
-        Value::Tuple(Rc::new(v))
+        Value::Tuple(Rc::new(Tuple(v)))
     }
     pub fn matrix(rows: usize, cols: usize, data: Vec<f64>) -> Value {
         debug_assert_eq!(rows * cols, data.len());
@@ -177,23 +197,33 @@ impl Value {
     }
 
     /// Structural equality as `==` defines it (numbers by value, containers element by element,
-    /// functions by identity).
-    pub fn equals(&self, other: &Value) -> bool {
+    /// functions by identity). Values nested too deep to compare (or cyclic, unless the very
+    /// same container) are an error.
+    pub fn equals(&self, other: &Value) -> VmResult<bool> {
         use Value::*;
-        match (self, other) {
+        Ok(match (self, other) {
             (Nil, Nil) => true,
             (Bool(a), Bool(b)) => a == b,
             (Int(a), Int(b)) => a == b,
             (Float(a), Float(b)) => a == b,
             (Int(a), Float(b)) | (Float(b), Int(a)) => (*a as f64) == *b && int_float_exact(*a, *b),
             (Str(a), Str(b)) => a.0 == b.0,
-            (Tuple(a), Tuple(b)) => seq_equal(a, b),
+            (Tuple(a), Tuple(b)) => seq_equal(a, b)?,
             (Array(a), Array(b)) => {
                 if Rc::ptr_eq(a, b) {
-                    return true;
+                    return Ok(true);
                 }
+                let _level = nesting::enter("compare")?;
                 let (a, b) = (a.borrow(), b.borrow());
-                a.len() == b.len() && (0..a.len()).all(|i| a.get(i).equals(&b.get(i)))
+                if a.len() != b.len() {
+                    return Ok(false);
+                }
+                for i in 0..a.len() {
+                    if !a.get(i).equals(&b.get(i))? {
+                        return Ok(false);
+                    }
+                }
+                true
             }
             (Matrix(a), Matrix(b)) => {
                 let (a, b) = (a.borrow(), b.borrow());
@@ -201,18 +231,19 @@ impl Value {
             }
             (Dict(a), Dict(b)) => {
                 if Rc::ptr_eq(a, b) {
-                    return true;
+                    return Ok(true);
                 }
-                a.borrow().equals(&b.borrow())
+                let _level = nesting::enter("compare")?;
+                a.borrow().equals(&b.borrow())?
             }
-            (Struct(a), Struct(b)) => a.def == b.def && seq_equal(&a.fields, &b.fields),
+            (Struct(a), Struct(b)) => a.def == b.def && seq_equal(&a.fields, &b.fields)?,
             (Func(a), Func(b)) => a == b,
             (Closure(a), Closure(b)) => Rc::ptr_eq(a, b),
             (Builtin(a), Builtin(b)) => a == b,
             (StructCtor(a), StructCtor(b)) => a == b,
             (Partial(a), Partial(b)) => Rc::ptr_eq(a, b),
             _ => false,
-        }
+        })
     }
 }
 
@@ -221,8 +252,17 @@ fn int_float_exact(i: i64, f: f64) -> bool {
     f.fract() == 0.0 && f >= -9.223372036854776e18 && f < 9.223372036854776e18 && f as i64 == i
 }
 
-fn seq_equal(a: &[Value], b: &[Value]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.equals(y))
+fn seq_equal(a: &[Value], b: &[Value]) -> VmResult<bool> {
+    if a.len() != b.len() {
+        return Ok(false);
+    }
+    let _level = nesting::enter("compare")?;
+    for (x, y) in a.iter().zip(b) {
+        if !x.equals(y)? {
+            return Ok(false);
+        }
+    }
+    Ok(true)
 }
 
 impl Array {

@@ -41,6 +41,7 @@ fn mismatch(a: &Value, b: &Value) -> VmError {
 /// a reverse sweep, a container's shadow (`shadows.rs`) is always the one updated, so every
 /// alias keeps seeing it.
 pub fn accumulate(a: Value, b: Value) -> VmResult<Value> {
+    let _level = crate::nesting::enter("differentiate")?;
     if let Some(swap) = super::shadows::prefer(&a, &b) {
         if swap {
             return accumulate_into(b, a);
@@ -96,7 +97,7 @@ fn accumulate_into(a: Value, b: Value) -> VmResult<Value> {
             }
             Matrix(x)
         }
-        (Tuple(x), Tuple(y)) => Tuple(Rc::new(add_seqs(&x, &y)?)),
+        (Tuple(x), Tuple(y)) => Value::tuple(add_seqs(&x, &y)?),
         (Struct(x), Struct(y)) if x.def == y.def => Struct(Rc::new(StructObj {
             def: x.def,
             fields: add_seqs(&x.fields, &y.fields)?.into_boxed_slice(),

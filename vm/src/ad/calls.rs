@@ -135,7 +135,7 @@ impl Vm {
     }
 
     /// What `record_identities` pushed.
-    pub(crate) fn pop_identities(&mut self) -> VmResult<std::rc::Rc<Vec<Value>>> {
+    pub(crate) fn pop_identities(&mut self) -> VmResult<std::rc::Rc<crate::value::Tuple>> {
         match self.tape_pop()? {
             Value::Tuple(t) => Ok(t),
             other => Err(VmError::new(format!("internal differentiation error: tape holds {other:?} for identities"))),
@@ -244,9 +244,11 @@ impl Vm {
                 let Some(pullback) = &host.pullback else {
                     return Err(VmError::new(format!("cannot differentiate through {}: it has no derivative rule", host.name)));
                 };
-                let h = |v: &Value| HostValue::from_value(v, &program);
-                let hargs: Vec<HostValue> = args.iter().map(h).collect();
-                let out = pullback(&hargs, &h(y), &h(dy)).map_err(|m| VmError::new(format!("{}'s pullback: {m}", host.name)))?;
+                let fail = |m: String| VmError::new(format!("{}'s pullback: {m}", host.name));
+                let h = |v: &Value| HostValue::from_value(v, &program).map_err(fail);
+                let hargs: Vec<HostValue> = args.iter().map(h).collect::<VmResult<_>>()?;
+                let (hy, hdy) = (h(y)?, h(dy)?);
+                let out = crate::host::call_host(&host.name, || pullback(&hargs, &hy, &hdy)).map_err(fail)?;
                 if out.len() != args.len() {
                     return Err(VmError::new(format!(
                         "{}'s pullback returned {} adjoints for {} arguments",

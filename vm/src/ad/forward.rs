@@ -225,10 +225,12 @@ impl Vm {
         let crate::builtin::BuiltinImpl::Host(i) = program.builtins[b.index()].imp else { return Ok(None) };
         let host = &program.host_functions[i];
         let Some(tangent) = &host.tangent else { return Ok(None) };
-        let h = |v: &Value| crate::host::HostValue::from_value(v, &program);
-        let hargs: Vec<_> = args.iter().map(h).collect();
-        let htangents: Vec<_> = args.iter().zip(targs).map(|(x, t)| h(&to_gradient(t, x, &program))).collect();
-        let ty = tangent(&hargs, &htangents, &h(y)).map_err(|m| VmError::new(format!("{}'s tangent: {m}", host.name)))?;
+        let fail = |m: String| VmError::new(format!("{}'s tangent: {m}", host.name));
+        let h = |v: &Value| crate::host::HostValue::from_value(v, &program).map_err(fail);
+        let hargs: Vec<_> = args.iter().map(h).collect::<VmResult<_>>()?;
+        let htangents: Vec<_> = args.iter().zip(targs).map(|(x, t)| h(&to_gradient(t, x, &program))).collect::<VmResult<_>>()?;
+        let hy = h(y)?;
+        let ty = crate::host::call_host(&host.name, || tangent(&hargs, &htangents, &hy)).map_err(fail)?;
         ty.to_value(&program).map(Some).map_err(|m| VmError::new(format!("{}'s tangent: {m}", host.name)))
     }
 }

@@ -13,6 +13,7 @@ use crate::value::Value;
 /// One unit tangent per number a value holds (the directions of the sweeps that give its
 /// adjoint); `Err` for a value whose numbers this cannot enumerate.
 fn units(v: &Value) -> VmResult<Vec<Value>> {
+    let _level = crate::nesting::enter("differentiate")?;
     use crate::value::Array;
     let wrap = |items: &[Value], make: &dyn Fn(Vec<Value>) -> Value| -> VmResult<Vec<Value>> {
         let mut out = vec![];

@@ -1,0 +1,44 @@
+//! Random valid differentiable programs (`zygvm_fuzz::programs`): the reverse-mode gradient
+//! must match central finite differences, and forward mode (`derivative`) must match reverse
+//! mode. Points where the program is not smooth (two step sizes disagree) are skipped.
+#![no_main]
+use libfuzzer_sys::fuzz_target;
+use zygvm::{Program, Value, Vm};
+use zygvm_fuzz::programs::{render, Body};
+
+fn float(v: &Value) -> f64 {
+    match v {
+        Value::Float(x) => *x,
+        Value::Int(i) => *i as f64,
+        other => panic!("expected a number, got {other:?}"),
+    }
+}
+
+fuzz_target!(|input: (Body, i8, i8)| {
+    let (body, px, py) = input;
+    let src = render(&body);
+    let program = Program::compile("gen.zy", &src).unwrap_or_else(|e| panic!("generated program rejected: {e}\n{src}"));
+    let mut vm = Vm::new(&program);
+    vm.set_output(std::io::sink());
+    let (x, y) = (px as f64 / 50.0, py as f64 / 50.0);
+    let (value, grad) = vm
+        .value_and_gradient("f", vec![Value::Float(x), Value::Float(y)])
+        .unwrap_or_else(|e| panic!("gradient failed: {e}\n{src}"));
+    let mut f = |x: f64, y: f64| float(&vm.call_value("f", vec![Value::Float(x), Value::Float(y)]).unwrap());
+    assert_eq!(float(&value), f(x, y), "value_and_gradient's value differs from a call\n{src}");
+    let g = [float(&grad[0]), float(&grad[1])];
+    for (k, gk) in g.iter().enumerate() {
+        let at = |h: f64| if k == 0 { (x + h, y) } else { (x, y + h) };
+        let central = |f: &mut dyn FnMut(f64, f64) -> f64, h: f64| {
+            let ((a, b), (c, d)) = (at(h), at(-h));
+            (f(a, b) - f(c, d)) / (2.0 * h)
+        };
+        let (fd1, fd2) = (central(&mut f, 1e-5), central(&mut f, 1e-4));
+        if (fd1 - fd2).abs() > 1e-4 * (1.0 + fd1.abs()) {
+            continue; // not smooth here
+        }
+        assert!((gk - fd1).abs() <= 2e-4 * (1.0 + fd1.abs()), "d/d{} = {gk}, finite differences {fd1}\n{src}", ["x", "y"][k]);
+    }
+    let forward = float(&vm.call_value("dfx", vec![Value::Float(x), Value::Float(y)]).unwrap_or_else(|e| panic!("derivative failed: {e}\n{src}")));
+    assert!((forward - g[0]).abs() <= 1e-9 * (1.0 + g[0].abs()), "forward {forward} vs reverse {}\n{src}", g[0]);
+});

@@ -1,0 +1,117 @@
+//! Dropping values without recursion. A value nested ten million deep (`a = [a]` in a loop)
+//! would overflow the Rust stack if each container's drop dropped its elements recursively.
+//! Instead, a container whose elements include containers hands them to [`drop_elements`],
+//! which keeps a worklist: an element it holds the last reference to is emptied into the
+//! worklist before it is dropped, so every drop it performs is shallow.
+
+use crate::dict::Dict;
+use crate::value::{Array, Closure, Partial, StructObj, Tuple, Value};
+use std::rc::Rc;
+
+/// Whether dropping `v` can drop other values (it holds a container that may hold more).
+#[inline]
+fn holds_values(v: &Value) -> bool {
+    matches!(v, Value::Tuple(_) | Value::Array(_) | Value::Dict(_) | Value::Struct(_) | Value::Closure(_) | Value::Partial(_))
+}
+
+/// Drops `items` (taken out of a container being dropped) iteratively.
+pub(crate) fn drop_elements(items: impl IntoIterator<Item = Value>) {
+    let mut work: Vec<Value> = items.into_iter().filter(holds_values).collect();
+    while let Some(mut v) = work.pop() {
+        take_elements(&mut v, &mut work);
+        drop(v); // shallow now, or only a reference count going down
+    }
+}
+
+/// Moves the elements out of `v` into `work` when `v` holds the last reference to them.
+fn take_elements(v: &mut Value, work: &mut Vec<Value>) {
+    match v {
+        Value::Tuple(t) => {
+            if let Some(t) = Rc::get_mut(t) {
+                work.extend(std::mem::take(&mut t.0).into_iter().filter(holds_values));
+            }
+        }
+        Value::Array(a) => {
+            if let Some(a) = Rc::get_mut(a) {
+                if let Array::Values(items) = a.get_mut() {
+                    work.extend(std::mem::take(items).into_iter().filter(holds_values));
+                }
+            }
+        }
+        Value::Dict(d) => {
+            if let Some(d) = Rc::get_mut(d) {
+                work.extend(std::mem::take(&mut d.get_mut().map).into_values().filter(holds_values));
+            }
+        }
+        Value::Struct(s) => {
+            if let Some(s) = Rc::get_mut(s) {
+                work.extend(std::mem::take(&mut s.fields).into_vec().into_iter().filter(holds_values));
+            }
+        }
+        Value::Closure(c) => {
+            if let Some(c) = Rc::get_mut(c) {
+                work.extend(std::mem::take(&mut c.captures).into_vec().into_iter().filter(holds_values));
+            }
+        }
+        Value::Partial(p) => {
+            if let Some(p) = Rc::get_mut(p) {
+                work.extend(std::mem::take(&mut p.bound).into_vec().into_iter().filter(holds_values));
+            }
+        }
+        _ => {}
+    }
+}
+
+fn any_nested(items: &[Value]) -> bool {
+    items.iter().any(holds_values)
+}
+
+impl Drop for Tuple {
+    fn drop(&mut self) {
+        if any_nested(&self.0) {
+            drop_elements(std::mem::take(&mut self.0));
+        }
+    }
+}
+
+impl Drop for Array {
+    fn drop(&mut self) {
+        if let Array::Values(items) = self {
+            if any_nested(items) {
+                drop_elements(std::mem::take(items));
+            }
+        }
+    }
+}
+
+impl Drop for Dict {
+    fn drop(&mut self) {
+        if self.map.values().any(holds_values) {
+            drop_elements(std::mem::take(&mut self.map).into_values());
+        }
+    }
+}
+
+impl Drop for StructObj {
+    fn drop(&mut self) {
+        if any_nested(&self.fields) {
+            drop_elements(std::mem::take(&mut self.fields).into_vec());
+        }
+    }
+}
+
+impl Drop for Closure {
+    fn drop(&mut self) {
+        if any_nested(&self.captures) {
+            drop_elements(std::mem::take(&mut self.captures).into_vec());
+        }
+    }
+}
+
+impl Drop for Partial {
+    fn drop(&mut self) {
+        if any_nested(&self.bound) {
+            drop_elements(std::mem::take(&mut self.bound).into_vec());
+        }
+    }
+}
