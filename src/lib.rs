@@ -162,7 +162,7 @@ impl ProgramBuilder {
     /// Compiles a file; its imports are relative to its folder.
     pub fn compile_file(self, path: impl AsRef<Path>) -> Result<Program, Error> {
         let path = path.as_ref();
-        let text = std::fs::read_to_string(path)
+        let text = read_source(path)
             .map_err(|e| Error::compile(vec![zygvm_vm::error::Diagnostic { message: format!("cannot read {}: {e}", path.display()), location: None }]))?;
         let dir = path.parent().map(Path::to_path_buf).unwrap_or_default();
         let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
@@ -185,10 +185,25 @@ impl ProgramBuilder {
             table.push(Builtin { name: h.name.clone(), min_args: min, max_args: max, imp: BuiltinImpl::Host(i), scalar: None, deriv: if h.pullback.is_some() { zygvm_vm::builtin::Deriv::Host } else { zygvm_vm::builtin::Deriv::Missing }, scalar_deriv: None, tangent: zygvm_vm::builtin::Tangent::FromPullback, scalar_deriv2: None, derivatives_at: None, tower: None, second: None, custom_second: None });
         }
         let source = zygvm_compiler::Source { name, text: source, dir, differentiate: self.differentiate };
-        let loader = |p: &Path| std::fs::read_to_string(p);
+        let loader = |p: &Path| read_source(p);
         let inner = guard(|| zygvm_compiler::compile(source, table.into(), self.hosts, &loader))?;
         Ok(Program { inner: Arc::new(inner) })
     }
+}
+
+/// The largest source file `compile_file` and `import` read: a path naming an endless file
+/// (`/dev/zero`) must end in an error, not exhaust memory.
+pub const MAX_SOURCE_BYTES: u64 = 64 << 20;
+
+/// Reads a source file of at most `MAX_SOURCE_BYTES`.
+pub fn read_source(path: &Path) -> std::io::Result<String> {
+    use std::io::Read;
+    let mut text = String::new();
+    std::fs::File::open(path)?.take(MAX_SOURCE_BYTES + 1).read_to_string(&mut text)?;
+    if text.len() as u64 > MAX_SOURCE_BYTES {
+        return Err(std::io::Error::other(format!("source files are limited to {MAX_SOURCE_BYTES} bytes")));
+    }
+    Ok(text)
 }
 
 /// How the message of an error that is a bug in zygvm starts.

@@ -59,7 +59,8 @@ struct Cli {
 fn limits(cli: &Cli) -> Result<Limits, String> {
     let timeout = match cli.timeout {
         Some(t) if !(t.is_finite() && t > 0.0) => return Err(format!("--timeout must be a positive number of seconds, got {t}")),
-        Some(t) => Some(Duration::from_secs_f64(t)),
+        // Longer than a Duration holds (about 5.8e11 years): no deadline.
+        Some(t) => Duration::try_from_secs_f64(t).ok(),
         None => None,
     };
     Ok(Limits {
@@ -106,10 +107,14 @@ fn run(cli: Cli) -> ExitCode {
             }
             ("<stdin>".to_string(), text, std::path::PathBuf::new(), args)
         } else {
-            let bytes = match std::fs::read(script) {
-                Ok(b) => b,
-                Err(e) => return usage_error(&format!("cannot read {script}: {e}")),
-            };
+            let mut bytes = vec![];
+            let read = std::fs::File::open(script).and_then(|f| f.take(zygvm::MAX_SOURCE_BYTES + 1).read_to_end(&mut bytes));
+            if let Err(e) = read {
+                return usage_error(&format!("cannot read {script}: {e}"));
+            }
+            if bytes.len() as u64 > zygvm::MAX_SOURCE_BYTES {
+                return usage_error(&format!("cannot read {script}: source files are limited to {} bytes", zygvm::MAX_SOURCE_BYTES));
+            }
             let text = match String::from_utf8(bytes) {
                 Ok(t) => t,
                 Err(_) => {

@@ -67,23 +67,7 @@ pub fn items(name: &str, v: &Value) -> VmResult<Vec<Value>> {
     }
 }
 
-/// A float buffer of `n` elements, failing cleanly (never aborting) on huge requests.
+/// A float buffer of `n` elements, charged to the memory budget and allocated fallibly.
 pub fn alloc_f64(vm: &mut Vm, n: usize, fill: f64) -> VmResult<Vec<f64>> {
-    let bytes = n.checked_mul(8).ok_or_else(|| VmError::new("allocation too large"))?;
-    vm.reserve(bytes)?;
-    let mut v: Vec<f64> = Vec::new();
-    v.try_reserve_exact(n)
-        .map_err(|_| VmError::new(format!("out of memory allocating {n} floats")))?;
-    v.resize(n, fill);
-    Ok(v)
-}
-
-/// Checks that a collection of `n` values may be allocated.
-pub fn reserve_values(vm: &mut Vm, n: usize) -> VmResult<()> {
-    let bytes = n.checked_mul(16).ok_or_else(|| VmError::new("allocation too large"))?;
-    vm.reserve(bytes)?;
-    if n > (isize::MAX as usize) / 16 {
-        return err("allocation too large");
-    }
-    Ok(())
+    vm.filled_vec(n, fill)
 }

@@ -14,7 +14,7 @@ pub fn push(vm: &mut Vm, a: &[Value]) -> VmResult<Value> {
     let arr = array("push", &a[0])?;
     let n = arr.borrow().len();
     if n % 1024 == 0 {
-        vm.reserve(n * 16)?;
+        vm.reserve(n.saturating_mul(16))?;
     }
     arr.borrow_mut().push(a[1].clone());
     Ok(Value::Nil)
@@ -79,8 +79,9 @@ pub fn slice(_: &mut Vm, a: &[Value]) -> VmResult<Value> {
     Ok(new_like(&arr, lo as usize..hi as usize))
 }
 
-pub fn concat(_: &mut Vm, a: &[Value]) -> VmResult<Value> {
+pub fn concat(vm: &mut Vm, a: &[Value]) -> VmResult<Value> {
     let (x, y) = (array("concat", &a[0])?.borrow(), array("concat", &a[1])?.borrow());
+    vm.reserve(x.len().saturating_add(y.len()).saturating_mul(16))?;
     Ok(match (&*x, &*y) {
         (Array::Floats(p), Array::Floats(q)) => Value::float_array([p.as_slice(), q.as_slice()].concat()),
         _ => {
@@ -134,9 +135,10 @@ pub fn sort(_: &mut Vm, a: &[Value]) -> VmResult<Value> {
 
 pub fn range(vm: &mut Vm, a: &[Value]) -> VmResult<Value> {
     let (lo, hi) = (int("range", &a[0])?, int("range", &a[1])?);
-    let n = if hi > lo { (hi - lo) as usize } else { 0 };
-    reserve_values(vm, n)?;
-    Ok(new_array((lo..hi.max(lo)).map(Value::Int).collect()))
+    let n = if hi > lo { hi.abs_diff(lo) as usize } else { 0 };
+    let mut v = vm.new_vec(n)?;
+    v.extend((lo..hi.max(lo)).map(Value::Int));
+    Ok(new_array(v))
 }
 
 fn filled(vm: &mut Vm, name: &str, a: &[Value], x: f64) -> VmResult<Value> {
@@ -161,8 +163,8 @@ pub fn fill(vm: &mut Vm, a: &[Value]) -> VmResult<Value> {
     if let Value::Float(x) = a[1] {
         return Ok(Value::float_array(alloc_f64(vm, n, x)?));
     }
-    reserve_values(vm, n)?;
-    Ok(Value::Array(std::rc::Rc::new(std::cell::RefCell::new(Array::Values(vec![a[1].clone(); n])))))
+    let v = vm.filled_vec(n, a[1].clone())?;
+    Ok(Value::Array(std::rc::Rc::new(std::cell::RefCell::new(Array::Values(v)))))
 }
 
 pub fn linspace(vm: &mut Vm, a: &[Value]) -> VmResult<Value> {

@@ -25,9 +25,33 @@ pub fn read_line(vm: &mut Vm, _: &[Value]) -> VmResult<Value> {
     }
 }
 
-pub fn read_file(_: &mut Vm, a: &[Value]) -> VmResult<Value> {
+/// The largest file `read_file` reads (a file of unbounded length, `/dev/zero`, must end in an
+/// error, not in exhausting the host's memory when no `max_memory` is set).
+pub const MAX_FILE_BYTES: u64 = 1 << 32;
+
+pub fn read_file(vm: &mut Vm, a: &[Value]) -> VmResult<Value> {
+    use std::io::Read;
     let path = string("read_file", &a[0])?;
-    std::fs::read_to_string(path).map(Value::string).map_err(|e| VmError::new(format!("read_file {path:?}: {e}")))
+    let fail = |e: std::io::Error| VmError::new(format!("read_file {path:?}: {e}"));
+    let file = std::fs::File::open(path).map_err(fail)?;
+    let mut bytes = Vec::new();
+    let mut reader = file.take(MAX_FILE_BYTES + 1);
+    // Read in chunks, each charged to the memory budget, with the time and interrupt limits
+    // checked between them.
+    let mut chunk = vec![0u8; 1 << 20];
+    loop {
+        let n = reader.read(&mut chunk).map_err(fail)?;
+        if n == 0 {
+            break;
+        }
+        vm.poll_limits()?;
+        vm.grow(&mut bytes, n)?;
+        bytes.extend_from_slice(&chunk[..n]);
+        if bytes.len() as u64 > MAX_FILE_BYTES {
+            return err(format!("read_file {path:?}: the file is larger than {MAX_FILE_BYTES} bytes"));
+        }
+    }
+    String::from_utf8(bytes).map(Value::string).map_err(|_| VmError::new(format!("read_file {path:?}: the file is not UTF-8 text")))
 }
 
 pub fn write_file(_: &mut Vm, a: &[Value]) -> VmResult<Value> {

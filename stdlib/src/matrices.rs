@@ -100,9 +100,10 @@ pub fn flatten(_: &mut Vm, a: &[Value]) -> VmResult<Value> {
     Ok(Value::float_array(matrix("flatten", &a[0])?.data.clone()))
 }
 
-pub fn outer(_: &mut Vm, a: &[Value]) -> VmResult<Value> {
+pub fn outer(vm: &mut Vm, a: &[Value]) -> VmResult<Value> {
     let (u, v) = (floats("outer", &a[0])?, floats("outer", &a[1])?);
-    let data = u.iter().flat_map(|x| v.iter().map(move |y| x * y)).collect();
+    let mut data = vm.new_vec(u.len().saturating_mul(v.len()))?;
+    data.extend(u.iter().flat_map(|x| v.iter().map(move |y| x * y)));
     Ok(Value::matrix(u.len(), v.len(), data))
 }
 
@@ -129,13 +130,25 @@ pub struct Lu {
     pub singular: bool,
 }
 
+/// The LU factorisation of a square matrix (derivative rules: the primal's own factorisation
+/// was polled, `lu_polled`).
 pub fn lu(m: &Matrix) -> Lu {
+    lu_polled(m, &mut || Ok(())).expect("a poll that never fails")
+}
+
+/// A check of the VM's time, interrupt and memory limits (`Vm::poll_limits`) that long kernels
+/// call between rows, so `--timeout` and `interrupt()` stop them.
+pub type Poll<'a> = dyn FnMut() -> VmResult<()> + 'a;
+
+/// The LU factorisation, polling the limits every row.
+pub fn lu_polled(m: &Matrix, poll: &mut Poll) -> VmResult<Lu> {
     let n = m.rows;
     let mut lu = m.data.clone();
     let mut perm: Vec<usize> = (0..n).collect();
     let mut sign = 1.0;
     let mut singular = false;
     for k in 0..n {
+        poll()?;
         let p = (k..n).max_by(|&i, &j| lu[i * n + k].abs().total_cmp(&lu[j * n + k].abs())).unwrap();
         if lu[p * n + k] == 0.0 {
             singular = true;
@@ -157,7 +170,7 @@ pub fn lu(m: &Matrix) -> Lu {
             }
         }
     }
-    Lu { n, lu, perm, sign, singular }
+    Ok(Lu { n, lu, perm, sign, singular })
 }
 
 impl Lu {
@@ -187,25 +200,26 @@ impl Lu {
     }
 }
 
-pub fn det(_: &mut Vm, a: &[Value]) -> VmResult<Value> {
-    Ok(Value::Float(lu(&*square("det", &a[0])?).det()))
+pub fn det(vm: &mut Vm, a: &[Value]) -> VmResult<Value> {
+    Ok(Value::Float(lu_polled(&*square("det", &a[0])?, &mut || vm.poll_limits())?.det()))
 }
 
-pub fn inv(_: &mut Vm, a: &[Value]) -> VmResult<Value> {
-    let m = inverse_of(&*square("inv", &a[0])?)?;
+pub fn inv(vm: &mut Vm, a: &[Value]) -> VmResult<Value> {
+    let m = inverse_of(&*square("inv", &a[0])?, &mut || vm.poll_limits())?;
     Ok(Value::matrix(m.rows, m.cols, m.data))
 }
 
 /// The inverse of a square matrix, column by column from one LU factorisation.
-pub fn inverse_of(m: &Matrix) -> VmResult<Matrix> {
-    let f = lu(m);
+pub fn inverse_of(m: &Matrix, poll: &mut Poll) -> VmResult<Matrix> {
+    let f = lu_polled(m, poll)?;
     if f.singular {
         return err("inv: the matrix is singular");
     }
     let n = m.rows;
-    let mut out = vec![0.0; n * n];
+    let mut out = vec![0.0; n * n]; // the size of `m`, already allocated
     let mut e = vec![0.0; n];
     for c in 0..n {
+        poll()?;
         e.iter_mut().for_each(|x| *x = 0.0);
         e[c] = 1.0;
         let x = f.solve(&e);
@@ -216,13 +230,13 @@ pub fn inverse_of(m: &Matrix) -> VmResult<Matrix> {
     Ok(Matrix { rows: n, cols: n, data: out })
 }
 
-pub fn solve(_: &mut Vm, a: &[Value]) -> VmResult<Value> {
+pub fn solve(vm: &mut Vm, a: &[Value]) -> VmResult<Value> {
     let m = square("solve", &a[0])?;
     let b = floats("solve", &a[1])?;
     if b.len() != m.rows {
         return err(format!("solve: shape mismatch: matrix ({}, {}) and array of length {}", m.rows, m.cols, b.len()));
     }
-    let f = lu(&m);
+    let f = lu_polled(&m, &mut || vm.poll_limits())?;
     if f.singular {
         return err("solve: the matrix is singular");
     }

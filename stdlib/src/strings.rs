@@ -63,12 +63,23 @@ pub fn ends_with(_: &mut Vm, a: &[Value]) -> VmResult<Value> {
     Ok(Value::Bool(s("ends_with", a, 0)?.ends_with(s("ends_with", a, 1)?)))
 }
 
-pub fn replace(_: &mut Vm, a: &[Value]) -> VmResult<Value> {
+pub fn replace(vm: &mut Vm, a: &[Value]) -> VmResult<Value> {
     let (text, from, to) = (s("replace", a, 0)?, s("replace", a, 1)?, s("replace", a, 2)?);
     if from.is_empty() {
         return err("replace: the text to replace is empty");
     }
-    Ok(Value::string(text.replace(from, to)))
+    // The result's size is known before building it: charge it to the budget first.
+    let count = text.matches(from).count();
+    let len = count.checked_mul(to.len()).and_then(|n| n.checked_add(text.len() - count * from.len()));
+    let mut out = vm.new_string(len.unwrap_or(usize::MAX))?;
+    let mut last = 0;
+    for (at, _) in text.match_indices(from) {
+        out.push_str(&text[last..at]);
+        out.push_str(to);
+        last = at + from.len();
+    }
+    out.push_str(&text[last..]);
+    Ok(Value::string(out))
 }
 
 pub fn find(_: &mut Vm, a: &[Value]) -> VmResult<Value> {

@@ -282,14 +282,9 @@ impl Vm {
         self.memory_probe.map_or(0, |probe| probe())
     }
 
-    fn check_limits(&mut self) -> VmResult<()> {
-        self.next_check = self.steps + CHECK_INTERVAL;
-        if let Some(fuel) = self.limits.fuel {
-            if self.steps >= fuel {
-                return Err(VmError::new(format!("fuel exhausted (--fuel {fuel})")));
-            }
-            self.next_check = self.next_check.min(fuel);
-        }
+    /// Checks the time, interrupt and memory limits (fuel counts instructions, which built-ins
+    /// do not run): what a long-running built-in calls between chunks of its work.
+    pub fn poll_limits(&mut self) -> VmResult<()> {
         if self.interrupt.swap(false, AtomicOrdering::Relaxed) {
             return Err(VmError::new("interrupted"));
         }
@@ -300,6 +295,17 @@ impl Vm {
             }
         }
         self.reserve(0)
+    }
+
+    fn check_limits(&mut self) -> VmResult<()> {
+        self.next_check = self.steps + CHECK_INTERVAL;
+        if let Some(fuel) = self.limits.fuel {
+            if self.steps >= fuel {
+                return Err(VmError::new(format!("fuel exhausted (--fuel {fuel})")));
+            }
+            self.next_check = self.next_check.min(fuel);
+        }
+        self.poll_limits()
     }
 
     /// Runs the entry file's main program.
@@ -410,6 +416,12 @@ impl Vm {
         }
         if self.native_depth >= MAX_NATIVE_DEPTH {
             return Err(VmError::new("stack overflow (calls nested through built-in functions)"));
+        }
+        // A call from Rust (a run, or a built-in calling back: `map`, `reduce` ...) checks the
+        // limits on entry: a callback with no loop or call would otherwise never reach a check,
+        // and `fuel: Some(0)` must stop even a program without one.
+        if self.steps >= self.next_check {
+            self.check_limits()?;
         }
         self.native_depth += 1;
         let depth = self.frames.len();
@@ -698,7 +710,10 @@ impl Vm {
                         (Value::Float(x), Value::Float(y)) => Value::Float(x $fop y),
                         (Value::Float(x), Value::Int(y)) => Value::Float(x $fop (*y as f64)),
                         (Value::Int(x), Value::Float(y)) => Value::Float((*x as f64) $fop y),
-                        (a, b) => tri!(ops::binary($op, a, b)),
+                        (a, b) => {
+                            tri!(self.reserve(ops::new_bytes(Some($op), a, b)));
+                            tri!(ops::binary($op, a, b))
+                        }
                     };
                     set!($dst, v);
                 }};
@@ -815,6 +830,7 @@ impl Vm {
                         set!(dst, v);
                     }
                     Instr::MatMul { dst, a, b } => {
+                        tri!(self.reserve(ops::new_bytes(None, &reg!(a), &reg!(b))));
                         let v = tri!(ops::matmul(&reg!(a), &reg!(b)));
                         set!(dst, v);
                     }

@@ -36,7 +36,7 @@ pub fn matvec(m: &Matrix, x: &[f64]) -> Vec<f64> {
 /// have its declared size (`Matrix`'s fields are public: nothing else guarantees it).
 pub fn matmul(a: &Matrix, b: &Matrix) -> VmResult<Vec<f64>> {
     let (m, k, n) = (a.rows, a.cols, b.cols);
-    if b.rows != k || a.data.len() != m * k || b.data.len() != k * n {
+    if b.rows != k || m.checked_mul(k) != Some(a.data.len()) || k.checked_mul(n) != Some(b.data.len()) {
         return Err(VmError::new(format!(
             "shape mismatch in @: matrix ({}, {}) holding {} numbers and matrix ({}, {}) holding {}",
             a.rows,
@@ -47,11 +47,14 @@ pub fn matmul(a: &Matrix, b: &Matrix) -> VmResult<Vec<f64>> {
             b.data.len()
         )));
     }
-    let mut c = vec![0.0; m * n];
+    let len = m.checked_mul(n).ok_or_else(|| crate::budget::too_large(usize::MAX))?;
+    let mut c = Vec::new();
+    c.try_reserve_exact(len).map_err(|_| crate::budget::too_large(len.saturating_mul(8)))?;
+    c.resize(len, 0.0);
     if m == 0 || n == 0 || k == 0 {
         return Ok(c);
     }
-    // SAFETY: checked above: `a.data` holds exactly `m*k` f64s, `b.data` `k*n`, and `c` was
+    // SAFETY: checked above (the test below breaks each check): `a.data` holds exactly `m*k` f64s, `b.data` `k*n`, and `c` was
     // allocated with `m*n`, all row-major with the strides given (row stride = column count,
     // column stride 1); `c` is exclusively borrowed.
     unsafe {
@@ -89,6 +92,9 @@ mod tests {
         assert!(matmul(&a, &short).is_err());
         let lying = Matrix { rows: 2, cols: 2, data: vec![1.0; 3] };
         assert!(matmul(&lying, &b).is_err());
+        // A shape whose product wraps around to the data's length.
+        let wrapping = Matrix { rows: 1 << 32, cols: 1 << 32, data: vec![] };
+        assert!(matmul(&wrapping, &wrapping).is_err());
         assert!(matmul(&b, &a).is_err());
     }
 }

@@ -83,7 +83,9 @@ pub fn binary(op: BinOp, a: &Value, b: &Value) -> VmResult<Value> {
         (Int(x), Float(y)) => Ok(Float(op.float(*x as f64, *y))),
         (Float(x), Int(y)) => Ok(Float(op.float(*x, *y as f64))),
         (Str(x), Str(y)) if op == BinOp::Add => {
-            let mut s = String::with_capacity(x.0.len() + y.0.len());
+            let len = x.0.len().saturating_add(y.0.len());
+            let mut s = String::new();
+            s.try_reserve_exact(len).map_err(|_| crate::budget::too_large(len))?;
             s.push_str(&x.0);
             s.push_str(&y.0);
             Ok(Value::string(s))
@@ -225,6 +227,17 @@ pub fn negate(v: &Value) -> VmResult<Value> {
             Ok(Value::matrix(m.rows, m.cols, m.data.iter().map(|x| -x).collect()))
         }
         other => Err(VmError::new(format!("unsupported operand type for unary -: {}", other.type_name()))),
+    }
+}
+
+/// The bytes `a OP b` or `a @ b` (`op: None`) allocates beyond its operands' size: what the
+/// interpreter charges to the memory budget before an operation that can grow memory faster
+/// than the instruction count (string `+` doubling, an outer product). 0 for the others.
+pub fn new_bytes(op: Option<BinOp>, a: &Value, b: &Value) -> usize {
+    match (op, a, b) {
+        (Some(BinOp::Add), Value::Str(x), Value::Str(y)) => x.0.len().saturating_add(y.0.len()),
+        (None, Value::Matrix(m), Value::Matrix(n)) => m.borrow().rows.saturating_mul(n.borrow().cols).saturating_mul(8),
+        _ => 0,
     }
 }
 
