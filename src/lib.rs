@@ -39,7 +39,7 @@ use zygvm_vm::host::HostFunction;
 /// A compiled program: immutable, `Send + Sync`, cheap to clone (shared).
 #[derive(Clone)]
 pub struct Program {
-    inner: Arc<zygvm_vm::Program>,
+    inner: zygvm_vm::verify::VerifiedProgram,
 }
 
 /// Collects host functions before compiling (the compiler resolves their names).
@@ -187,7 +187,9 @@ impl ProgramBuilder {
         let source = zygvm_compiler::Source { name, text: source, dir, differentiate: self.differentiate };
         let loader = |p: &Path| read_source(p);
         let inner = guard(|| zygvm_compiler::compile(source, table.into(), self.hosts, &loader))?;
-        Ok(Program { inner: Arc::new(inner) })
+        let inner = zygvm_vm::verify::VerifiedProgram::new(Arc::new(inner))
+            .map_err(|e| Error::runtime(format!("{INTERNAL}the compiled program does not verify: {e}")))?;
+        Ok(Program { inner })
     }
 }
 
@@ -266,7 +268,7 @@ impl Program {
 
     /// The underlying bytecode program.
     pub fn bytecode(&self) -> &zygvm_vm::Program {
-        &self.inner
+        self.inner.program()
     }
 }
 
@@ -298,6 +300,17 @@ pub struct Pullback {
     vm: u64,
     slot: usize,
 }
+
+// SAFETY: `Vm` holds `Rc`s (inside `inner`), so moving it to another thread is sound only if
+// no reference count it owns is shared with anything that stays behind. Every public method of
+// this type takes and returns owned `HostValue`s (deep copies made by `HostValue::from_value`
+// and `to_value`) or plain data (`Pullback` is two integers; `bytecode()` is the
+// `Send + Sync` program), and never exposes `inner` — the private field is the check: no
+// runtime value can leave the `Vm`. Host functions receive and return `HostValue`s and are
+// `Send + Sync`. The thread-local tables the differentiator and value walks use
+// (`ad/shadows.rs`, `nesting.rs`) are emptied by guards before any call returns. So every `Rc`
+// reachable from a `Vm` moves with it. `Vm` stays `!Sync` (`&Vm` is not shared).
+unsafe impl Send for Vm {}
 
 static NEXT_VM_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
 

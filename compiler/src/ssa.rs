@@ -236,8 +236,7 @@ impl FnBuilder {
             self.blocks[b.index()].incomplete.push((v, p));
             p
         } else if block.preds.len() == 1 {
-            let pred = block.preds[0].0;
-            self.read_var_in(v, pred)
+            self.read_through_single_preds(v, b)
         } else if block.preds.is_empty() {
             self.undef
         } else {
@@ -247,6 +246,28 @@ impl FnBuilder {
         };
         self.defs.insert((v, b), r);
         r
+    }
+
+    /// Reads `v` in `b`, a sealed block with one predecessor: follows the chain of such blocks
+    /// up to one that defines `v` or is not of that kind. A chain that returns to a block it
+    /// passed is a cycle with no entry — unreachable code — where `v` is undefined.
+    fn read_through_single_preds(&mut self, v: Var, b: BlockId) -> Reg {
+        let mut passed = vec![b];
+        let mut at = self.blocks[b.index()].preds[0].0;
+        loop {
+            if let Some(&r) = self.defs.get(&(v, at)) {
+                return r;
+            }
+            let block = &self.blocks[at.index()];
+            if !block.sealed || block.preds.len() != 1 {
+                return self.read_var_in(v, at);
+            }
+            if passed.contains(&at) {
+                return self.undef;
+            }
+            passed.push(at);
+            at = block.preds[0].0;
+        }
     }
 
     fn add_param(&mut self, b: BlockId) -> Reg {
@@ -496,10 +517,13 @@ impl FnBuilder {
             f.list_regs.extend(regs);
             ListId(f.lists.len() as u32 - 1)
         };
+        // Unreachable blocks are dropped: their parameters may resolve to registers defined
+        // only in unreachable code, which have no number.
         let param_lists: Vec<Vec<Reg>> = self
             .blocks
             .iter()
-            .map(|b| b.params.iter().map(|&p| map_reg(&self, p)).collect())
+            .enumerate()
+            .map(|(b, blk)| if reachable[b] { blk.params.iter().map(|&p| map_reg(&self, p)).collect() } else { vec![] })
             .collect();
         for (b, block) in self.blocks.iter().enumerate() {
             if !reachable[b] {

@@ -170,10 +170,26 @@ mod tests {
     use zygvm_vm::Vm;
 
     fn vm() -> Vm {
+        // The smallest program the verifier accepts: a main that returns nil.
+        use zygvm_vm::bytecode::{Instr, ListId, Reg};
+        use zygvm_vm::program::{BlockInfo, FuncKind, Function, Span};
+        let main = Function {
+            name: String::new(),
+            kind: FuncKind::Main,
+            arity: 0,
+            num_captures: 0,
+            num_regs: 1,
+            code: vec![Instr::LoadNil { dst: Reg(0) }, Instr::Return { src: Reg(0) }],
+            spans: vec![Span::default(); 2],
+            blocks: vec![BlockInfo { start: 0, params: ListId(0) }],
+            lists: vec![(0, 0)],
+            list_regs: vec![],
+            span: Span::default(),
+        };
         let program = Program {
             files: vec![],
-            functions: vec![],
-            ssa_functions: vec![],
+            functions: vec![main.clone()],
+            ssa_functions: vec![main],
             derivatives: vec![],
             consts: vec![],
             structs: vec![],
@@ -184,7 +200,7 @@ mod tests {
             host_functions: vec![],
             tangent_transform: None,
         };
-        Vm::new(Arc::new(program))
+        Vm::new(zygvm_vm::verify::VerifiedProgram::new(Arc::new(program)).unwrap())
     }
 
     /// A deterministic, well-conditioned test matrix and a direction.

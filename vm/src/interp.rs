@@ -114,12 +114,9 @@ pub struct Vm {
 /// them so hostile scripts get `stack overflow`, never a Rust stack overflow.
 const MAX_NATIVE_DEPTH: usize = 200;
 
-// SAFETY: a `Vm` owns every `Rc` reachable from it: the program holds plain data only, host
-// functions receive and return owned `HostValue`s, and the public API converts every value at
-// the boundary, so no reference count is ever shared with state outside this `Vm`. Moving the
-// whole `Vm` to another thread therefore moves every owner of those counts together, and no two
-// threads can touch one count. `Vm` is deliberately not `Sync`.
-unsafe impl Send for Vm {}
+// `Vm` is neither `Send` nor `Sync`: it holds `Rc`s, and its public methods (`global`, `held`,
+// `call_value`) hand runtime values to the caller. The `zygvm` facade, whose API converts every
+// value at the boundary, is the one place that makes a VM `Send`.
 
 fn materialise(c: &Const) -> Value {
     match c {
@@ -130,7 +127,8 @@ fn materialise(c: &Const) -> Value {
 }
 
 impl Vm {
-    pub fn new(program: Arc<Program>) -> Vm {
+    pub fn new(program: crate::verify::VerifiedProgram) -> Vm {
+        let program = program.program().clone();
         let consts = program.consts.iter().map(materialise).collect();
         let calls = vec![0; program.functions.len()];
         let loop_base: Vec<u32> = program
@@ -531,13 +529,19 @@ impl Vm {
         if nargs != f.arity as usize {
             return Err(arity_error(f, nargs));
         }
+        // Captures fill the registers after the arguments: their count must be the function's
+        // (closures of other routines run as this one under differentiation).
+        if closure.as_ref().map_or(0, |c| c.captures.len()) != f.num_captures as usize {
+            return Err(VmError::new(format!("internal error: {} called with the wrong number of captures", f.trace_name())));
+        }
         let num_regs = f.num_regs as usize;
         self.calls[func.index()] = self.calls[func.index()].saturating_add(1);
         let base = self.stack.len();
         self.stack.reserve(num_regs);
         // SAFETY: `reserve` made room for `num_regs` values after `base`. Slots are written
-        // in order — arguments, captures (`nargs + captures <= num_regs`, the frame layout the
-        // verifier checks), then `nil` up to `num_regs` — and `set_len` publishes them only
+        // in order — arguments (`nargs == arity`, checked above), captures (their count is
+        // `num_captures`, checked above, and `arity + num_captures <= num_regs`, which
+        // `VerifiedProgram::new` and `add_function` check), then `nil` up to `num_regs` — and `set_len` publishes them only
         // once all are initialised. `arg` reads only below `base`.
         unsafe {
             let p = self.stack.as_mut_ptr();
@@ -545,7 +549,6 @@ impl Vm {
                 p.add(base + k).write(arg(p, k));
             }
             let mut next = base + nargs;
-            debug_assert!(closure.as_ref().map_or(0, |c| c.captures.len()) == f.num_captures as usize);
             if let Some(c) = &closure {
                 for v in c.captures.iter() {
                     p.add(next).write(v.clone());
@@ -646,7 +649,14 @@ impl Vm {
                     regs = unsafe { self.stack.as_mut_ptr().add(base) }
                 };
             }
+            // Reads go through a shared reference, so two reads of one register (`x * x`)
+            // never make two live `&mut`; writes go through `reg_mut!`/`set!`, one at a time.
             macro_rules! reg {
+                ($r:expr) => {
+                    *unsafe { &*regs.add($r.index()) }
+                };
+            }
+            macro_rules! reg_mut {
                 ($r:expr) => {
                     *unsafe { &mut *regs.add($r.index()) }
                 };
@@ -858,11 +868,11 @@ impl Vm {
                     }
                     Instr::Eq { dst, a, b } => {
                         let r = tri!(reg!(a).equals(&reg!(b)));
-                        reg!(dst) = Value::Bool(r)
+                        reg_mut!(dst) = Value::Bool(r)
                     }
                     Instr::Ne { dst, a, b } => {
                         let r = !tri!(reg!(a).equals(&reg!(b)));
-                        reg!(dst) = Value::Bool(r)
+                        reg_mut!(dst) = Value::Bool(r)
                     }
                     Instr::Lt { dst, a, b } => compare!(dst, a, b, "<", |o| o.is_lt()),
                     Instr::Le { dst, a, b } => compare!(dst, a, b, "<=", |o| o.is_le()),
@@ -1000,7 +1010,7 @@ impl Vm {
                     Instr::MakeClosure { dst, func: f, captures } => {
                         let caps: Vec<Value> =
                             func.list(captures).iter().map(|r| reg!(r).clone()).collect();
-                        reg!(dst) = Value::Closure(Rc::new(Closure {
+                        reg_mut!(dst) = Value::Closure(Rc::new(Closure {
                             func: f,
                             captures: caps.into_boxed_slice(),
                         }));
@@ -1122,7 +1132,7 @@ impl Vm {
                     }
                     Instr::PullAdd { dst, rule, args } => {
                         let v = pull_value!(rule, args);
-                        let sum = match (std::mem::take(&mut reg!(dst)), v) {
+                        let sum = match (std::mem::take(&mut reg_mut!(dst)), v) {
                             (Value::Float(x), Value::Float(y)) => Value::Float(x + y),
                             (Value::Nil, y) => y,
                             (x, Value::Nil) => x,
@@ -1269,7 +1279,7 @@ impl Vm {
                     Instr::NewStruct { dst, strukt, args } => {
                         let vals: Vec<Value> =
                             func.list(args).iter().map(|r| reg!(r).clone()).collect();
-                        reg!(dst) = Value::Struct(Rc::new(StructObj {
+                        reg_mut!(dst) = Value::Struct(Rc::new(StructObj {
                             def: strukt,
                             fields: vals.into_boxed_slice(),
                         }));
@@ -1333,7 +1343,7 @@ impl Vm {
                     Instr::BranchNotGe { a, b, else_blk } => fused_branch!(a, b, else_blk, ">=", |o| o.is_ge()),
                     Instr::Return { src } => {
                         account!();
-                        let v = std::mem::take(&mut reg!(src));
+                        let v = std::mem::take(&mut reg_mut!(src));
                         let fr = self.frames.pop().unwrap();
                         self.stack.truncate(fr.base as usize);
                         if fr.boundary {

@@ -63,12 +63,20 @@ pub fn verify_function(p: &Program, f: &Function, ssa: bool) -> Result<(), Strin
                 Operand::Const(k) if k.index() >= p.consts.len() => bad = Some(format!("{pc}: no constant {k}")),
                 Operand::Global(g) if g.index() >= p.global_names.len() => bad = Some(format!("{pc}: no global {g}")),
                 Operand::Builtin(g) if g.index() >= p.builtins.len() => bad = Some(format!("{pc}: no builtin {g}")),
+                Operand::Struct(s) if s.index() >= p.structs.len() => bad = Some(format!("{pc}: no struct {s}")),
+                Operand::Sym(s) if s.index() >= p.symbols.len() => bad = Some(format!("{pc}: no symbol {s}")),
                 _ => {}
             });
             if let Some(m) = bad {
                 return err(m);
             }
             match *i {
+                Instr::MakeClosure { func, captures, .. } => {
+                    let want = p.functions.get(func.index()).map_or(0, |g| g.num_captures as usize);
+                    if f.list(captures).len() != want {
+                        return err(format!("{pc}: closure of {func} captures {} values, the function takes {want}", f.list(captures).len()));
+                    }
+                }
                 Instr::Jump { target, args } | Instr::JumpPar { target, args } => {
                     let want = f.list(f.blocks[target.index()].params).len();
                     let got = f.list(args).len();
@@ -113,8 +121,49 @@ pub fn verify_function(p: &Program, f: &Function, ssa: bool) -> Result<(), Strin
     Ok(())
 }
 
-/// Checks every function of a program: the SSA form and the executable form.
+/// Checks every function of a program: the SSA form and the executable form, and the indices
+/// the program's tables hold (its main function, the derivative routines).
 pub fn verify_program(p: &Program) -> Result<(), String> {
     p.ssa_functions.iter().try_for_each(|f| verify_function(p, f, true))?;
-    p.functions.iter().try_for_each(|f| verify_function(p, f, false))
+    p.functions.iter().try_for_each(|f| verify_function(p, f, false))?;
+    let n = p.functions.len();
+    if p.main.index() >= n {
+        return Err(format!("main function {} out of range", p.main));
+    }
+    if p.ssa_functions.len() != n || p.derivatives.len() > n {
+        return Err(format!("{n} functions, {} in SSA form, {} derivative entries", p.ssa_functions.len(), p.derivatives.len()));
+    }
+    for (i, d) in p.derivatives.iter().enumerate() {
+        let Some(d) = d else { continue };
+        let routines = [d.tape, d.adjoint, d.tangent, d.tangent_tape, d.tangent_adjoint];
+        if routines.iter().any(|r| r.index() >= n) {
+            return Err(format!("derivative routines of function {i} out of range"));
+        }
+    }
+    Ok(())
+}
+
+/// A program the verifier accepted: the only kind a `Vm` runs. Its field is private, so the one
+/// way to make it is `VerifiedProgram::new`, which runs `verify_program`; the interpreter's
+/// unchecked register and instruction accesses rest on that. (`Program`'s fields are public, so
+/// a host could otherwise hand the VM any bytes.)
+#[derive(Clone)]
+pub struct VerifiedProgram(std::sync::Arc<Program>);
+
+impl VerifiedProgram {
+    pub fn new(p: std::sync::Arc<Program>) -> Result<VerifiedProgram, String> {
+        verify_program(&p)?;
+        Ok(VerifiedProgram(p))
+    }
+
+    pub fn program(&self) -> &std::sync::Arc<Program> {
+        &self.0
+    }
+}
+
+impl std::ops::Deref for VerifiedProgram {
+    type Target = Program;
+    fn deref(&self) -> &Program {
+        &self.0
+    }
 }
