@@ -173,10 +173,12 @@ fn run(cli: Cli) -> ExitCode {
         let s = vm.stats();
         let _ = writeln!(
             std::io::stderr(),
-            "stats: wall time {:.6} s\nstats: bytecode instructions interpreted {}\nstats: functions compiled by the JIT 0 (0.000000 s compiling; no JIT yet)\nstats: peak tape bytes {}",
+            "stats: wall time {:.6} s\nstats: bytecode instructions interpreted {}\nstats: functions compiled by the JIT 0 (0.000000 s compiling; no JIT yet)\nstats: peak tape bytes {}\nstats: cycle collections {} (containers freed {})",
             started.elapsed().as_secs_f64(),
             s.instructions,
-            s.peak_tape_bytes
+            s.peak_tape_bytes,
+            s.cycle_collections,
+            s.cycles_freed
         );
     }
     code

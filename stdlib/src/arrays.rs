@@ -16,6 +16,7 @@ pub fn push(vm: &mut Vm, a: &[Value]) -> VmResult<Value> {
     if n % 1024 == 0 {
         vm.reserve(n.saturating_mul(16))?;
     }
+    vm.note_store(&a[0], &a[1]);
     arr.borrow_mut().push(a[1].clone());
     Ok(Value::Nil)
 }
@@ -30,9 +31,10 @@ pub fn pop(_: &mut Vm, a: &[Value]) -> VmResult<Value> {
     Ok(arr.remove(n - 1))
 }
 
-pub fn insert(_: &mut Vm, a: &[Value]) -> VmResult<Value> {
+pub fn insert(vm: &mut Vm, a: &[Value]) -> VmResult<Value> {
     let arr = array("insert", &a[0])?;
     let i = int("insert", &a[1])?;
+    vm.note_store(&a[0], &a[2]);
     let mut arr = arr.borrow_mut();
     match usize::try_from(i) {
         Ok(u) if u <= arr.len() => {

@@ -72,6 +72,9 @@ struct Frame {
 pub struct Stats {
     pub instructions: u64,
     pub peak_tape_bytes: usize,
+    /// Cycle collections run, and the containers they freed (`cycles.rs`).
+    pub cycle_collections: u64,
+    pub cycles_freed: u64,
 }
 
 /// One VM instance: the mutable state of running a `Program`.
@@ -108,6 +111,23 @@ pub struct Vm {
     program_version: u64,
     /// Values the host keeps inside this VM by slot (pullbacks): runtime values never leave it.
     held: Vec<Option<Value>>,
+    /// Containers that may close a cycle, for the cycle collector (`cycles.rs`).
+    pub cycles: crate::cycles::Registry,
+}
+
+impl Drop for Vm {
+    /// Frees what the VM's values still hold, cycles included: the roots go first, then one
+    /// collection finds every cycle left unreachable.
+    fn drop(&mut self) {
+        self.globals.clear();
+        self.stack.clear();
+        self.frames.clear();
+        self.held.clear();
+        self.consts.clear();
+        self.scratch.clear();
+        self.tape = crate::ad::Tape::default();
+        self.cycles.collect();
+    }
 }
 
 /// Built-ins that call back into Zy (`map` inside `map` ...) nest Rust activations; this bounds
@@ -160,6 +180,7 @@ impl Vm {
             native_depth: 0,
             tape: crate::ad::Tape::default(),
             held: vec![],
+            cycles: Default::default(),
             made_tangents: vec![],
             program_version: 0,
             calls,
@@ -256,7 +277,12 @@ impl Vm {
     }
 
     pub fn stats(&self) -> Stats {
-        Stats { instructions: self.steps, peak_tape_bytes: self.tape.peak_bytes }
+        Stats {
+            instructions: self.steps,
+            peak_tape_bytes: self.tape.peak_bytes,
+            cycle_collections: self.cycles.collections,
+            cycles_freed: self.cycles.freed,
+        }
     }
 
     /// How often each function has been called and each loop header entered by a backward
@@ -303,7 +329,22 @@ impl Vm {
             }
             self.next_check = self.next_check.min(fuel);
         }
+        if self.cycles.due() {
+            self.cycles.collect();
+        }
         self.poll_limits()
+    }
+
+    /// Notes that `container` received `stored` (an array or dict store): the cycle collector's
+    /// candidates.
+    #[inline]
+    pub fn note_store(&mut self, container: &Value, stored: &Value) {
+        self.cycles.note_store(container, stored);
+    }
+
+    /// Runs the cycle collector now; returns how many containers it freed.
+    pub fn collect_cycles(&mut self) -> usize {
+        self.cycles.collect()
     }
 
     /// Runs the entry file's main program.
@@ -954,6 +995,7 @@ impl Vm {
                     }
                     Instr::SetIndex { obj, idx, src } => {
                         let v = reg!(src).clone();
+                        self.cycles.note_store(&reg!(obj), &v);
                         tri!(set_index(&reg!(obj), &reg!(idx), v));
                     }
                     Instr::SetIndex2 { obj, ijv } => {

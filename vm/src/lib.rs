@@ -7,6 +7,7 @@ pub mod ad;
 pub mod budget;
 pub mod builtin;
 pub mod bytecode;
+pub mod cycles;
 pub mod dict;
 pub mod disasm;
 pub mod error;
@@ -18,7 +19,7 @@ pub mod nesting;
 pub mod ops;
 pub mod program;
 pub mod value;
-mod value_drop;
+pub(crate) mod value_drop;
 pub mod verify;
 
 pub use error::{Error, ErrorKind, VmError, VmResult};
