@@ -16,7 +16,8 @@ cargo +nightly fuzz build -O
 for t in "${targets[@]}"; do
     mkdir -p "corpus/$t"
     echo "== fuzz $t for ${secs}s"
-    cargo +nightly fuzz run -O "$t" -- -max_total_time="$secs" -max_len=4096 -timeout=20 \
+    rm -rf "artifacts/$t"
+    cargo +nightly fuzz run -O "$t" -- -max_total_time="$secs" -max_len=4096 -timeout=30 \
         -rss_limit_mb=3000 -malloc_limit_mb=1024 -print_final_stats=1 2>&1 \
         | grep -E '^(stat::number_of_executed_units|stat::peak_rss_mb|==[0-9]+==|SUMMARY|thread .* panicked)|Done [0-9]+ runs' || true
     if compgen -G "artifacts/$t/*" >/dev/null; then echo "fuzz $t found a crash: $(ls artifacts/$t)"; exit 1; fi

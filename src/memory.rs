@@ -4,6 +4,10 @@
 //! memory limit enforced precisely does the same (`#[global_allocator] static A:
 //! zygvm::memory::CountingAlloc = zygvm::memory::CountingAlloc;`). Without it, the limit is
 //! still checked against the size of each large allocation request.
+//!
+//! The count is process-wide: with several VMs in one process, each VM's `max_memory` is
+//! compared with the bytes in use by the whole process (a per-VM count would need every
+//! allocation tagged with its VM).
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};

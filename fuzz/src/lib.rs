@@ -27,8 +27,8 @@ pub fn limits() -> Limits {
     Limits {
         max_depth: 400,
         fuel: Some(200_000),
-        max_memory: Some(256 << 20),
-        timeout: Some(std::time::Duration::from_secs(2)),
+        max_memory: Some(16 << 20),
+        timeout: Some(std::time::Duration::from_secs(1)),
     }
 }
 

@@ -77,7 +77,13 @@ pub struct Stats {
     pub cycles_freed: u64,
 }
 
-/// One VM instance: the mutable state of running a `Program`.
+/// One VM instance: the mutable state of running a `Program`. Not `Send`: it holds `Rc`s
+/// and hands runtime values out (the `zygvm` facade is the `Send` wrapper):
+///
+/// ```compile_fail
+/// fn send<T: Send>() {}
+/// send::<zygvm_vm::Vm>();
+/// ```
 pub struct Vm {
     program: Arc<Program>,
     consts: Vec<Value>,

@@ -22,6 +22,9 @@ pub mod value;
 pub(crate) mod value_drop;
 pub mod verify;
 
+#[cfg(test)]
+mod interp_tests;
+
 pub use error::{Error, ErrorKind, VmError, VmResult};
 pub use interp::{InterruptHandle, Limits, Vm};
 pub use program::Program;

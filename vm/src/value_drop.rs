@@ -31,16 +31,22 @@ fn take_elements(v: &mut Value, work: &mut Vec<Value>) {
                 work.extend(std::mem::take(&mut t.0).into_iter().filter(holds_values));
             }
         }
+        // Arrays and dicts may also have weak references (the cycle collector's candidates),
+        // which `Rc::get_mut` refuses: the last strong reference is what counts.
         Value::Array(a) => {
-            if let Some(a) = Rc::get_mut(a) {
-                if let Array::Values(items) = a.get_mut() {
-                    work.extend(std::mem::take(items).into_iter().filter(holds_values));
+            if Rc::strong_count(a) == 1 {
+                if let Ok(mut a) = a.try_borrow_mut() {
+                    if let Array::Values(items) = &mut *a {
+                        work.extend(std::mem::take(items).into_iter().filter(holds_values));
+                    }
                 }
             }
         }
         Value::Dict(d) => {
-            if let Some(d) = Rc::get_mut(d) {
-                work.extend(std::mem::take(&mut d.get_mut().map).into_values().filter(holds_values));
+            if Rc::strong_count(d) == 1 {
+                if let Ok(mut d) = d.try_borrow_mut() {
+                    work.extend(std::mem::take(&mut d.map).into_values().filter(holds_values));
+                }
             }
         }
         Value::Struct(s) => {
