@@ -215,14 +215,7 @@ const INTERNAL: &str = "internal error in zygvm (please report): ";
 fn guard<T>(f: impl FnOnce() -> Result<T, Error>) -> Result<T, Error> {
     match std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
         Ok(r) => r,
-        Err(p) => {
-            let msg = p
-                .downcast_ref::<String>()
-                .cloned()
-                .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
-                .unwrap_or_default();
-            Err(Error::runtime(format!("{INTERNAL}{msg}")))
-        }
+        Err(p) => Err(Error::runtime(format!("{INTERNAL}{}", zygvm_vm::host::panic_message(&*p)))),
     }
 }
 

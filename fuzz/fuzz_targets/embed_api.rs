@@ -88,17 +88,24 @@ enum Op {
     Limits(u16, u8, bool),
 }
 
+/// The program, compiled once (a `Program` is `Send + Sync` and shared by every VM).
+fn program() -> &'static Program {
+    static PROGRAM: std::sync::OnceLock<Program> = std::sync::OnceLock::new();
+    PROGRAM.get_or_init(|| {
+        Program::builder()
+            .host_function("twice", Some(1), |a| match a[0] {
+                Value::Float(x) => Ok(Value::Float(2.0 * x)),
+                _ => Err("expects a float".into()),
+            })
+            .host_function("fail_host", Some(1), |_| Err("always fails".into()))
+            .compile("embed.zy", SOURCE)
+            .expect("the fixed program compiles")
+    })
+}
+
 fuzz_target!(|ops: Vec<Op>| {
     zygvm_fuzz::sandbox();
-    let program = Program::builder()
-        .host_function("twice", Some(1), |a| match a[0] {
-            Value::Float(x) => Ok(Value::Float(2.0 * x)),
-            _ => Err("expects a float".into()),
-        })
-        .host_function("fail_host", Some(1), |_| Err("always fails".into()))
-        .compile("embed.zy", SOURCE)
-        .expect("the fixed program compiles");
-    let mut vm = Vm::new(&program);
+    let mut vm = Vm::new(program());
     vm.set_output(std::io::sink());
     vm.set_limits(zygvm_fuzz::limits());
     let mut pullbacks = vec![];

@@ -15,14 +15,7 @@ pub enum Expr {
     Bin(u8, Box<Expr>, Box<Expr>),
 }
 
-const UNARY: &[&str] = &[
-    "sin(E)", "cos(E)", "tanh(E)", "sigmoid(E)", "atan(E)", "exp(tanh(E))", "sqrt(1.0 + E * E)",
-    "log(1.0 + E * E)", "softplus(E)", "erf(E)", "(-E)", "abs(E + 3.0)", "(E) ^ 2", "cbrt(E + 5.0)",
-];
-const BINARY: &[&str] = &[
-    "(A + B)", "(A - B)", "(A * B)", "(A / (1.0 + B * B))", "atan2(A, B + 3.0)", "max(A, B)",
-    "min(A, B)", "hypot(A, B + 2.0)", "pow(3.0 + A * A, B)",
-];
+include!("../../tests/generators/expr_ops.rs");
 
 #[derive(Arbitrary, Debug)]
 pub enum Stmt {

@@ -168,13 +168,14 @@ impl HostValue {
 pub fn call_host<T>(name: &str, f: impl FnOnce() -> Result<T, String>) -> Result<T, String> {
     match std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
         Ok(r) => r,
-        Err(p) => {
-            let msg = p
-                .downcast_ref::<String>()
-                .cloned()
-                .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
-                .unwrap_or_default();
-            Err(format!("host function {name} panicked: {msg}"))
-        }
+        Err(p) => Err(format!("host function {name} panicked: {}", panic_message(&*p))),
     }
+}
+
+/// The message a panic carried (`panic!` with a string literal or a formatted one).
+pub fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
+    p.downcast_ref::<String>()
+        .cloned()
+        .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+        .unwrap_or_default()
 }

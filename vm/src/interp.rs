@@ -668,7 +668,8 @@ impl Vm {
             let mut run_start = ip;
             macro_rules! goto {
                 ($start:expr) => {{
-                    // SAFETY: block starts are instruction indices of this function (verifier).
+                    // SAFETY: block starts are instruction indices of this function and jump
+                    // targets name existing blocks (verifier: "no block", "block is empty").
                     ip = unsafe { code_ptr.add($start as usize) };
                     run_start = ip;
                 }};
@@ -681,7 +682,9 @@ impl Vm {
                 }};
             }
 
-            // SAFETY (for every `reg!`): the verifier (run on every compiled function) guarantees
+            // SAFETY (for every `reg!`): the verifier (`VerifiedProgram::new` for compiled code,
+            // `add_function` for routines made while running; `interp_tests.rs` shows it
+            // refusing an out-of-frame register) guarantees
             // each register operand is below `num_regs`, and a frame's slice
             // `stack[base .. base + num_regs]` is allocated when it is pushed and never truncated
             // while the frame is live (callees only truncate down to their own base). The pointer
@@ -829,7 +832,8 @@ impl Vm {
 
             loop {
                 debug_assert!(pc!() < code.len());
-                // SAFETY: every block ends with a terminator and every jump target is a block
+                // SAFETY: every block ends with a terminator ("terminator misplaced", checked by
+                // the verifier `VerifiedProgram` ran) and every jump target is a block
                 // start (verifier), so `ip` never runs past the last instruction.
                 let instr = unsafe { *ip };
                 ip = unsafe { ip.add(1) };
