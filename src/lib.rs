@@ -186,7 +186,15 @@ impl ProgramBuilder {
         }
         let source = zygvm_compiler::Source { name, text: source, dir, differentiate: self.differentiate };
         let loader = |p: &Path| read_source(p);
-        let inner = guard(|| zygvm_compiler::compile(source, table.into(), self.hosts, &loader))?;
+        // The compiler recurses over the syntax tree (nesting is capped at 200 levels): it runs
+        // on a thread of its own with a stack that depth fits in even in a debug build, so a
+        // host may compile from any thread.
+        let hosts = self.hosts;
+        let compile = || guard(|| zygvm_compiler::compile(source, table.into(), hosts, &loader));
+        let inner = std::thread::scope(|s| match std::thread::Builder::new().stack_size(COMPILER_STACK).spawn_scoped(s, compile) {
+            Ok(worker) => worker.join().unwrap_or_else(|_| Err(Error::runtime(format!("{INTERNAL}the compiler thread failed")))),
+            Err(e) => Err(Error::runtime(format!("cannot start the compiler's thread: {e}"))),
+        })?;
         let inner = zygvm_vm::verify::VerifiedProgram::new(Arc::new(inner))
             .map_err(|e| Error::runtime(format!("{INTERNAL}the compiled program does not verify: {e}")))?;
         Ok(Program { inner })
@@ -207,6 +215,10 @@ pub fn read_source(path: &Path) -> std::io::Result<String> {
     }
     Ok(text)
 }
+
+/// The stack of the thread the compiler runs on (reserved address space; pages are touched only
+/// as deep as the program nests).
+const COMPILER_STACK: usize = 256 << 20;
 
 /// How the message of an error that is a bug in zygvm starts.
 const INTERNAL: &str = "internal error in zygvm (please report): ";

@@ -141,3 +141,19 @@ fn cyclic_garbage_is_collected() {
     // have been freed.
     assert!(s.cycles_freed >= 150_000, "{s:?}");
 }
+
+#[test]
+fn compiling_deep_nesting_on_a_small_thread_is_an_error() {
+    std::thread::Builder::new()
+        .stack_size(1 << 20)
+        .spawn(|| {
+            let src = format!("let x = {}1{}\n", "[".repeat(199), "]".repeat(199));
+            assert!(Program::compile("ok.zy", &src).is_ok());
+            let src = format!("let x = {}1{}\n", "(".repeat(100_000), ")".repeat(100_000));
+            let e = Program::compile("deep.zy", &src).unwrap_err();
+            assert!(e.to_string().contains("nested too deeply"), "{e}");
+        })
+        .unwrap()
+        .join()
+        .unwrap();
+}
