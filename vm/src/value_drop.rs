@@ -1,10 +1,12 @@
-//! Dropping values without recursion. A value nested ten million deep (`a = [a]` in a loop)
-//! would overflow the Rust stack if each container's drop dropped its elements recursively.
-//! Instead, a container whose elements include containers hands them to [`drop_elements`],
-//! which keeps a worklist: an element it holds the last reference to is emptied into the
-//! worklist before it is dropped, so every drop it performs is shallow.
+//! Dropping values without unbounded recursion. A value nested ten million deep (`a = [a]` in a
+//! loop) would overflow the Rust stack if each container's drop dropped its elements
+//! recursively. Drops recurse as usual up to `MAX_RECURSIVE_DROP` containers deep (the common,
+//! cheap case: a tuple of results, an array of rows); below that a container hands its elements
+//! to [`drop_elements`], which keeps a worklist: an element it holds the last reference to is
+//! emptied into the worklist before it is dropped, so every drop it performs is shallow.
 
 use crate::dict::Dict;
+use std::cell::Cell;
 use crate::value::{Array, Closure, Partial, StructObj, Tuple, Value};
 use std::rc::Rc;
 
@@ -72,10 +74,31 @@ fn any_nested(items: &[Value]) -> bool {
     items.iter().any(holds_values)
 }
 
+/// How many container drops may be nested before the worklist takes over.
+const MAX_RECURSIVE_DROP: u32 = 64;
+
+thread_local! {
+    static DROP_DEPTH: Cell<u32> = const { Cell::new(0) };
+}
+
+/// Drops the elements a container held: recursively while shallow, else by worklist.
+fn drop_contents(items: impl IntoIterator<Item = Value>) {
+    DROP_DEPTH.with(|depth| {
+        let n = depth.get();
+        if n < MAX_RECURSIVE_DROP {
+            depth.set(n + 1);
+            items.into_iter().for_each(drop);
+            depth.set(n);
+        } else {
+            drop_elements(items);
+        }
+    })
+}
+
 impl Drop for Tuple {
     fn drop(&mut self) {
         if any_nested(&self.0) {
-            drop_elements(std::mem::take(&mut self.0));
+            drop_contents(std::mem::take(&mut self.0));
         }
     }
 }
@@ -84,7 +107,7 @@ impl Drop for Array {
     fn drop(&mut self) {
         if let Array::Values(items) = self {
             if any_nested(items) {
-                drop_elements(std::mem::take(items));
+                drop_contents(std::mem::take(items));
             }
         }
     }
@@ -93,7 +116,7 @@ impl Drop for Array {
 impl Drop for Dict {
     fn drop(&mut self) {
         if self.map.values().any(holds_values) {
-            drop_elements(std::mem::take(&mut self.map).into_values());
+            drop_contents(std::mem::take(&mut self.map).into_values());
         }
     }
 }
@@ -101,7 +124,7 @@ impl Drop for Dict {
 impl Drop for StructObj {
     fn drop(&mut self) {
         if any_nested(&self.fields) {
-            drop_elements(std::mem::take(&mut self.fields).into_vec());
+            drop_contents(std::mem::take(&mut self.fields).into_vec());
         }
     }
 }
@@ -109,7 +132,7 @@ impl Drop for StructObj {
 impl Drop for Closure {
     fn drop(&mut self) {
         if any_nested(&self.captures) {
-            drop_elements(std::mem::take(&mut self.captures).into_vec());
+            drop_contents(std::mem::take(&mut self.captures).into_vec());
         }
     }
 }
@@ -117,7 +140,7 @@ impl Drop for Closure {
 impl Drop for Partial {
     fn drop(&mut self) {
         if any_nested(&self.bound) {
-            drop_elements(std::mem::take(&mut self.bound).into_vec());
+            drop_contents(std::mem::take(&mut self.bound).into_vec());
         }
     }
 }
