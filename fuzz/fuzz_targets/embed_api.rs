@@ -105,6 +105,9 @@ fn program() -> &'static Program {
 
 fuzz_target!(|ops: Vec<Op>| {
     zygvm_fuzz::sandbox();
+    if std::env::var_os("ZYGVM_FUZZ_SHOW").is_some() {
+        eprintln!("{ops:#?}"); // replaying a crash: what the sequence was
+    }
     let mut vm = Vm::new(program());
     vm.set_output(std::io::sink());
     vm.set_limits(zygvm_fuzz::limits());

@@ -24,9 +24,15 @@ pub fn times(d: f64, g: f64) -> f64 {
     }
 }
 
-/// The numbers of a float, int, numeric array or matrix, and its shape: `None` for a scalar,
-/// `Some((rows, cols))` for a matrix, `Some((len, 0))` for an array.
-fn numbers(v: &Value) -> VmResult<(Vec<f64>, Option<(usize, usize)>)> {
+/// The shape of a number container.
+#[derive(Clone, Copy, PartialEq, Debug)]
+enum Shape {
+    Array(usize),
+    Matrix(usize, usize),
+}
+
+/// The numbers of a float, int, numeric array or matrix, and its shape (`None` for a scalar).
+fn numbers(v: &Value) -> VmResult<(Vec<f64>, Option<Shape>)> {
     match v {
         Value::Float(x) => Ok((vec![*x], None)),
         Value::Int(i) => Ok((vec![*i as f64], None)),
@@ -37,11 +43,11 @@ fn numbers(v: &Value) -> VmResult<(Vec<f64>, Option<(usize, usize)>)> {
                 other => other.to_f64s().ok_or_else(|| VmError::new("derivative of an array that holds non-numbers"))?,
             };
             let n = x.len();
-            Ok((x, Some((n, 0))))
+            Ok((x, Some(Shape::Array(n))))
         }
         Value::Matrix(m) => {
             let m = m.borrow();
-            Ok((m.data.clone(), Some((m.rows, m.cols))))
+            Ok((m.data.clone(), Some(Shape::Matrix(m.rows, m.cols))))
         }
         other => Err(VmError::new(format!("cannot differentiate through a value of type {}", other.type_name()))),
     }
@@ -63,7 +69,9 @@ pub fn scale(d: &Value, g: &Value) -> VmResult<Value> {
     let out: Vec<f64> = match (ps, qs) {
         (None, _) => q.iter().map(|&y| times(p[0], y)).collect(),
         (_, None) => p.iter().map(|&x| times(x, q[0])).collect(),
-        (Some(a), Some(b)) if a == b || (a.1 == 0 || b.1 == 0) && p.len() == q.len() => {
+        // Equal shapes, or an array against a matrix of as many numbers (a matrix cotangent
+        // flattened by a rule).
+        (Some(a), Some(b)) if a == b || (matches!(a, Shape::Array(_)) || matches!(b, Shape::Array(_))) && p.len() == q.len() => {
             p.iter().zip(&q).map(|(&x, &y)| times(x, y)).collect()
         }
         _ => {
@@ -74,15 +82,15 @@ pub fn scale(d: &Value, g: &Value) -> VmResult<Value> {
             )))
         }
     };
+    // A matrix on either side makes the result a matrix.
     let shape = match (ps, qs) {
-        (Some((r, c)), _) if c > 0 => Some((r, c)),
-        (_, Some((r, c))) if c > 0 => Some((r, c)),
+        (Some(m @ Shape::Matrix(..)), _) | (_, Some(m @ Shape::Matrix(..))) => Some(m),
         (Some(s), _) | (_, Some(s)) => Some(s),
         (None, None) => None,
     };
     Ok(match shape {
-        Some((r, c)) if c > 0 => Value::matrix(r, c, out),
-        Some(_) => Value::float_array(out),
+        Some(Shape::Matrix(r, c)) => Value::matrix(r, c, out),
+        Some(Shape::Array(_)) => Value::float_array(out),
         None => Value::Float(out[0]),
     })
 }
