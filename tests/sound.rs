@@ -157,3 +157,14 @@ fn compiling_deep_nesting_on_a_small_thread_is_an_error() {
         .join()
         .unwrap();
 }
+
+/// Found by the `embed_api` fuzz target: the gradient through a matrix with no columns.
+#[test]
+fn gradient_through_an_empty_matrix_from_the_host() {
+    let program = Program::compile("e.zy", "fn mix(x, w) { x * sum(w * w) + len(str(w)) }").unwrap();
+    let mut vm = Vm::new(&program);
+    let w = Value::Matrix { rows: 2, cols: 0, data: vec![] };
+    let (y, g) = vm.value_and_gradient("mix", vec![Value::Float(2.0), w.clone()]).unwrap();
+    assert_eq!(y, Value::Float(8.0)); // len("[[], []]")
+    assert_eq!(g, vec![Value::Float(0.0), w]);
+}
