@@ -3,7 +3,7 @@
 use std::cell::{Ref, RefCell};
 use std::rc::Rc;
 use zygvm_vm::value::{Array, Matrix, Value};
-use zygvm_vm::{Vm, VmError, VmResult};
+use zygvm_vm::{VmError, VmResult};
 
 pub fn err<T>(msg: impl Into<String>) -> VmResult<T> {
     Err(VmError::new(msg))
@@ -65,9 +65,4 @@ pub fn items(name: &str, v: &Value) -> VmResult<Vec<Value>> {
         Value::Tuple(t) => Ok(t.to_vec()),
         other => err(format!("{name} expects an array, got {}", other.type_name())),
     }
-}
-
-/// A float buffer of `n` elements, charged to the memory budget and allocated fallibly.
-pub fn alloc_f64(vm: &mut Vm, n: usize, fill: f64) -> VmResult<Vec<f64>> {
-    vm.filled_vec(n, fill)
 }

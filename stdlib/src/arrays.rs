@@ -147,10 +147,10 @@ fn filled(vm: &mut Vm, name: &str, a: &[Value], x: f64) -> VmResult<Value> {
     if a.len() == 2 {
         let (r, c) = (count(name, &a[0])?, count(name, &a[1])?);
         let n = r.checked_mul(c).ok_or_else(|| VmError::new("allocation too large"))?;
-        return Ok(Value::matrix(r, c, alloc_f64(vm, n, x)?));
+        return Ok(Value::matrix(r, c, vm.filled_vec(n, x)?));
     }
     let n = count(name, &a[0])?;
-    Ok(Value::float_array(alloc_f64(vm, n, x)?))
+    Ok(Value::float_array(vm.filled_vec(n, x)?))
 }
 
 pub fn zeros(vm: &mut Vm, a: &[Value]) -> VmResult<Value> {
@@ -163,7 +163,7 @@ pub fn ones(vm: &mut Vm, a: &[Value]) -> VmResult<Value> {
 pub fn fill(vm: &mut Vm, a: &[Value]) -> VmResult<Value> {
     let n = count("fill", &a[0])?;
     if let Value::Float(x) = a[1] {
-        return Ok(Value::float_array(alloc_f64(vm, n, x)?));
+        return Ok(Value::float_array(vm.filled_vec(n, x)?));
     }
     let v = vm.filled_vec(n, a[1].clone())?;
     Ok(Value::Array(std::rc::Rc::new(std::cell::RefCell::new(Array::Values(v)))))
@@ -171,7 +171,7 @@ pub fn fill(vm: &mut Vm, a: &[Value]) -> VmResult<Value> {
 
 pub fn linspace(vm: &mut Vm, a: &[Value]) -> VmResult<Value> {
     let (lo, hi, n) = (num("linspace", &a[0])?, num("linspace", &a[1])?, count("linspace", &a[2])?);
-    let mut v = alloc_f64(vm, n, 0.0)?;
+    let mut v = vm.filled_vec(n, 0.0)?;
     for (i, x) in v.iter_mut().enumerate() {
         *x = if n == 1 { lo } else if i == n - 1 { hi } else { lo + (hi - lo) * i as f64 / (n - 1) as f64 };
     }

@@ -6,7 +6,7 @@ use zygvm_vm::{Vm, VmError, VmResult};
 
 pub fn eye(vm: &mut Vm, a: &[Value]) -> VmResult<Value> {
     let n = count("eye", &a[0])?;
-    let mut d = alloc_f64(vm, n.checked_mul(n).ok_or_else(|| VmError::new("allocation too large"))?, 0.0)?;
+    let mut d = vm.filled_vec(n.checked_mul(n).ok_or_else(|| VmError::new("allocation too large"))?, 0.0)?;
     for i in 0..n {
         d[i * n + i] = 1.0;
     }

@@ -48,12 +48,12 @@ fn generate(vm: &mut Vm, name: &str, a: &[Value], f: fn(i64, &mut [f64])) -> VmR
     if a.len() == 3 {
         let (r, c) = (count(name, &a[1])?, count(name, &a[2])?);
         let n = r.checked_mul(c).ok_or_else(|| zygvm_vm::VmError::new("allocation too large"))?;
-        let mut v = alloc_f64(vm, n, 0.0)?;
+        let mut v = vm.filled_vec(n, 0.0)?;
         f(seed, &mut v);
         return Ok(Value::matrix(r, c, v));
     }
     let n = count(name, &a[1])?;
-    let mut v = alloc_f64(vm, n, 0.0)?;
+    let mut v = vm.filled_vec(n, 0.0)?;
     f(seed, &mut v);
     Ok(Value::float_array(v))
 }

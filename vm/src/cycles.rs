@@ -50,17 +50,11 @@ impl Default for Registry {
 
 const MIN_THRESHOLD: usize = 10_000;
 
-/// Whether storing `v` can close a cycle (it holds other values).
-#[inline]
-pub fn can_close_cycle(v: &Value) -> bool {
-    matches!(v, Value::Tuple(_) | Value::Array(_) | Value::Dict(_) | Value::Struct(_) | Value::Closure(_) | Value::Partial(_))
-}
-
 impl Registry {
     /// Notes that `container` received a store of `stored`.
     #[inline]
     pub fn note_store(&mut self, container: &Value, stored: &Value) {
-        if can_close_cycle(stored) {
+        if stored.holds_values() {
             self.note(container);
         }
     }
@@ -134,22 +128,22 @@ fn strong_count(v: &Value) -> usize {
 /// mutably borrowed: treated as live, conservatively).
 fn children(v: &Value, out: &mut Vec<Value>) -> bool {
     match v {
-        Value::Tuple(t) => out.extend(t.iter().filter(|x| can_close_cycle(x)).cloned()),
+        Value::Tuple(t) => out.extend(t.iter().filter(|x| x.holds_values()).cloned()),
         Value::Array(a) => match a.try_borrow() {
             Ok(a) => {
                 if let Array::Values(xs) = &*a {
-                    out.extend(xs.iter().filter(|x| can_close_cycle(x)).cloned())
+                    out.extend(xs.iter().filter(|x| x.holds_values()).cloned())
                 }
             }
             Err(_) => return false,
         },
         Value::Dict(d) => match d.try_borrow() {
-            Ok(d) => out.extend(d.map.values().filter(|x| can_close_cycle(x)).cloned()),
+            Ok(d) => out.extend(d.map.values().filter(|x| x.holds_values()).cloned()),
             Err(_) => return false,
         },
-        Value::Struct(s) => out.extend(s.fields.iter().filter(|x| can_close_cycle(x)).cloned()),
-        Value::Closure(c) => out.extend(c.captures.iter().filter(|x| can_close_cycle(x)).cloned()),
-        Value::Partial(p) => out.extend(p.bound.iter().filter(|x| can_close_cycle(x)).cloned()),
+        Value::Struct(s) => out.extend(s.fields.iter().filter(|x| x.holds_values()).cloned()),
+        Value::Closure(c) => out.extend(c.captures.iter().filter(|x| x.holds_values()).cloned()),
+        Value::Partial(p) => out.extend(p.bound.iter().filter(|x| x.holds_values()).cloned()),
         _ => {}
     }
     true

@@ -125,13 +125,10 @@ impl Drop for Vm {
     /// Frees what the VM's values still hold, cycles included: the roots go first, then one
     /// collection finds every cycle left unreachable.
     fn drop(&mut self) {
+        self.recover();
         self.globals.clear();
-        self.stack.clear();
-        self.frames.clear();
         self.held.clear();
         self.consts.clear();
-        self.scratch.clear();
-        self.tape = crate::ad::Tape::default();
         self.cycles.collect();
     }
 }
@@ -348,11 +345,6 @@ impl Vm {
         self.cycles.note_store(container, stored);
     }
 
-    /// Runs the cycle collector now; returns how many containers it freed.
-    pub fn collect_cycles(&mut self) -> usize {
-        self.cycles.collect()
-    }
-
     /// Runs the entry file's main program.
     pub fn run_main(&mut self) -> VmResult<Value> {
         let main = self.program.main;
@@ -523,7 +515,7 @@ impl Vm {
                 let hargs: Vec<HostValue> =
                     args.iter().map(|a| HostValue::from_value(a, &program)).collect::<Result<_, _>>().map_err(fail)?;
                 let r = crate::host::call_host(&host.name, || (host.func)(&hargs)).map_err(fail)?;
-                r.to_value(&program).map_err(|m| VmError::new(format!("{}: {m}", host.name)))
+                r.to_value(&program).map_err(fail)
             }
         }
     }

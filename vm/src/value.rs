@@ -189,6 +189,16 @@ impl Value {
         }
     }
 
+    /// Whether this value holds other values (a container or closure): what walks, drops and
+    /// the cycle collector must look inside.
+    #[inline]
+    pub fn holds_values(&self) -> bool {
+        matches!(
+            self,
+            Value::Tuple(_) | Value::Array(_) | Value::Dict(_) | Value::Struct(_) | Value::Closure(_) | Value::Partial(_)
+        )
+    }
+
     pub fn is_callable(&self) -> bool {
         matches!(
             self,

@@ -10,15 +10,9 @@ use std::cell::Cell;
 use crate::value::{Array, Closure, Partial, StructObj, Tuple, Value};
 use std::rc::Rc;
 
-/// Whether dropping `v` can drop other values (it holds a container that may hold more).
-#[inline]
-fn holds_values(v: &Value) -> bool {
-    matches!(v, Value::Tuple(_) | Value::Array(_) | Value::Dict(_) | Value::Struct(_) | Value::Closure(_) | Value::Partial(_))
-}
-
 /// Drops `items` (taken out of a container being dropped) iteratively.
 pub(crate) fn drop_elements(items: impl IntoIterator<Item = Value>) {
-    let mut work: Vec<Value> = items.into_iter().filter(holds_values).collect();
+    let mut work: Vec<Value> = items.into_iter().filter(Value::holds_values).collect();
     while let Some(mut v) = work.pop() {
         take_elements(&mut v, &mut work);
         drop(v); // shallow now, or only a reference count going down
@@ -30,7 +24,7 @@ fn take_elements(v: &mut Value, work: &mut Vec<Value>) {
     match v {
         Value::Tuple(t) => {
             if let Some(t) = Rc::get_mut(t) {
-                work.extend(std::mem::take(&mut t.0).into_iter().filter(holds_values));
+                work.extend(std::mem::take(&mut t.0).into_iter().filter(Value::holds_values));
             }
         }
         // Arrays and dicts may also have weak references (the cycle collector's candidates),
@@ -39,7 +33,7 @@ fn take_elements(v: &mut Value, work: &mut Vec<Value>) {
             if Rc::strong_count(a) == 1 {
                 if let Ok(mut a) = a.try_borrow_mut() {
                     if let Array::Values(items) = &mut *a {
-                        work.extend(std::mem::take(items).into_iter().filter(holds_values));
+                        work.extend(std::mem::take(items).into_iter().filter(Value::holds_values));
                     }
                 }
             }
@@ -47,23 +41,23 @@ fn take_elements(v: &mut Value, work: &mut Vec<Value>) {
         Value::Dict(d) => {
             if Rc::strong_count(d) == 1 {
                 if let Ok(mut d) = d.try_borrow_mut() {
-                    work.extend(std::mem::take(&mut d.map).into_values().filter(holds_values));
+                    work.extend(std::mem::take(&mut d.map).into_values().filter(Value::holds_values));
                 }
             }
         }
         Value::Struct(s) => {
             if let Some(s) = Rc::get_mut(s) {
-                work.extend(std::mem::take(&mut s.fields).into_vec().into_iter().filter(holds_values));
+                work.extend(std::mem::take(&mut s.fields).into_vec().into_iter().filter(Value::holds_values));
             }
         }
         Value::Closure(c) => {
             if let Some(c) = Rc::get_mut(c) {
-                work.extend(std::mem::take(&mut c.captures).into_vec().into_iter().filter(holds_values));
+                work.extend(std::mem::take(&mut c.captures).into_vec().into_iter().filter(Value::holds_values));
             }
         }
         Value::Partial(p) => {
             if let Some(p) = Rc::get_mut(p) {
-                work.extend(std::mem::take(&mut p.bound).into_vec().into_iter().filter(holds_values));
+                work.extend(std::mem::take(&mut p.bound).into_vec().into_iter().filter(Value::holds_values));
             }
         }
         _ => {}
@@ -71,7 +65,7 @@ fn take_elements(v: &mut Value, work: &mut Vec<Value>) {
 }
 
 fn any_nested(items: &[Value]) -> bool {
-    items.iter().any(holds_values)
+    items.iter().any(Value::holds_values)
 }
 
 /// How many container drops may be nested before the worklist takes over.
@@ -115,7 +109,7 @@ impl Drop for Array {
 
 impl Drop for Dict {
     fn drop(&mut self) {
-        if self.map.values().any(holds_values) {
+        if self.map.values().any(Value::holds_values) {
             drop_contents(std::mem::take(&mut self.map).into_values());
         }
     }
