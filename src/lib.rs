@@ -29,6 +29,7 @@ pub use convert::{FromValue, IntoArgs, IntoValue};
 pub use zygvm_vm::error::{Error, ErrorKind, Location, StackFrame};
 pub use zygvm_vm::host::HostValue as Value;
 pub use zygvm_vm::interp::{InterruptHandle, Limits};
+pub use zygvm_vm::native::{JitMode, JitStats};
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -314,7 +315,9 @@ pub struct Pullback {
 // runtime value can leave the `Vm`. Host functions receive and return `HostValue`s and are
 // `Send + Sync`. The thread-local tables the differentiator and value walks use
 // (`ad/shadows.rs`, `nesting.rs`) are emptied by guards before any call returns. So every `Rc`
-// reachable from a `Vm` moves with it. `Vm` stays `!Sync` (`&Vm` is not shared).
+// reachable from a `Vm` moves with it. The JIT's code buffers (`native::NativeCode`) are
+// owned by the VM alone, never written after they are finalised, and hold no thread-bound
+// state, so they move with it too. `Vm` stays `!Sync` (`&Vm` is not shared).
 unsafe impl Send for Vm {}
 
 static NEXT_VM_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
@@ -323,6 +326,7 @@ impl Vm {
     pub fn new(program: &Program) -> Vm {
         let mut inner = zygvm_vm::Vm::new(program.inner.clone());
         inner.set_memory_probe(memory::bytes_in_use);
+        inner.set_jit(Box::new(zygvm_jit::Jit::new()), JitMode::default());
         let id = NEXT_VM_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         Vm { inner, id }
     }
@@ -537,6 +541,18 @@ impl Vm {
     /// Execution statistics (`--stats`).
     pub fn stats(&self) -> zygvm_vm::interp::Stats {
         self.inner.stats()
+    }
+
+    /// Chooses the execution tier for later runs and calls: `JitMode::Auto` (the default)
+    /// compiles hot functions to machine code, `Eager` compiles each at its first call, `Off`
+    /// interprets everything. Results, errors and stack traces are the same on every tier.
+    pub fn set_jit(&mut self, mode: JitMode) {
+        self.inner.set_jit(Box::new(zygvm_jit::Jit::new()), mode);
+    }
+
+    /// What the JIT has done so far: functions compiled, time spent compiling, exits taken.
+    pub fn jit_stats(&self) -> JitStats {
+        self.inner.jit_stats()
     }
 }
 

@@ -20,6 +20,13 @@ enum Dump {
     Adjoint,
 }
 
+#[derive(clap::ValueEnum, Clone, Copy, Debug)]
+enum Jit {
+    Off,
+    Auto,
+    Eager,
+}
+
 /// Run Zy programs: a differentiable scripting language on an SSA-block bytecode VM.
 #[derive(Parser, Debug)]
 #[command(name = "zygvm", version, about, trailing_var_arg = true)]
@@ -39,6 +46,10 @@ struct Cli {
     /// At exit, print statistics to standard error.
     #[arg(long)]
     stats: bool,
+    /// Execution tier: `off` interprets everything, `auto` compiles hot functions, `eager`
+    /// compiles every function at its first call and every loop at its first iteration.
+    #[arg(long, value_enum, value_name = "MODE", default_value = "auto")]
+    jit: Jit,
     /// Maximum call depth (default 10000).
     #[arg(long, value_name = "N")]
     max_depth: Option<usize>,
@@ -158,6 +169,11 @@ fn run(cli: Cli) -> ExitCode {
     }
     let mut vm = Vm::new(&program);
     vm.set_limits(limits);
+    vm.set_jit(match cli.jit {
+        Jit::Off => zygvm::JitMode::Off,
+        Jit::Auto => zygvm::JitMode::Auto,
+        Jit::Eager => zygvm::JitMode::Eager,
+    });
     vm.set_args(args);
     vm.set_output(std::io::BufWriter::with_capacity(1 << 16, std::io::stdout()));
     let result = vm.run();
@@ -171,11 +187,20 @@ fn run(cli: Cli) -> ExitCode {
     };
     if cli.stats {
         let s = vm.stats();
+        let j = vm.jit_stats();
         let _ = writeln!(
             std::io::stderr(),
-            "stats: wall time {:.6} s\nstats: bytecode instructions interpreted {}\nstats: functions compiled by the JIT 0 (0.000000 s compiling; no JIT yet)\nstats: peak tape bytes {}\nstats: cycle collections {} (containers freed {})",
+            "stats: wall time {:.6} s\nstats: bytecode instructions executed {} (interpreted or native)\nstats: functions compiled by the JIT {} ({:.6} s compiling, {} bytes of machine code; {} refused, {} dropped)\nstats: native entries {}, exits to the interpreter {}, entries refused by a guard {}\nstats: peak tape bytes {}\nstats: cycle collections {} (containers freed {})",
             started.elapsed().as_secs_f64(),
             s.instructions,
+            j.compiled,
+            j.compile_time.as_secs_f64(),
+            j.code_bytes,
+            j.refused,
+            j.dropped,
+            j.entries,
+            j.exits,
+            j.guard_failures,
             s.peak_tape_bytes,
             s.cycle_collections,
             s.cycles_freed

@@ -18,19 +18,36 @@ fn collect(dir: &Path, out: &mut Vec<PathBuf>) {
     }
 }
 
+/// The corpus on each execution tier: every tier must print the same bytes, exit with the
+/// same status and report the same errors (`--jit off` is the reference semantics).
 #[test]
-fn zy_files() {
+fn zy_files_interpreted() {
+    run_corpus("off");
+}
+
+#[test]
+fn zy_files_jit_eager() {
+    run_corpus("eager");
+}
+
+#[test]
+fn zy_files_jit_auto() {
+    run_corpus("auto");
+}
+
+fn run_corpus(jit: &str) {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/zy");
     let mut files = vec![];
     collect(&root, &mut files);
     files.sort();
     assert!(files.len() >= 30, "expected the test corpus, found {} files", files.len());
-    let bless = std::env::var_os("ZY_BLESS").is_some();
+    let bless = std::env::var_os("ZY_BLESS").is_some() && jit == "off";
     let mut failures = vec![];
     for f in &files {
         let read = |ext: &str| std::fs::read_to_string(f.with_extension(ext)).ok();
         let flags: Vec<String> = read("flags").map(|s| s.split_whitespace().map(String::from).collect()).unwrap_or_default();
         let out = Command::new(env!("CARGO_BIN_EXE_zygvm"))
+            .args(["--jit", jit])
             .args(&flags)
             .arg(f.file_name().unwrap())
             .current_dir(f.parent().unwrap())
@@ -61,7 +78,7 @@ fn zy_files() {
             problems.push("the VM panicked".into());
         }
         if !problems.is_empty() {
-            failures.push(format!("{}:\n  {}\n  stderr: {}", f.display(), problems.join("\n  "), stderr));
+            failures.push(format!("{} (--jit {jit}):\n  {}\n  stderr: {}", f.display(), problems.join("\n  "), stderr));
         }
     }
     println!("{} passed, {} failed", files.len() - failures.len(), failures.len());

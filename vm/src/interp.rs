@@ -6,14 +6,15 @@
 //! the Rust stack. Built-ins that call back into Zy (`map`, `reduce`, …) re-enter `execute`
 //! through `call_value`; such a frame is marked as a boundary and returns to Rust.
 
-use crate::access::{get_field, index2, index_error, index_value, length, set_index, set_index2};
 use crate::builtin::BuiltinImpl;
 use crate::bytecode::*;
 use crate::error::{TraceEntry, VmError, VmResult};
 use crate::host::HostValue;
 use crate::ops::{self, BinOp};
 use crate::program::{Const, Program};
-use crate::value::{Array, Closure, StructObj, Value};
+use crate::native::{self, NativeState};
+use crate::semantics::{store, Simple};
+use crate::value::{Closure, StructObj, Value};
 use std::io::Write;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, Ordering as AtomicOrdering};
@@ -85,22 +86,24 @@ pub struct Stats {
 /// send::<zygvm_vm::Vm>();
 /// ```
 pub struct Vm {
-    program: Arc<Program>,
-    consts: Vec<Value>,
-    globals: Vec<Option<Value>>,
+    pub(crate) program: Arc<Program>,
+    pub(crate) consts: Vec<Value>,
+    pub(crate) globals: Vec<Option<Value>>,
     modules_run: Vec<bool>,
-    stack: Vec<Value>,
+    pub(crate) stack: Vec<Value>,
     frames: Vec<Frame>,
     out: Box<dyn Write + Send>,
     args: Vec<String>,
     pub limits: Limits,
     interrupt: Arc<AtomicBool>,
     deadline: Option<Instant>,
-    /// Instructions executed so far.
-    steps: u64,
-    next_check: u64,
+    /// Instructions executed so far (native code adds to it in place: `native.rs`).
+    pub(crate) steps: u64,
+    pub(crate) next_check: u64,
+    /// The native tier (the JIT) and its code.
+    pub(crate) native: NativeState,
     memory_probe: Option<fn() -> usize>,
-    scratch: Vec<Value>,
+    pub(crate) scratch: Vec<Value>,
     /// Calls of each function (the JIT's trigger for compiling a function).
     calls: Vec<u32>,
     /// Backward jumps taken into each block (`loop_base[f] + block`): loop-header hotness, the
@@ -114,7 +117,7 @@ pub struct Vm {
     /// Tangent routines made while running (third and higher derivatives), by `FuncId`.
     pub(crate) made_tangents: Vec<Option<FuncId>>,
     /// Bumped whenever `program` gains a function, so that running dispatch loops re-read it.
-    program_version: u64,
+    pub(crate) program_version: u64,
     /// Values the host keeps inside this VM by slot (pullbacks): runtime values never leave it.
     held: Vec<Option<Value>>,
     /// Containers that may close a cycle, for the cycle collector (`cycles.rs`).
@@ -185,6 +188,7 @@ impl Vm {
             held: vec![],
             cycles: Default::default(),
             made_tangents: vec![],
+            native: NativeState::default(),
             program_version: 0,
             calls,
             loop_base,
@@ -717,33 +721,6 @@ impl Vm {
                     return Err(self.unwind(e, depth));
                 }};
             }
-            // The value of a pullback rule over a register list: the float fast path reading
-            // registers in place, else the general rule on copies.
-            macro_rules! pull_value {
-                ($rule:expr, $args:expr) => {{
-                    let list = func.list($args);
-                    let nil = Value::Nil;
-                    let fast = crate::ad::rules::fast(&program, $rule, |k| match list.get(k) {
-                        // SAFETY: as for `reg!`: list registers are below `num_regs`
-                        // (verifier) and the frame is live; nothing else touches the
-                        // registers while the rule reads them.
-                        Some(r) => unsafe { &*regs.add(r.index()) },
-                        None => &nil,
-                    });
-                    match fast {
-                        Some(v) => v,
-                        None => {
-                            let mut buf = std::mem::take(&mut self.scratch);
-                            buf.clear();
-                            buf.extend(list.iter().map(|r| reg!(r).clone()));
-                            let r = crate::ad::rules::apply(&program, $rule, &buf);
-                            buf.clear();
-                            self.scratch = buf;
-                            tri!(r)
-                        }
-                    }
-                }};
-            }
             macro_rules! tri {
                 ($e:expr) => {
                     match $e {
@@ -752,23 +729,28 @@ impl Vm {
                     }
                 };
             }
-            macro_rules! arith {
-                ($dst:expr, $a:expr, $b:expr, $op:expr, $iop:ident, $fop:tt) => {{
-                    let v = match (&reg!($a), &reg!($b)) {
-                        (Value::Int(x), Value::Int(y)) => match x.$iop(*y) {
-                            Some(r) => Value::Int(r),
-                            None => tri!($op.int(*x, *y)),
-                        },
-                        (Value::Float(x), Value::Float(y)) => Value::Float(x $fop y),
-                        (Value::Float(x), Value::Int(y)) => Value::Float(x $fop (*y as f64)),
-                        (Value::Int(x), Value::Float(y)) => Value::Float((*x as f64) $fop y),
-                        (a, b) => {
-                            tri!(self.reserve(ops::new_bytes(Some($op), a, b)));
-                            tri!(ops::binary($op, a, b))
+            // Runs native code from instruction `pc` if the function has an entry there,
+            // then goes on where it left (native.rs explains the statuses).
+            macro_rules! native {
+                ($pc:expr) => {
+                    if self.native.on() {
+                        if let Some(s) = self.run_native(func_id, $pc as u32, base) {
+                            match native::status::kind(s) {
+                                native::status::EXIT | native::status::GUARD => goto!(native::status::pc(s)),
+                                native::status::ERROR => {
+                                    goto!(native::status::pc(s) + 1);
+                                    let e = self.take_native_error();
+                                    throw!(e)
+                                }
+                                _ => {
+                                    goto!(native::status::pc(s));
+                                    tri!(self.check_limits());
+                                    goto!(native::status::next(s));
+                                }
+                            }
                         }
-                    };
-                    set!($dst, v);
-                }};
+                    }
+                };
             }
             // Control transfer to a block after its argument copies: accounting, loop-header
             // hotness on backward jumps, and the periodic limit check.
@@ -776,14 +758,19 @@ impl Vm {
                 ($target:expr) => {{
                     account!();
                     let start = func.blocks[$target.index()].start;
-                    if (start as usize) < pc!() {
+                    let backward = (start as usize) < pc!();
+                    if backward {
                         let h = self.loop_base[func_id.index()] as usize + $target.index();
                         self.back_edges[h] = self.back_edges[h].wrapping_add(1);
+                        if self.native.on() {
+                            self.consider_compiling(func_id, start, self.back_edges[h], base, true);
+                        }
                     }
                     goto!(start);
                     if self.steps >= self.next_check {
                         tri!(self.check_limits());
                     }
+                    native!(start);
                 }};
             }
             // The taken edge of a conditional branch (no block arguments). A loop may close
@@ -796,6 +783,7 @@ impl Vm {
                         tri!(self.check_limits());
                     }
                     goto!(dest);
+                    native!(dest);
                 }};
             }
             // `R[a] <=> R[b]` with the number fast paths; `None` when unordered (NaN).
@@ -815,11 +803,41 @@ impl Vm {
                     }
                 }};
             }
-            macro_rules! compare {
-                ($dst:expr, $a:expr, $b:expr, $sym:literal, $test:expr) => {{
-                    let r = ordering!($a, $b, $sym);
-                    set!($dst, Value::Bool(r.is_some_and($test)));
+
+            // Runs a simple instruction (`semantics.rs`).
+            macro_rules! simple {
+                ($instr:expr) => {
+                    simple!($instr, exec_simple)
+                };
+                ($instr:expr, $exec:ident) => {{
+                    let instr: Instr = $instr;
+                    // SAFETY: `regs` is this frame's register window (see `reg!`), and the
+                    // instruction is verified; nothing else touches the registers meanwhile.
+                    match unsafe { self.$exec(&program, func, regs, instr) } {
+                        Ok(Simple::Done) => {}
+                        Ok(Simple::NotSimple) => match instr {
+                            // One-argument math of a container: the built-in itself.
+                            Instr::Math1 { dst, src, builtin } => {
+                                let arg = [reg!(src).clone()];
+                                self.frames.last_mut().unwrap().pc = pc!() as u32;
+                                let r = tri!(self.call_builtin(builtin, &arg));
+                                refresh!();
+                                set!(dst, r);
+                            }
+                            other => unreachable!("{} is neither simple nor handled by execute", other.name()),
+                        },
+                        Err(e) => throw!(e),
+                    }
                 }};
+            }
+
+            // Entering a frame or coming back to it after a call: native code, if any.
+            if self.native.on() {
+                let pc = pc!() as u32;
+                if pc == 0 {
+                    self.consider_compiling(func_id, 0, self.calls[func_id.index()], base, false);
+                }
+                native!(pc);
             }
 
             loop {
@@ -830,25 +848,9 @@ impl Vm {
                 let instr = unsafe { *ip };
                 ip = unsafe { ip.add(1) };
                 match instr {
-                    Instr::LoadNil { dst } => set!(dst, Value::Nil),
-                    Instr::LoadBool { dst, value } => set!(dst, Value::Bool(value != 0)),
-                    Instr::LoadK { dst, k } => set!(dst, self.consts[k.index()].clone()),
-                    Instr::LoadFunc { dst, func } => set!(dst, Value::Func(func)),
-                    Instr::LoadBuiltin { dst, builtin } => set!(dst, Value::Builtin(builtin)),
-                    Instr::LoadStruct { dst, strukt } => set!(dst, Value::StructCtor(strukt)),
                     Instr::LoadSelf { dst } => {
                         let c = self.frames.last().unwrap().closure.clone();
                         set!(dst, c.map(Value::Closure).unwrap_or(Value::Nil));
-                    }
-                    Instr::GetGlobal { dst, slot } => match &self.globals[slot.index()] {
-                        Some(v) => set!(dst, v.clone()),
-                        None => throw!(VmError::new(format!(
-                            "module variable '{}' is read before it is set",
-                            program.global_names[slot.index()]
-                        ))),
-                    },
-                    Instr::SetGlobal { slot, src } => {
-                        self.globals[slot.index()] = Some(reg!(src).clone())
                     }
                     Instr::RunModule { func } => {
                         if !self.modules_run[func.index()] {
@@ -857,207 +859,6 @@ impl Vm {
                             tri!(self.push_frame(func, None, &[], DISCARD, false));
                             continue 'frames;
                         }
-                    }
-                    Instr::Add { dst, a, b } => arith!(dst, a, b, BinOp::Add, checked_add, +),
-                    Instr::Sub { dst, a, b } => arith!(dst, a, b, BinOp::Sub, checked_sub, -),
-                    Instr::Mul { dst, a, b } => arith!(dst, a, b, BinOp::Mul, checked_mul, *),
-                    Instr::Div { dst, a, b } => {
-                        let v = match (&reg!(a), &reg!(b)) {
-                            (Value::Float(x), Value::Float(y)) => Value::Float(x / y),
-                            (x, y) => tri!(ops::binary(BinOp::Div, x, y)),
-                        };
-                        set!(dst, v);
-                    }
-                    Instr::Mod { dst, a, b } => {
-                        let v = tri!(ops::binary(BinOp::Mod, &reg!(a), &reg!(b)));
-                        set!(dst, v);
-                    }
-                    Instr::Pow { dst, a, b } => {
-                        let v = match (&reg!(a), &reg!(b)) {
-                            (Value::Float(x), Value::Float(y)) => Value::Float(x.powf(*y)),
-                            (Value::Float(x), Value::Int(y)) if i32::try_from(*y).is_ok() => {
-                                Value::Float(x.powi(*y as i32))
-                            }
-                            (x, y) => tri!(ops::binary(BinOp::Pow, x, y)),
-                        };
-                        set!(dst, v);
-                    }
-                    Instr::MatMul { dst, a, b } => {
-                        tri!(self.reserve(ops::new_bytes(None, &reg!(a), &reg!(b))));
-                        let v = tri!(ops::matmul(&reg!(a), &reg!(b)));
-                        set!(dst, v);
-                    }
-                    Instr::Neg { dst, src } => {
-                        let v = match &reg!(src) {
-                            Value::Float(x) => Value::Float(-x),
-                            other => tri!(ops::negate(other)),
-                        };
-                        set!(dst, v);
-                    }
-                    Instr::Not { dst, src } => match reg!(src) {
-                        Value::Bool(b) => set!(dst, Value::Bool(!b)),
-                        ref other => throw!(VmError::new(format!(
-                            "operand of 'not' must be bool, got {}",
-                            other.type_name()
-                        ))),
-                    },
-                    Instr::CheckBool { src } => {
-                        if !matches!(reg!(src), Value::Bool(_)) {
-                            throw!(VmError::new(format!(
-                                "operands of 'and'/'or' must be bool, got {}",
-                                reg!(src).type_name()
-                            )))
-                        }
-                    }
-                    Instr::Eq { dst, a, b } => {
-                        let r = tri!(reg!(a).equals(&reg!(b)));
-                        reg_mut!(dst) = Value::Bool(r)
-                    }
-                    Instr::Ne { dst, a, b } => {
-                        let r = !tri!(reg!(a).equals(&reg!(b)));
-                        reg_mut!(dst) = Value::Bool(r)
-                    }
-                    Instr::Lt { dst, a, b } => compare!(dst, a, b, "<", |o| o.is_lt()),
-                    Instr::Le { dst, a, b } => compare!(dst, a, b, "<=", |o| o.is_le()),
-                    Instr::Gt { dst, a, b } => compare!(dst, a, b, ">", |o| o.is_gt()),
-                    Instr::Ge { dst, a, b } => compare!(dst, a, b, ">=", |o| o.is_ge()),
-                    Instr::Math1 { dst, src, builtin } => {
-                        let v = match reg!(src) {
-                            Value::Float(x) => Value::Float((program.builtins[builtin.index()]
-                                .scalar
-                                .unwrap())(x)),
-                            Value::Int(i) => Value::Float((program.builtins[builtin.index()]
-                                .scalar
-                                .unwrap())(i as f64)),
-                            ref other => {
-                                let arg = [other.clone()];
-                                self.frames.last_mut().unwrap().pc = pc!() as u32;
-                                let r = tri!(self.call_builtin(builtin, &arg));
-                                refresh!();
-                                r
-                            }
-                        };
-                        set!(dst, v);
-                    }
-                    Instr::NewArray { dst, items } => {
-                        let vals: Vec<Value> =
-                            func.list(items).iter().map(|r| reg!(r).clone()).collect();
-                        set!(dst, Value::array(vals));
-                    }
-                    Instr::NewTuple { dst, items } => {
-                        let vals: Vec<Value> =
-                            func.list(items).iter().map(|r| reg!(r).clone()).collect();
-                        set!(dst, Value::tuple(vals));
-                    }
-                    Instr::Index { dst, obj, idx } => {
-                        let v = match (&reg!(obj), &reg!(idx)) {
-                            (Value::Array(a), Value::Int(i)) => {
-                                // SAFETY: no `RefMut` of any VM object is alive between
-                                // instructions (built-ins release theirs before returning), and
-                                // this reference is dropped before anything else runs.
-                                let r = match unsafe { a.try_borrow_unguarded() } {
-                                    Err(_) => Err(VmError::new("array is being modified")),
-                                    Ok(a) => match a {
-                                    Array::Floats(v) if (*i as u64) < v.len() as u64 => {
-                                        Ok(Value::Float(v[*i as usize]))
-                                    }
-                                    Array::Values(v) if (*i as u64) < v.len() as u64 => {
-                                        Ok(v[*i as usize].clone())
-                                    }
-                                    a => Err(index_error(*i, a.len(), "array")),
-                                    },
-                                };
-                                tri!(r)
-                            }
-                            (o, i) => tri!(index_value(o, i)),
-                        };
-                        set!(dst, v);
-                    }
-                    Instr::Index2 { dst, obj, ij } => {
-                        let l = func.list(ij);
-                        let fast = match (&reg!(obj), &reg!(l[0]), &reg!(l[1])) {
-                            (Value::Matrix(m), Value::Int(i), Value::Int(j)) => {
-                                // SAFETY: as for `Index`: no `RefMut` is alive here.
-                                match unsafe { m.try_borrow_unguarded() } {
-                                    Err(_) => None,
-                                    Ok(m) => if (*i as u64) < m.rows as u64 && (*j as u64) < m.cols as u64 {
-                                        Some(m.data[*i as usize * m.cols + *j as usize])
-                                    } else {
-                                        None
-                                    },
-                                }
-                            }
-                            _ => None,
-                        };
-                        let v = match fast {
-                            Some(x) => Value::Float(x),
-                            None => tri!(index2(&reg!(obj), &reg!(l[0]), &reg!(l[1]))),
-                        };
-                        set!(dst, v);
-                    }
-                    Instr::SetIndex { obj, idx, src } => {
-                        let v = reg!(src).clone();
-                        self.cycles.note_store(&reg!(obj), &v);
-                        tri!(set_index(&reg!(obj), &reg!(idx), v));
-                    }
-                    Instr::SetIndex2 { obj, ijv } => {
-                        let l = func.list(ijv);
-                        tri!(set_index2(&reg!(obj), &reg!(l[0]), &reg!(l[1]), &reg!(l[2])));
-                    }
-                    Instr::GetField { dst, obj, field } => {
-                        let v = tri!(get_field(&program, &reg!(obj), field));
-                        set!(dst, v);
-                    }
-                    Instr::TupleGet { dst, src, idx } => {
-                        let v = match &reg!(src) {
-                            Value::Tuple(t) => t[idx as usize].clone(),
-                            _ => Value::Nil,
-                        };
-                        set!(dst, v);
-                    }
-                    Instr::Unpack { src, len } => match &reg!(src) {
-                        Value::Tuple(t) if t.len() == len as usize => {}
-                        Value::Tuple(t) => throw!(VmError::new(format!(
-                            "cannot destructure a tuple of length {} into {} names",
-                            t.len(),
-                            len
-                        ))),
-                        other => throw!(VmError::new(format!(
-                            "cannot destructure {} into {} names (a tuple is needed)",
-                            other.type_name(),
-                            len
-                        ))),
-                    },
-                    Instr::IterPrep { dst, src } => {
-                        let v = match &reg!(src) {
-                            v @ (Value::Array(_) | Value::Tuple(_)) => v.clone(),
-                            Value::Dict(d) => Value::array(d.borrow().keys()),
-                            other => throw!(VmError::new(format!(
-                                "cannot iterate over a value of type {}",
-                                other.type_name()
-                            ))),
-                        };
-                        set!(dst, v);
-                    }
-                    Instr::Len { dst, src } => {
-                        let n = tri!(length(&reg!(src)));
-                        set!(dst, Value::Int(n as i64));
-                    }
-                    Instr::CheckInt { src } => {
-                        if !matches!(reg!(src), Value::Int(_)) {
-                            throw!(VmError::new(format!(
-                                "range bounds must be ints, got {}",
-                                reg!(src).type_name()
-                            )))
-                        }
-                    }
-                    Instr::MakeClosure { dst, func: f, captures } => {
-                        let caps: Vec<Value> =
-                            func.list(captures).iter().map(|r| reg!(r).clone()).collect();
-                        reg_mut!(dst) = Value::Closure(Rc::new(Closure {
-                            func: f,
-                            captures: caps.into_boxed_slice(),
-                        }));
                     }
                     Instr::CallDirect { dst, func: f, args } => {
                         account!();
@@ -1108,51 +909,6 @@ impl Vm {
                         refresh!();
                         set!(dst, v);
                     }
-                    // ---- reverse mode (vm/src/ad) ----
-                    Instr::TapePush { src } => {
-                        let v = reg!(src).clone();
-                        self.tape.push(v);
-                    }
-                    Instr::TapeSave { src } => {
-                        let v = match reg!(src) {
-                            Value::Float(x) => Value::Float(x),
-                            Value::Int(i) => Value::Int(i),
-                            ref other => crate::ad::adjoints::snapshot(other),
-                        };
-                        self.tape.push(v);
-                    }
-                    Instr::TapePushCtl { bit } => self.tape.ctl.push(bit as u8),
-                    Instr::TapeShape { a, b } => {
-                        let code = crate::ad::rules::shape_code(&reg!(a), &reg!(b));
-                        self.tape.ctl.push(code);
-                        if code as u32 & crate::ad::rules::SHAPE_A_CONTAINER != 0 {
-                            let v = reg!(a).clone();
-                            self.tape.push(v);
-                        }
-                        if code as u32 & crate::ad::rules::SHAPE_B_CONTAINER != 0 {
-                            let v = reg!(b).clone();
-                            self.tape.push(v);
-                        }
-                    }
-                    Instr::TapePopIf { dst, code, mask } => {
-                        let take = matches!(reg!(code), Value::Int(c) if c & mask as i64 != 0);
-                        if take {
-                            match self.tape.pop() {
-                                Some(v) => set!(dst, v),
-                                None => throw!(crate::ad::calls::tape_underflow()),
-                            }
-                        } else {
-                            set!(dst, Value::Nil);
-                        }
-                    }
-                    Instr::TapePopCtl { dst } => match self.tape.ctl.pop() {
-                        Some(c) => set!(dst, Value::Int(c as i64)),
-                        None => throw!(crate::ad::calls::tape_underflow()),
-                    },
-                    Instr::TapePop { dst } => match self.tape.pop() {
-                        Some(v) => set!(dst, v),
-                        None => throw!(crate::ad::calls::tape_underflow()),
-                    },
                     Instr::BranchCtl { then_blk, else_blk } => {
                         let target = match self.tape.ctl.pop() {
                             Some(0) => else_blk,
@@ -1160,29 +916,6 @@ impl Vm {
                             None => throw!(crate::ad::calls::tape_underflow()),
                         };
                         branch_to!(target);
-                    }
-                    Instr::AdjAdd { dst, a, b } => {
-                        let v = match (&reg!(a), &reg!(b)) {
-                            (Value::Float(x), Value::Float(y)) => Value::Float(x + y),
-                            (Value::Nil, y) => y.clone(),
-                            (x, Value::Nil) => x.clone(),
-                            (x, y) => tri!(crate::ad::adjoints::accumulate(x.clone(), y.clone())),
-                        };
-                        set!(dst, v);
-                    }
-                    Instr::Pull { dst, rule, args } => {
-                        let v = pull_value!(rule, args);
-                        set!(dst, v);
-                    }
-                    Instr::PullAdd { dst, rule, args } => {
-                        let v = pull_value!(rule, args);
-                        let sum = match (std::mem::take(&mut reg_mut!(dst)), v) {
-                            (Value::Float(x), Value::Float(y)) => Value::Float(x + y),
-                            (Value::Nil, y) => y,
-                            (x, Value::Nil) => x,
-                            (x, y) => tri!(crate::ad::adjoints::accumulate(x, y)),
-                        };
-                        set!(dst, sum);
                     }
                     Instr::CallTape { dst, callee, args } => {
                         account!();
@@ -1320,14 +1053,6 @@ impl Vm {
                         vals.insert(0, Value::Nil);
                         set!(dst, Value::tuple(vals));
                     }
-                    Instr::NewStruct { dst, strukt, args } => {
-                        let vals: Vec<Value> =
-                            func.list(args).iter().map(|r| reg!(r).clone()).collect();
-                        reg_mut!(dst) = Value::Struct(Rc::new(StructObj {
-                            def: strukt,
-                            fields: vals.into_boxed_slice(),
-                        }));
-                    }
                     Instr::Jump { target, args } => {
                         let args = func.list(args);
                         if !args.is_empty() {
@@ -1363,22 +1088,20 @@ impl Vm {
                         };
                         branch_to!(target);
                     }
-                    Instr::MulAdd { dst, a, b } => {
-                        let v = match (&reg!(dst), &reg!(a), &reg!(b)) {
-                            (Value::Float(z), Value::Float(x), Value::Float(y)) => Value::Float(z + x * y),
-                            (z, x, y) => {
-                                let p = tri!(ops::binary(BinOp::Mul, x, y));
-                                tri!(ops::binary(BinOp::Add, z, &p))
-                            }
+                    Instr::AddJump { dst, k, target } => {
+                        let v = match (&reg!(dst), &reg!(k)) {
+                            (Value::Int(x), Value::Int(y)) if x.checked_add(*y).is_some() => Value::Int(x + y),
+                            (x, y) => tri!(self.arith(BinOp::Add, x, y)),
                         };
                         set!(dst, v);
-                    }
-                    Instr::AddJump { dst, k, target } => {
-                        arith!(dst, dst, k, BinOp::Add, checked_add, +);
                         jump_to!(target);
                     }
                     Instr::SubJump { dst, k, target } => {
-                        arith!(dst, dst, k, BinOp::Sub, checked_sub, -);
+                        let v = match (&reg!(dst), &reg!(k)) {
+                            (Value::Int(x), Value::Int(y)) if x.checked_sub(*y).is_some() => Value::Int(x - y),
+                            (x, y) => tri!(self.arith(BinOp::Sub, x, y)),
+                        };
+                        set!(dst, v);
                         jump_to!(target);
                     }
                     Instr::BranchNotLt { a, b, else_blk } => fused_branch!(a, b, else_blk, "<", |o| o.is_lt()),
@@ -1400,6 +1123,60 @@ impl Vm {
                         }
                         continue 'frames;
                     }
+                    // Every other instruction is simple (`semantics.rs`), shared with the JIT.
+                    // The hot ones get arms of their own, so that the shared semantics inline
+                    // into them with the opcode known (one dispatch, not two).
+                    Instr::Add { dst, a, b } => match (&reg!(a), &reg!(b)) {
+                        (Value::Float(x), Value::Float(y)) => set!(dst, Value::Float(x + y)),
+                        (Value::Int(x), Value::Int(y)) if x.checked_add(*y).is_some() => set!(dst, Value::Int(x + y)),
+                        _ => simple!(instr),
+                    },
+                    Instr::Sub { dst, a, b } => match (&reg!(a), &reg!(b)) {
+                        (Value::Float(x), Value::Float(y)) => set!(dst, Value::Float(x - y)),
+                        (Value::Int(x), Value::Int(y)) if x.checked_sub(*y).is_some() => set!(dst, Value::Int(x - y)),
+                        _ => simple!(instr),
+                    },
+                    Instr::Mul { dst, a, b } => match (&reg!(a), &reg!(b)) {
+                        (Value::Float(x), Value::Float(y)) => set!(dst, Value::Float(x * y)),
+                        (Value::Int(x), Value::Int(y)) if x.checked_mul(*y).is_some() => set!(dst, Value::Int(x * y)),
+                        _ => simple!(instr),
+                    },
+                    Instr::Div { .. } => simple!(instr),
+                    Instr::Lt { dst, a, b } => match (&reg!(a), &reg!(b)) {
+                        (Value::Float(x), Value::Float(y)) => set!(dst, Value::Bool(x < y)),
+                        (Value::Int(x), Value::Int(y)) => set!(dst, Value::Bool(x < y)),
+                        _ => simple!(instr),
+                    },
+                    Instr::Le { dst, a, b } => match (&reg!(a), &reg!(b)) {
+                        (Value::Float(x), Value::Float(y)) => set!(dst, Value::Bool(x <= y)),
+                        (Value::Int(x), Value::Int(y)) => set!(dst, Value::Bool(x <= y)),
+                        _ => simple!(instr),
+                    },
+                    Instr::Gt { dst, a, b } => match (&reg!(a), &reg!(b)) {
+                        (Value::Float(x), Value::Float(y)) => set!(dst, Value::Bool(x > y)),
+                        (Value::Int(x), Value::Int(y)) => set!(dst, Value::Bool(x > y)),
+                        _ => simple!(instr),
+                    },
+                    Instr::Ge { dst, a, b } => match (&reg!(a), &reg!(b)) {
+                        (Value::Float(x), Value::Float(y)) => set!(dst, Value::Bool(x >= y)),
+                        (Value::Int(x), Value::Int(y)) => set!(dst, Value::Bool(x >= y)),
+                        _ => simple!(instr),
+                    },
+                    Instr::Eq { .. } => simple!(instr),
+                    Instr::LoadK { .. } => simple!(instr),
+                    Instr::Math1 { .. } => simple!(instr),
+                    Instr::Index { .. } => simple!(instr),
+                    Instr::Index2 { .. } => simple!(instr),
+                    Instr::SetIndex { .. } => simple!(instr),
+                    Instr::MulAdd { .. } => simple!(instr),
+                    Instr::AdjAdd { .. } => simple!(instr),
+                    Instr::TapeSave { .. } => simple!(instr),
+                    Instr::TapePush { .. } => simple!(instr),
+                    Instr::TapePop { .. } => simple!(instr),
+                    Instr::TapePushCtl { .. } => simple!(instr),
+                    Instr::Pull { .. } => simple!(instr),
+                    Instr::PullAdd { .. } => simple!(instr),
+                    other => simple!(other),
                 }
             }
         }
@@ -1432,19 +1209,6 @@ unsafe fn copy_register(dst: *mut Value, src: *const Value) {
         std::ptr::copy(src, dst, 1);
     } else if !std::ptr::eq(src, dst) {
         *dst = (*src).clone();
-    }
-}
-
-/// Stores into a register, skipping the drop call when the old value holds no heap object
-/// (the common case: a loop overwriting a number).
-#[inline(always)]
-fn store(slot: &mut Value, v: Value) {
-    if matches!(slot, Value::Nil | Value::Bool(_) | Value::Int(_) | Value::Float(_)) {
-        // SAFETY: the old value owns no heap memory, so overwriting it without dropping it
-        // leaks nothing; `slot` is a valid, exclusive reference.
-        unsafe { std::ptr::write(slot, v) }
-    } else {
-        *slot = v;
     }
 }
 

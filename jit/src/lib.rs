@@ -1,0 +1,51 @@
+//! `zygvm-jit`: the native tier. It compiles a hot function (a source function, or a
+//! primal-with-tape or adjoint routine the differentiator made) into x86-64 machine code
+//! specialised on the register types seen when it became hot, and hands it to the VM through
+//! `zygvm_vm::native::Tier`. The VM keeps every frame, error and stack trace: native code runs
+//! inside an interpreter frame and leaves to the interpreter for whatever it does not compile
+//! (`zygvm_vm::native` states the contract).
+//!
+//! Pipeline: `types::infer` (flow-sensitive register types from the seed) → `x64::compile`
+//! (one finalised code buffer per function).
+
+pub mod types;
+#[cfg(target_arch = "x86_64")]
+pub mod x64;
+
+use zygvm_vm::bytecode::FuncId;
+use zygvm_vm::native::{NativeCode, Tier};
+use zygvm_vm::program::Program;
+
+/// The JIT (stateless between compilations: each function's code owns its buffer).
+#[derive(Default)]
+pub struct Jit;
+
+impl Jit {
+    pub fn new() -> Jit {
+        Jit
+    }
+
+    /// Whether this build has a backend for the machine it runs on.
+    pub fn available() -> bool {
+        cfg!(target_arch = "x86_64")
+    }
+}
+
+impl Tier for Jit {
+    fn compile(&mut self, program: &Program, func: FuncId, seed: u32, tags: &[u64]) -> Result<NativeCode, String> {
+        let f = program.functions.get(func.index()).ok_or("no such function")?;
+        if tags.len() != f.num_regs as usize {
+            return Err("the frame's register count differs from the function's".into());
+        }
+        let types = types::infer(program, f, seed, tags)?;
+        #[cfg(target_arch = "x86_64")]
+        {
+            x64::compile(program, func, &types)
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            let _ = types;
+            Err("no native backend for this architecture".into())
+        }
+    }
+}

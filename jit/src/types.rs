@@ -1,0 +1,229 @@
+//! Flow-sensitive register types over a function's executable form, from a seed.
+//!
+//! The JIT specialises a function on the tags its registers held when compiling was triggered
+//! (the *seed*: the function's entry, or a loop header). From the seed's types this pass
+//! finds, for every instruction reachable from it, the type each register holds before the
+//! instruction runs. A type is a tag the register is certain to carry (`Nil`, `Bool`, `Int`,
+//! `Float`) or `Any`. The result types below are exactly what the lowering (`x64.rs`) and the
+//! shared semantics (`semantics.rs`) produce when the instruction completes in native code;
+//! where native code leaves to the interpreter, the interpreter may produce other types, and
+//! every entry back into native code checks the tags it relies on (`lower`'s entry guards).
+
+use zygvm_vm::bytecode::{Instr, Reg};
+use zygvm_vm::native::tag;
+use zygvm_vm::program::{Const, Function, Program};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Ty {
+    /// Not reached yet (the bottom of the lattice).
+    Unreached,
+    Nil,
+    Bool,
+    Int,
+    Float,
+    Any,
+}
+
+impl Ty {
+    pub fn from_tag(t: u64) -> Ty {
+        match t {
+            tag::NIL => Ty::Nil,
+            tag::BOOL => Ty::Bool,
+            tag::INT => Ty::Int,
+            tag::FLOAT => Ty::Float,
+            _ => Ty::Any,
+        }
+    }
+
+    pub fn join(self, other: Ty) -> Ty {
+        match (self, other) {
+            (Ty::Unreached, t) | (t, Ty::Unreached) => t,
+            (a, b) if a == b => a,
+            _ => Ty::Any,
+        }
+    }
+
+    /// A number (`Int` or `Float`).
+    pub fn numeric(self) -> bool {
+        matches!(self, Ty::Int | Ty::Float)
+    }
+
+    /// A value with no heap part: storing over it needs no drop.
+    pub fn plain(self) -> bool {
+        matches!(self, Ty::Nil | Ty::Bool | Ty::Int | Ty::Float)
+    }
+
+    pub fn tag(self) -> Option<u64> {
+        match self {
+            Ty::Nil => Some(tag::NIL),
+            Ty::Bool => Some(tag::BOOL),
+            Ty::Int => Some(tag::INT),
+            Ty::Float => Some(tag::FLOAT),
+            _ => None,
+        }
+    }
+}
+
+/// The register types before each instruction (`None` where unreachable from the seed).
+pub struct Types {
+    pub before: Vec<Option<Vec<Ty>>>,
+}
+
+/// The type of an arithmetic result on two numbers: an int only when both are.
+fn numeric_result(a: Ty, b: Ty) -> Ty {
+    match (a, b) {
+        (Ty::Int, Ty::Int) => Ty::Int,
+        (a, b) if a.numeric() && b.numeric() => Ty::Float,
+        _ => Ty::Any,
+    }
+}
+
+/// The type `instr` leaves in its destination, given the types before it.
+pub fn result_type(program: &Program, instr: &Instr, t: &[Ty]) -> Ty {
+    let ty = |r: &Reg| t[r.index()];
+    match instr {
+        Instr::LoadNil { .. } => Ty::Nil,
+        Instr::LoadBool { .. } => Ty::Bool,
+        Instr::LoadK { k, .. } => match program.consts[k.index()] {
+            Const::Int(_) => Ty::Int,
+            Const::Float(_) => Ty::Float,
+            Const::Str(_) => Ty::Any,
+        },
+        Instr::Add { a, b, .. } | Instr::Sub { a, b, .. } | Instr::Mul { a, b, .. } => numeric_result(ty(a), ty(b)),
+        Instr::AddJump { dst, k, .. } | Instr::SubJump { dst, k, .. } => numeric_result(ty(dst), ty(k)),
+        Instr::Div { a, b, .. } if ty(a).numeric() && ty(b).numeric() => Ty::Float,
+        Instr::Mod { a, b, .. } => numeric_result(ty(a), ty(b)),
+        Instr::Pow { a, b, .. } => match (ty(a), ty(b)) {
+            (Ty::Int, Ty::Int) => Ty::Any,
+            (a, b) => numeric_result(a, b),
+        },
+        Instr::Neg { src, .. } if ty(src).numeric() => ty(src),
+        Instr::Not { .. }
+        | Instr::Eq { .. }
+        | Instr::Ne { .. }
+        | Instr::Lt { .. }
+        | Instr::Le { .. }
+        | Instr::Gt { .. }
+        | Instr::Ge { .. } => Ty::Bool,
+        Instr::Math1 { src, .. } if ty(src).numeric() => Ty::Float,
+        Instr::MulAdd { dst, a, b } if [ty(dst), ty(a), ty(b)] == [Ty::Float; 3] => Ty::Float,
+        Instr::Len { .. } | Instr::TapePopCtl { .. } => Ty::Int,
+        Instr::AdjAdd { a, b, .. } => match (ty(a), ty(b)) {
+            (Ty::Float, Ty::Float) => Ty::Float,
+            (Ty::Nil, t) | (t, Ty::Nil) if t.plain() => t,
+            _ => Ty::Any,
+        },
+        _ => Ty::Any,
+    }
+}
+
+/// The block each instruction belongs to, and the blocks that follow a terminator.
+fn successors(f: &Function, instr: &Instr, block: usize) -> Vec<usize> {
+    match *instr {
+        Instr::Jump { target, .. } | Instr::JumpPar { target, .. } => vec![target.index()],
+        Instr::AddJump { target, .. } | Instr::SubJump { target, .. } => vec![target.index()],
+        Instr::Branch { then_blk, else_blk, .. } | Instr::BranchCtl { then_blk, else_blk } => {
+            vec![then_blk.index(), else_blk.index()]
+        }
+        Instr::BranchNotLt { else_blk, .. }
+        | Instr::BranchNotLe { else_blk, .. }
+        | Instr::BranchNotGt { else_blk, .. }
+        | Instr::BranchNotGe { else_blk, .. } => {
+            let mut s = vec![else_blk.index()];
+            if block + 1 < f.blocks.len() {
+                s.push(block + 1);
+            }
+            s
+        }
+        _ => vec![],
+    }
+}
+
+/// Infers the types from the seed: the block starting at instruction `seed`, with the
+/// registers' tags `tags`.
+pub fn infer(program: &Program, f: &Function, seed: u32, tags: &[u64]) -> Result<Types, String> {
+    let seed_block =
+        f.blocks.iter().position(|b| b.start == seed).ok_or_else(|| format!("instruction {seed} is not a block start"))?;
+    let n = f.num_regs as usize;
+    let mut entry: Vec<Option<Vec<Ty>>> = vec![None; f.blocks.len()];
+    entry[seed_block] = Some(tags.iter().map(|&t| Ty::from_tag(t)).collect());
+    let mut before: Vec<Option<Vec<Ty>>> = vec![None; f.code.len()];
+    let mut work = vec![seed_block];
+    let end_of = |b: usize| f.blocks.get(b + 1).map_or(f.code.len(), |n| n.start as usize);
+    while let Some(b) = work.pop() {
+        let mut t = entry[b].clone().expect("queued blocks have an entry state");
+        debug_assert_eq!(t.len(), n);
+        for pc in f.blocks[b].start as usize..end_of(b) {
+            let instr = f.code[pc];
+            before[pc] = Some(t.clone());
+            let mut flow = |target: usize, t: &[Ty], work: &mut Vec<usize>| {
+                let changed = match &mut entry[target] {
+                    Some(old) => {
+                        let mut changed = false;
+                        for (o, &x) in old.iter_mut().zip(t) {
+                            let j = o.join(x);
+                            changed |= j != *o;
+                            *o = j;
+                        }
+                        changed
+                    }
+                    slot @ None => {
+                        *slot = Some(t.to_vec());
+                        true
+                    }
+                };
+                if changed && !work.contains(&target) {
+                    work.push(target);
+                }
+            };
+            if let Some(d) = instr.def() {
+                t[d.index()] = result_type(program, &instr, &t);
+            }
+            match instr {
+                Instr::Jump { target, args } | Instr::JumpPar { target, args } => {
+                    let params = f.list(f.blocks[target.index()].params);
+                    let sources: Vec<Ty> = f.list(args).iter().map(|a| t[a.index()]).collect();
+                    let mut out = t.clone();
+                    if matches!(instr, Instr::Jump { .. }) {
+                        // Copied in order: a later source may read an earlier parameter.
+                        for (p, a) in params.iter().zip(f.list(args)) {
+                            out[p.index()] = out[a.index()];
+                        }
+                    } else {
+                        for (p, s) in params.iter().zip(sources) {
+                            out[p.index()] = s;
+                        }
+                    }
+                    flow(target.index(), &out, &mut work);
+                }
+                _ if instr.is_terminator() => {
+                    for s in successors(f, &instr, b) {
+                        flow(s, &t, &mut work);
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+    Ok(Types { before })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn join_is_a_lattice() {
+        assert_eq!(Ty::Unreached.join(Ty::Int), Ty::Int);
+        assert_eq!(Ty::Int.join(Ty::Int), Ty::Int);
+        assert_eq!(Ty::Int.join(Ty::Float), Ty::Any);
+        assert_eq!(Ty::Any.join(Ty::Nil), Ty::Any);
+    }
+
+    #[test]
+    fn arithmetic_types_follow_the_operators() {
+        assert_eq!(numeric_result(Ty::Int, Ty::Int), Ty::Int);
+        assert_eq!(numeric_result(Ty::Int, Ty::Float), Ty::Float);
+        assert_eq!(numeric_result(Ty::Any, Ty::Float), Ty::Any);
+    }
+}

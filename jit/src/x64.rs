@@ -1,0 +1,693 @@
+//! The x86-64 emitter: typed machine code over the interpreter's frame (`native.rs` in the VM
+//! describes the contract).
+//!
+//! Pinned registers while native code runs (all callee-saved, so helper calls keep them):
+//!
+//! | register | holds |
+//! | --- | --- |
+//! | `rbx` | the frame's registers: Zy register `r` is the 16 bytes at `[rbx + 16 r]` (tag word, payload word) |
+//! | `r12` | the `Vm` (helpers' first argument; `steps` and `next_check` at fixed offsets) |
+//!
+//! `rax`, `rcx`, `rdx`, `rsi`, `rdi`, `xmm0` and `xmm1` are scratch within one instruction;
+//! no value lives in a machine register across instructions, so every instruction boundary is
+//! a point where the frame is exactly the interpreter's and native code may leave.
+//!
+//! Each instruction is lowered one of three ways (`Class`): typed machine code; a call of the
+//! VM's `step` (the shared semantics of `semantics.rs`), which may decline or fail and then
+//! leaves; or an exit to the interpreter at that instruction (calls, returns, and operand
+//! types this file does not specialise). Calls into the runtime go through `rax` (`mov rax,
+//! QWORD addr; call rax`): a rel32 call cannot reach the binary from mapped memory.
+
+use crate::types::{result_type, Ty, Types};
+use dynasmrt::x64::Assembler;
+use dynasmrt::{dynasm, AssemblyOffset, DynamicLabel, DynasmApi, DynasmLabelApi};
+use zygvm_vm::bytecode::{BlockId, FuncId, Instr, Reg};
+use zygvm_vm::native::{self, status, tag, NativeCode};
+use zygvm_vm::program::{Const, Function, Program};
+
+/// How one instruction is lowered.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Class {
+    /// Typed machine code.
+    Native,
+    /// A call of the VM's `step` helper.
+    Step,
+    /// Leave to the interpreter at this instruction.
+    Exit,
+}
+
+/// Operand types this file lowers to machine code, per instruction; everything the shared
+/// semantics can run is `Step`; the rest (calls, returns) `Exit`.
+pub fn classify(instr: &Instr, t: &[Ty]) -> Class {
+    let ty = |r: &Reg| t[r.index()];
+    let num2 = |a: &Reg, b: &Reg| ty(a).numeric() && ty(b).numeric();
+    let same_plain = |a: &Reg, b: &Reg| ty(a) == ty(b) && matches!(ty(a), Ty::Int | Ty::Float);
+    match instr {
+        Instr::LoadNil { .. } | Instr::LoadBool { .. } => Class::Native,
+        Instr::LoadK { .. } if result_type_is_number(instr) => Class::Native,
+        Instr::Add { a, b, .. } | Instr::Sub { a, b, .. } | Instr::Mul { a, b, .. } | Instr::Div { a, b, .. }
+            if num2(a, b) =>
+        {
+            Class::Native
+        }
+        Instr::Mod { a, b, .. } if num2(a, b) && !(ty(a) == Ty::Int && ty(b) == Ty::Int) => Class::Native,
+        Instr::Pow { a, b, .. } if num2(a, b) && !(ty(a) == Ty::Int && ty(b) == Ty::Int) => Class::Native,
+        Instr::Neg { src, .. } if ty(src).numeric() => Class::Native,
+        Instr::Not { src, .. } if ty(src) == Ty::Bool => Class::Native,
+        Instr::CheckBool { src } if ty(src) == Ty::Bool => Class::Native,
+        Instr::CheckInt { src } if ty(src) == Ty::Int => Class::Native,
+        Instr::Lt { a, b, .. } | Instr::Le { a, b, .. } | Instr::Gt { a, b, .. } | Instr::Ge { a, b, .. }
+            if same_plain(a, b) =>
+        {
+            Class::Native
+        }
+        Instr::Eq { a, b, .. } | Instr::Ne { a, b, .. } if same_plain(a, b) || (ty(a) == Ty::Bool && ty(b) == Ty::Bool) => {
+            Class::Native
+        }
+        Instr::Math1 { src, .. } if ty(src).numeric() => Class::Native,
+        Instr::MulAdd { dst, a, b } if [ty(dst), ty(a), ty(b)] == [Ty::Float; 3] => Class::Native,
+        Instr::AdjAdd { a, b, .. } => match (ty(a), ty(b)) {
+            (Ty::Float, Ty::Float) => Class::Native,
+            (Ty::Nil, t) | (t, Ty::Nil) if t.plain() => Class::Native,
+            _ => Class::Step,
+        },
+        // Terminators.
+        Instr::Jump { .. } | Instr::JumpPar { .. } | Instr::BranchCtl { .. } => Class::Native,
+        Instr::Branch { cond, .. } if ty(cond) == Ty::Bool => Class::Native,
+        Instr::BranchNotLt { a, b, .. }
+        | Instr::BranchNotLe { a, b, .. }
+        | Instr::BranchNotGt { a, b, .. }
+        | Instr::BranchNotGe { a, b, .. }
+            if same_plain(a, b) =>
+        {
+            Class::Native
+        }
+        Instr::AddJump { dst, k, .. } | Instr::SubJump { dst, k, .. } if same_plain(dst, k) => Class::Native,
+        i if i.is_terminator() => Class::Exit,
+        // What the shared semantics run without calling out.
+        Instr::LoadK { .. }
+        | Instr::LoadFunc { .. }
+        | Instr::LoadBuiltin { .. }
+        | Instr::LoadStruct { .. }
+        | Instr::GetGlobal { .. }
+        | Instr::SetGlobal { .. }
+        | Instr::Add { .. }
+        | Instr::Sub { .. }
+        | Instr::Mul { .. }
+        | Instr::Div { .. }
+        | Instr::Mod { .. }
+        | Instr::Pow { .. }
+        | Instr::MatMul { .. }
+        | Instr::Neg { .. }
+        | Instr::Not { .. }
+        | Instr::CheckBool { .. }
+        | Instr::CheckInt { .. }
+        | Instr::Eq { .. }
+        | Instr::Ne { .. }
+        | Instr::Lt { .. }
+        | Instr::Le { .. }
+        | Instr::Gt { .. }
+        | Instr::Ge { .. }
+        | Instr::Math1 { .. }
+        | Instr::NewArray { .. }
+        | Instr::NewTuple { .. }
+        | Instr::Index { .. }
+        | Instr::Index2 { .. }
+        | Instr::SetIndex { .. }
+        | Instr::SetIndex2 { .. }
+        | Instr::GetField { .. }
+        | Instr::TupleGet { .. }
+        | Instr::Unpack { .. }
+        | Instr::IterPrep { .. }
+        | Instr::Len { .. }
+        | Instr::MakeClosure { .. }
+        | Instr::NewStruct { .. }
+        | Instr::TapePush { .. }
+        | Instr::TapeSave { .. }
+        | Instr::TapePushCtl { .. }
+        | Instr::TapeShape { .. }
+        | Instr::TapePop { .. }
+        | Instr::TapePopIf { .. }
+        | Instr::TapePopCtl { .. }
+        | Instr::Pull { .. }
+        | Instr::PullAdd { .. }
+        | Instr::MulAdd { .. } => Class::Step,
+        _ => Class::Exit,
+    }
+}
+
+fn result_type_is_number(instr: &Instr) -> bool {
+    // `LoadK` of a number; strings go through `step` (the VM's runtime string).
+    matches!(instr, Instr::LoadK { .. })
+}
+
+/// The byte offset of register `r`'s tag word (payload at `+ 8`).
+fn slot(r: Reg) -> i32 {
+    16 * r.0 as i32
+}
+
+struct Emitter<'a> {
+    ops: Assembler,
+    program: &'a Program,
+    f: &'a Function,
+    func: FuncId,
+    types: &'a Types,
+    /// One label per instruction (the start of its code).
+    labels: Vec<DynamicLabel>,
+    epilogue: DynamicLabel,
+    steps: i32,
+    next_check: i32,
+    /// Where the current straight-line run began (the interpreter counts instructions per
+    /// run; native code adds the same counts at the same points).
+    run_start: usize,
+}
+
+/// The first instruction of a block.
+fn start(f: &Function, b: BlockId) -> usize {
+    f.blocks[b.index()].start as usize
+}
+
+impl<'a> Emitter<'a> {
+    fn ty(&self, pc: usize, r: Reg) -> Ty {
+        self.types.before[pc].as_ref().expect("reached")[r.index()]
+    }
+
+    /// Adds `n` to the instruction count.
+    fn count(&mut self, n: usize) {
+        if n > 0 {
+            let (s, n) = (self.steps, n as i32);
+            dynasm!(self.ops ; .arch x64 ; add QWORD [r12 + s], n);
+        }
+    }
+
+    /// Leaves with `status` in `rax` after counting `counted` instructions.
+    fn leave(&mut self, counted: usize, st: u64) {
+        self.count(counted);
+        let ep = self.epilogue;
+        dynasm!(self.ops ; .arch x64 ; mov rax, QWORD st as i64 ; jmp =>ep);
+    }
+
+    /// Leaves to the interpreter at `pc` (the instruction not run).
+    fn exit_here(&mut self, pc: usize) {
+        self.leave(pc - self.run_start, status::encode(status::EXIT, pc as u32, 0));
+    }
+
+    /// Calls a runtime function whose address is `addr` (arguments already in place).
+    fn call(&mut self, addr: *const ()) {
+        dynasm!(self.ops ; .arch x64 ; mov rax, QWORD addr as i64 ; call rax);
+    }
+
+    /// Before a plain value is stored into `d`: drops what `d` holds unless it is known plain.
+    fn prepare_def(&mut self, pc: usize, d: Reg) {
+        if !self.ty(pc, d).plain() {
+            self.clear_if_heap(d);
+        }
+    }
+
+    /// Drops the value in `d` if its tag says it has a heap part (checked at run time: a
+    /// register whose type merges two kinds is most often a number all the same).
+    fn clear_if_heap(&mut self, d: Reg) {
+        let s = slot(d);
+        let skip = self.ops.new_dynamic_label();
+        dynasm!(self.ops ; .arch x64 ; cmp QWORD [rbx + s], tag::LAST_PLAIN as i32 ; jbe =>skip ; lea rdi, [rbx + s]);
+        self.call(native::clear_slot as *const ());
+        dynasm!(self.ops ; .arch x64 ; =>skip);
+    }
+
+    fn store_float(&mut self, d: Reg) {
+        let s = slot(d);
+        dynasm!(self.ops ; .arch x64 ; mov QWORD [rbx + s], tag::FLOAT as i32 ; movsd QWORD [rbx + s + 8], xmm0);
+    }
+
+    fn store_int(&mut self, d: Reg) {
+        let s = slot(d);
+        dynasm!(self.ops ; .arch x64 ; mov QWORD [rbx + s], tag::INT as i32 ; mov QWORD [rbx + s + 8], rax);
+    }
+
+    /// Stores the bool in `al`.
+    fn store_bool(&mut self, d: Reg) {
+        let s = slot(d);
+        dynasm!(self.ops ; .arch x64 ; movzx eax, al ; mov QWORD [rbx + s], tag::BOOL as i32 ; mov QWORD [rbx + s + 8], rax);
+    }
+
+    /// Loads a number register as a float into `xmm0` (`second`: `xmm1`).
+    fn load_float(&mut self, pc: usize, r: Reg, second: bool) {
+        let s = slot(r) + 8;
+        match (self.ty(pc, r), second) {
+            (Ty::Int, false) => dynasm!(self.ops ; .arch x64 ; cvtsi2sd xmm0, QWORD [rbx + s]),
+            (Ty::Int, true) => dynasm!(self.ops ; .arch x64 ; cvtsi2sd xmm1, QWORD [rbx + s]),
+            (_, false) => dynasm!(self.ops ; .arch x64 ; movsd xmm0, QWORD [rbx + s]),
+            (_, true) => dynasm!(self.ops ; .arch x64 ; movsd xmm1, QWORD [rbx + s]),
+        }
+    }
+
+    /// The taken edge of a `Jump`: counts the run, then checks the limits the interpreter
+    /// would check (after the jump, at the target) before going on there.
+    fn jump_edge(&mut self, pc: usize, target: BlockId) {
+        self.count(pc + 1 - self.run_start);
+        let to = start(self.f, target);
+        let (steps, next) = (self.steps, self.next_check);
+        let label = self.labels[to];
+        let limit = self.ops.new_dynamic_label();
+        dynasm!(self.ops ; .arch x64
+            ; mov rax, QWORD [r12 + steps]
+            ; cmp rax, QWORD [r12 + next]
+            ; jae =>limit
+            ; jmp =>label
+            ; =>limit
+        );
+        self.leave(0, status::encode(status::LIMIT, to as u32, to as u32));
+    }
+
+    /// The taken edge of a conditional branch: backward ones check the limits first.
+    fn branch_edge(&mut self, pc: usize, target: BlockId) {
+        self.count(pc + 1 - self.run_start);
+        let to = start(self.f, target);
+        let label = self.labels[to];
+        if to < pc + 1 {
+            let (steps, next) = (self.steps, self.next_check);
+            let limit = self.ops.new_dynamic_label();
+            dynasm!(self.ops ; .arch x64
+                ; mov rax, QWORD [r12 + steps]
+                ; cmp rax, QWORD [r12 + next]
+                ; jae =>limit
+                ; jmp =>label
+                ; =>limit
+            );
+            self.leave(0, status::encode(status::LIMIT, pc as u32 + 1, to as u32));
+        } else {
+            dynasm!(self.ops ; .arch x64 ; jmp =>label);
+        }
+    }
+
+    /// A call of `step` for the instruction at `pc`; on anything but `STEP_DONE` it leaves
+    /// with the status `step` returned.
+    fn step(&mut self, pc: usize) {
+        let (func, pcu) = (self.func.0 as i32, pc as i32);
+        dynasm!(self.ops ; .arch x64 ; mov rdi, r12 ; mov rsi, rbx ; mov edx, func ; mov ecx, pcu);
+        self.call(native::step as *const ());
+        let done = self.ops.new_dynamic_label();
+        let failed = self.ops.new_dynamic_label();
+        let ep = self.epilogue;
+        dynasm!(self.ops ; .arch x64 ; cmp rax, -1 ; je =>done);
+        // Declined (EXIT: the instruction did not run) or failed (ERROR: it counts).
+        self.count(pc - self.run_start);
+        dynasm!(self.ops ; .arch x64
+            ; mov rcx, rax
+            ; and rcx, 3
+            ; cmp rcx, status::ERROR as i32
+            ; je =>failed
+            ; jmp =>ep
+            ; =>failed
+        );
+        self.count(1);
+        dynasm!(self.ops ; .arch x64 ; jmp =>ep ; =>done);
+    }
+
+    /// Copies register `src` into `dst` (a block argument), types before the copy given.
+    fn copy(&mut self, dst: Reg, dst_ty: Ty, src: Reg, src_ty: Ty) {
+        if dst == src {
+            return;
+        }
+        let (d, s) = (slot(dst), slot(src));
+        if src_ty.plain() {
+            if !dst_ty.plain() {
+                self.clear_if_heap(dst);
+            }
+            dynasm!(self.ops ; .arch x64
+                ; mov rax, QWORD [rbx + s] ; mov QWORD [rbx + d], rax
+                ; mov rax, QWORD [rbx + s + 8] ; mov QWORD [rbx + d + 8], rax);
+        } else {
+            dynasm!(self.ops ; .arch x64 ; lea rdi, [rbx + d] ; lea rsi, [rbx + s]);
+            self.call(native::copy_slot as *const ());
+        }
+    }
+
+    fn lower(&mut self, pc: usize) {
+        let instr = self.f.code[pc];
+        let t = self.types.before[pc].clone().expect("reached");
+        let class = classify(&instr, &t);
+        match class {
+            Class::Exit => {
+                self.exit_here(pc);
+                // The interpreter comes back after it (an entry point), a new run.
+                self.run_start = pc + 1;
+                return;
+            }
+            Class::Step => {
+                self.step(pc);
+                return;
+            }
+            Class::Native => {}
+        }
+        let ty = |r: Reg| t[r.index()];
+        match instr {
+            Instr::LoadNil { dst } => {
+                self.prepare_def(pc, dst);
+                let s = slot(dst);
+                dynasm!(self.ops ; .arch x64 ; mov QWORD [rbx + s], tag::NIL as i32);
+            }
+            Instr::LoadBool { dst, value } => {
+                self.prepare_def(pc, dst);
+                dynasm!(self.ops ; .arch x64 ; mov eax, (value != 0) as i32);
+                self.store_bool(dst);
+            }
+            Instr::LoadK { dst, k } => match self.program.consts[k.index()] {
+                Const::Int(i) => {
+                    self.prepare_def(pc, dst);
+                    dynasm!(self.ops ; .arch x64 ; mov rax, QWORD i);
+                    self.store_int(dst);
+                }
+                Const::Float(x) => {
+                    self.prepare_def(pc, dst);
+                    let s = slot(dst);
+                    dynasm!(self.ops ; .arch x64
+                        ; mov rax, QWORD x.to_bits() as i64
+                        ; mov QWORD [rbx + s], tag::FLOAT as i32
+                        ; mov QWORD [rbx + s + 8], rax);
+                }
+                Const::Str(_) => self.step(pc),
+            },
+            Instr::Add { dst, a, b } | Instr::Sub { dst, a, b } | Instr::Mul { dst, a, b } | Instr::Div { dst, a, b }
+            | Instr::Mod { dst, a, b } | Instr::Pow { dst, a, b } => {
+                self.prepare_def(pc, dst);
+                let int = ty(a) == Ty::Int && ty(b) == Ty::Int;
+                if int && !matches!(instr, Instr::Div { .. }) {
+                    self.int_arith(pc, instr, a, b);
+                    self.store_int(dst);
+                } else {
+                    self.float_arith(pc, instr, a, b);
+                    self.store_float(dst);
+                }
+            }
+            Instr::Neg { dst, src } => {
+                self.prepare_def(pc, dst);
+                let s = slot(src) + 8;
+                if ty(src) == Ty::Int {
+                    let overflow = self.ops.new_dynamic_label();
+                    let ok = self.ops.new_dynamic_label();
+                    dynasm!(self.ops ; .arch x64 ; mov rax, QWORD [rbx + s] ; neg rax ; jo =>overflow ; jmp =>ok ; =>overflow);
+                    self.exit_here(pc);
+                    dynasm!(self.ops ; .arch x64 ; =>ok);
+                    self.store_int(dst);
+                } else {
+                    dynasm!(self.ops ; .arch x64
+                        ; mov rax, QWORD [rbx + s]
+                        ; btc rax, 63
+                        ; movq xmm0, rax);
+                    self.store_float(dst);
+                }
+            }
+            Instr::Not { dst, src } => {
+                let s = slot(src) + 8;
+                dynasm!(self.ops ; .arch x64 ; movzx eax, BYTE [rbx + s] ; xor eax, 1);
+                self.store_bool(dst);
+            }
+            Instr::CheckBool { .. } | Instr::CheckInt { .. } => {}
+            Instr::Lt { dst, a, b } | Instr::Le { dst, a, b } | Instr::Gt { dst, a, b } | Instr::Ge { dst, a, b }
+            | Instr::Eq { dst, a, b } | Instr::Ne { dst, a, b } => {
+                self.prepare_def(pc, dst);
+                self.compare_to_al(instr, ty(a), a, b);
+                self.store_bool(dst);
+            }
+            Instr::Math1 { dst, src, builtin } => {
+                self.prepare_def(pc, dst);
+                let f = self.program.builtins[builtin.index()].scalar.expect("Math1 names a scalar built-in");
+                self.load_float(pc, src, false);
+                dynasm!(self.ops ; .arch x64 ; mov rdi, QWORD native::scalar_address(f) as i64);
+                self.call(native::call_scalar as *const ());
+                self.store_float(dst);
+            }
+            Instr::MulAdd { dst, a, b } => {
+                let (sd, sa, sb) = (slot(dst) + 8, slot(a) + 8, slot(b) + 8);
+                dynasm!(self.ops ; .arch x64
+                    ; movsd xmm1, QWORD [rbx + sa]
+                    ; mulsd xmm1, QWORD [rbx + sb]
+                    ; movsd xmm0, QWORD [rbx + sd]
+                    ; addsd xmm0, xmm1);
+                self.store_float(dst);
+            }
+            Instr::AdjAdd { dst, a, b } => match (ty(a), ty(b)) {
+                (Ty::Float, Ty::Float) => {
+                    self.prepare_def(pc, dst);
+                    let (sa, sb) = (slot(a) + 8, slot(b) + 8);
+                    dynasm!(self.ops ; .arch x64 ; movsd xmm0, QWORD [rbx + sa] ; addsd xmm0, QWORD [rbx + sb]);
+                    self.store_float(dst);
+                }
+                (Ty::Nil, t2) => self.copy(dst, ty(dst), b, t2),
+                (t1, _) => self.copy(dst, ty(dst), a, t1),
+            },
+            Instr::Jump { target, args } => {
+                let params = self.f.list(self.f.blocks[target.index()].params).to_vec();
+                let mut cur = t.clone();
+                for (p, a) in params.iter().zip(self.f.list(args).to_vec()) {
+                    self.copy(*p, cur[p.index()], a, cur[a.index()]);
+                    cur[p.index()] = cur[a.index()];
+                }
+                self.jump_edge(pc, target);
+            }
+            Instr::JumpPar { target, .. } => {
+                let (func, pcu) = (self.func.0 as i32, pc as i32);
+                dynasm!(self.ops ; .arch x64 ; mov rdi, r12 ; mov rsi, rbx ; mov edx, func ; mov ecx, pcu);
+                self.call(native::parallel_copy as *const ());
+                self.jump_edge(pc, target);
+            }
+            Instr::AddJump { dst, k, target } | Instr::SubJump { dst, k, target } => {
+                let add = matches!(instr, Instr::AddJump { .. });
+                let (sd, sk) = (slot(dst) + 8, slot(k) + 8);
+                if ty(dst) == Ty::Int {
+                    let overflow = self.ops.new_dynamic_label();
+                    let ok = self.ops.new_dynamic_label();
+                    dynasm!(self.ops ; .arch x64 ; mov rax, QWORD [rbx + sd]);
+                    if add {
+                        dynasm!(self.ops ; .arch x64 ; add rax, QWORD [rbx + sk]);
+                    } else {
+                        dynasm!(self.ops ; .arch x64 ; sub rax, QWORD [rbx + sk]);
+                    }
+                    dynasm!(self.ops ; .arch x64 ; jo =>overflow ; jmp =>ok ; =>overflow);
+                    self.exit_here(pc);
+                    dynasm!(self.ops ; .arch x64 ; =>ok ; mov QWORD [rbx + sd], rax);
+                } else {
+                    dynasm!(self.ops ; .arch x64 ; movsd xmm0, QWORD [rbx + sd]);
+                    if add {
+                        dynasm!(self.ops ; .arch x64 ; addsd xmm0, QWORD [rbx + sk]);
+                    } else {
+                        dynasm!(self.ops ; .arch x64 ; subsd xmm0, QWORD [rbx + sk]);
+                    }
+                    dynasm!(self.ops ; .arch x64 ; movsd QWORD [rbx + sd], xmm0);
+                }
+                self.jump_edge(pc, target);
+            }
+            Instr::Branch { cond, then_blk, else_blk } => {
+                let s = slot(cond) + 8;
+                let taken = self.ops.new_dynamic_label();
+                dynasm!(self.ops ; .arch x64 ; cmp BYTE [rbx + s], 0 ; jne =>taken);
+                self.branch_edge(pc, else_blk);
+                dynasm!(self.ops ; .arch x64 ; =>taken);
+                self.branch_edge(pc, then_blk);
+            }
+            Instr::BranchCtl { then_blk, else_blk } => {
+                dynasm!(self.ops ; .arch x64 ; mov rdi, r12);
+                self.call(native::pop_control as *const ());
+                let empty = self.ops.new_dynamic_label();
+                let taken = self.ops.new_dynamic_label();
+                dynasm!(self.ops ; .arch x64 ; test rax, rax ; js =>empty ; jnz =>taken);
+                self.branch_edge(pc, else_blk);
+                dynasm!(self.ops ; .arch x64 ; =>taken);
+                self.branch_edge(pc, then_blk);
+                dynasm!(self.ops ; .arch x64 ; =>empty);
+                // Nothing was popped: the interpreter raises the underflow.
+                self.exit_here(pc);
+            }
+            Instr::BranchNotLt { a, b, else_blk }
+            | Instr::BranchNotLe { a, b, else_blk }
+            | Instr::BranchNotGt { a, b, else_blk }
+            | Instr::BranchNotGe { a, b, else_blk } => {
+                let compare = match instr {
+                    Instr::BranchNotLt { .. } => Instr::Lt { dst: a, a, b },
+                    Instr::BranchNotLe { .. } => Instr::Le { dst: a, a, b },
+                    Instr::BranchNotGt { .. } => Instr::Gt { dst: a, a, b },
+                    _ => Instr::Ge { dst: a, a, b },
+                };
+                self.compare_to_al(compare, ty(a), a, b);
+                let fall = self.ops.new_dynamic_label();
+                dynasm!(self.ops ; .arch x64 ; test al, al ; jnz =>fall);
+                self.branch_edge(pc, else_blk);
+                dynasm!(self.ops ; .arch x64 ; =>fall);
+                // Falling through into the next block continues the run.
+                self.count(pc + 1 - self.run_start);
+                let next = pc + 1;
+                let label = self.labels[next];
+                dynasm!(self.ops ; .arch x64 ; jmp =>label);
+            }
+            other => unreachable!("{} classified native but not lowered", other.name()),
+        }
+    }
+
+    /// `rax := a OP b` for two ints (`+ - * % ^` that stay ints), leaving at `pc` on
+    /// overflow, a zero divisor or anything else the shared semantics treat specially.
+    fn int_arith(&mut self, pc: usize, instr: Instr, a: Reg, b: Reg) {
+        let (sa, sb) = (slot(a) + 8, slot(b) + 8);
+        let bad = self.ops.new_dynamic_label();
+        let ok = self.ops.new_dynamic_label();
+        dynasm!(self.ops ; .arch x64 ; mov rax, QWORD [rbx + sa]);
+        match instr {
+            Instr::Add { .. } => dynasm!(self.ops ; .arch x64 ; add rax, QWORD [rbx + sb] ; jo =>bad),
+            Instr::Sub { .. } => dynasm!(self.ops ; .arch x64 ; sub rax, QWORD [rbx + sb] ; jo =>bad),
+            Instr::Mul { .. } => dynasm!(self.ops ; .arch x64 ; imul rax, QWORD [rbx + sb] ; jo =>bad),
+            _ => unreachable!("int Mod and Pow are not classified native"),
+        }
+        dynasm!(self.ops ; .arch x64 ; jmp =>ok ; =>bad);
+        self.exit_here(pc);
+        dynasm!(self.ops ; .arch x64 ; =>ok);
+    }
+
+    /// `xmm0 := a OP b` with ints converted (the semantics of mixed operands).
+    fn float_arith(&mut self, pc: usize, instr: Instr, a: Reg, b: Reg) {
+        self.load_float(pc, a, false);
+        match instr {
+            Instr::Pow { .. } if self.ty(pc, b) == Ty::Int && self.ty(pc, a) == Ty::Float => {
+                let sb = slot(b) + 8;
+                dynasm!(self.ops ; .arch x64 ; mov rdi, QWORD [rbx + sb]);
+                self.call(native::pow_int as *const ());
+                return;
+            }
+            _ => self.load_float(pc, b, true),
+        }
+        match instr {
+            Instr::Add { .. } => dynasm!(self.ops ; .arch x64 ; addsd xmm0, xmm1),
+            Instr::Sub { .. } => dynasm!(self.ops ; .arch x64 ; subsd xmm0, xmm1),
+            Instr::Mul { .. } => dynasm!(self.ops ; .arch x64 ; mulsd xmm0, xmm1),
+            Instr::Div { .. } => dynasm!(self.ops ; .arch x64 ; divsd xmm0, xmm1),
+            Instr::Mod { .. } => self.call(native::rem_float as *const ()),
+            Instr::Pow { .. } => self.call(native::pow_float as *const ()),
+            _ => unreachable!(),
+        }
+    }
+
+    /// `al := a CMP b` for two ints, two floats (unordered: false except `!=`) or two bools.
+    fn compare_to_al(&mut self, instr: Instr, t: Ty, a: Reg, b: Reg) {
+        let (sa, sb) = (slot(a) + 8, slot(b) + 8);
+        match t {
+            Ty::Int => {
+                dynasm!(self.ops ; .arch x64 ; mov rax, QWORD [rbx + sa] ; cmp rax, QWORD [rbx + sb]);
+                match instr {
+                    Instr::Lt { .. } => dynasm!(self.ops ; .arch x64 ; setl al),
+                    Instr::Le { .. } => dynasm!(self.ops ; .arch x64 ; setle al),
+                    Instr::Gt { .. } => dynasm!(self.ops ; .arch x64 ; setg al),
+                    Instr::Ge { .. } => dynasm!(self.ops ; .arch x64 ; setge al),
+                    Instr::Eq { .. } => dynasm!(self.ops ; .arch x64 ; sete al),
+                    _ => dynasm!(self.ops ; .arch x64 ; setne al),
+                }
+            }
+            Ty::Bool => {
+                dynasm!(self.ops ; .arch x64 ; movzx eax, BYTE [rbx + sa] ; cmp al, BYTE [rbx + sb]);
+                match instr {
+                    Instr::Eq { .. } => dynasm!(self.ops ; .arch x64 ; sete al),
+                    _ => dynasm!(self.ops ; .arch x64 ; setne al),
+                }
+            }
+            _ => match instr {
+                // `a < b` is `b > a`: "above" is false when unordered.
+                Instr::Lt { .. } => dynasm!(self.ops ; .arch x64 ; movsd xmm0, QWORD [rbx + sb] ; ucomisd xmm0, QWORD [rbx + sa] ; seta al),
+                Instr::Le { .. } => dynasm!(self.ops ; .arch x64 ; movsd xmm0, QWORD [rbx + sb] ; ucomisd xmm0, QWORD [rbx + sa] ; setae al),
+                Instr::Gt { .. } => dynasm!(self.ops ; .arch x64 ; movsd xmm0, QWORD [rbx + sa] ; ucomisd xmm0, QWORD [rbx + sb] ; seta al),
+                Instr::Ge { .. } => dynasm!(self.ops ; .arch x64 ; movsd xmm0, QWORD [rbx + sa] ; ucomisd xmm0, QWORD [rbx + sb] ; setae al),
+                Instr::Eq { .. } => dynasm!(self.ops ; .arch x64
+                    ; movsd xmm0, QWORD [rbx + sa] ; ucomisd xmm0, QWORD [rbx + sb] ; sete al ; setnp cl ; and al, cl),
+                _ => dynasm!(self.ops ; .arch x64
+                    ; movsd xmm0, QWORD [rbx + sa] ; ucomisd xmm0, QWORD [rbx + sb] ; setne al ; setp cl ; or al, cl),
+            },
+        }
+    }
+
+    /// An entry point at `pc`: checks the tags the code from `pc` relies on, then goes there.
+    fn entry(&mut self, pc: usize) -> AssemblyOffset {
+        let at = self.ops.offset();
+        let t = self.types.before[pc].clone().expect("reached");
+        let refuse = self.ops.new_dynamic_label();
+        for (r, ty) in t.iter().enumerate() {
+            if let Some(tg) = ty.tag() {
+                let s = 16 * r as i32;
+                dynasm!(self.ops ; .arch x64 ; cmp QWORD [rbx + s], tg as i32 ; jne =>refuse);
+            }
+        }
+        let label = self.labels[pc];
+        dynasm!(self.ops ; .arch x64 ; jmp =>label ; =>refuse);
+        let ep = self.epilogue;
+        let st = status::encode(status::GUARD, pc as u32, 0);
+        dynasm!(self.ops ; .arch x64 ; mov rax, QWORD st as i64 ; jmp =>ep);
+        at
+    }
+}
+
+/// Compiles `func` from its inferred types into one finalised code buffer.
+pub fn compile(program: &Program, func: FuncId, types: &Types) -> Result<NativeCode, String> {
+    let f = &program.functions[func.index()];
+    let mut ops = Assembler::new().map_err(|e| format!("cannot map code memory: {e}"))?;
+    let labels: Vec<DynamicLabel> = (0..f.code.len()).map(|_| ops.new_dynamic_label()).collect();
+    let epilogue = ops.new_dynamic_label();
+    // The way in: save the callee-saved registers, pin `rbx` and `r12`, jump to the target.
+    let enter = ops.offset();
+    dynasm!(ops ; .arch x64
+        ; push rbp ; mov rbp, rsp ; push rbx ; push r12 ; push r13 ; push r14 ; push r15 ; sub rsp, 8
+        ; mov r12, rdi ; mov rbx, rsi ; jmp rdx
+        ; =>epilogue
+        ; add rsp, 8 ; pop r15 ; pop r14 ; pop r13 ; pop r12 ; pop rbx ; pop rbp ; ret
+    );
+    let mut e = Emitter {
+        ops,
+        program,
+        f,
+        func,
+        types,
+        labels,
+        epilogue,
+        steps: native::steps_offset() as i32,
+        next_check: native::next_check_offset() as i32,
+        run_start: 0,
+    };
+    // Entry points: reached block starts, and the instruction after each exit to the
+    // interpreter (where it comes back after a call).
+    let mut entry_pcs = vec![];
+    for (b, info) in f.blocks.iter().enumerate() {
+        let first = info.start as usize;
+        let end = f.blocks.get(b + 1).map_or(f.code.len(), |n| n.start as usize);
+        if types.before[first].is_none() {
+            continue;
+        }
+        entry_pcs.push(first);
+        e.run_start = first;
+        for pc in first..end {
+            if types.before[pc].is_none() {
+                break;
+            }
+            let label = e.labels[pc];
+            dynasm!(e.ops ; .arch x64 ; =>label);
+            if pc > first && e.run_start == pc {
+                entry_pcs.push(pc);
+            }
+            e.lower(pc);
+        }
+    }
+    let mut entries = vec![std::ptr::null(); f.code.len()];
+    let mut offsets = vec![];
+    for &pc in &entry_pcs {
+        offsets.push((pc, e.entry(pc)));
+    }
+    let size = e.ops.offset().0;
+    let buf = e.ops.finalize().map_err(|_| "cannot finalise the code buffer".to_string())?;
+    for (pc, off) in offsets {
+        entries[pc] = buf.ptr(off);
+    }
+    // SAFETY: `enter` is the code emitted first above, with the `Enter` signature: it saves
+    // and restores every callee-saved register it uses, keeps the stack 16-byte aligned at
+    // calls (return address + 6 pushes + 8), and returns a status in `rax`.
+    let enter: native::Enter = unsafe { std::mem::transmute::<*const u8, native::Enter>(buf.ptr(enter)) };
+    Ok(NativeCode { enter, entries, owner: Box::new(buf), size })
+}
+
+/// The result type of `instr` (re-exported for the dump).
+pub fn def_type(program: &Program, instr: &Instr, t: &[Ty]) -> Ty {
+    result_type(program, instr, t)
+}

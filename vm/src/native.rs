@@ -1,0 +1,445 @@
+//! The interface between the interpreter and a native tier (the JIT, `jit/`).
+//!
+//! The VM owns every frame; native code runs *inside* an interpreter frame, reading and
+//! writing its registers in place (`Value` slots: a tag word, then the payload word). So the
+//! two tiers share one frame layout and every transfer between them is a jump:
+//!
+//! - the interpreter enters native code at an *entry point* of a function (a block start or
+//!   the instruction after a call), through `NativeCode::enter`; the entry checks the tags of
+//!   the registers its code was specialised on and leaves at once (`GUARD`) when one differs;
+//! - native code leaves with a `Status`: `EXIT(pc)`, resume interpreting at `pc` (an
+//!   instruction it does not compile: calls, returns, anything unusual; the frame is exactly as
+//!   the interpreter would have left it there); `ERROR(pc)`, the instruction at `pc` failed in a
+//!   helper and the error waits in `NativeState::pending` (the interpreter raises it as its own,
+//!   with the same span and stack); `LIMIT(trace, next)`, the instruction budget reached its
+//!   next check at a jump (the interpreter runs the same check it would have run, then goes on
+//!   at `next`).
+//!
+//! Native code counts instructions exactly as the interpreter does (`Vm::steps`, at the same
+//! points), so fuel, `--stats` and the limit checks agree between tiers. It never pushes a
+//! frame, never calls back into Zy and never grows the value stack: so `regs` stays valid for
+//! its whole run. What it does not compile itself it runs through `step` (the shared
+//! semantics of `semantics.rs`) or leaves to the interpreter.
+
+use crate::bytecode::FuncId;
+use crate::error::VmError;
+use crate::interp::Vm;
+use crate::program::Program;
+use crate::semantics::Simple;
+use crate::value::Value;
+use std::any::Any;
+use std::time::Duration;
+
+/// When the native tier compiles (`--jit`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum JitMode {
+    /// Interpret everything.
+    Off,
+    /// Compile a function after `AUTO_CALLS` calls, or at a loop header after
+    /// `AUTO_BACK_EDGES` backward jumps.
+    #[default]
+    Auto,
+    /// Compile every function at its first entry and every loop at its first back edge.
+    Eager,
+}
+
+pub const AUTO_CALLS: u32 = 40;
+pub const AUTO_BACK_EDGES: u32 = 100;
+/// Entries refused by a guard before a function's native code is dropped.
+pub const MAX_GUARD_FAILURES: u32 = 200;
+/// Compilations of one function (the first, and re-specialisations after drops).
+pub const MAX_ATTEMPTS: u8 = 3;
+
+/// Value tags as native code reads and writes them (`Value` is `repr(C, u64)`: the tag word
+/// first, the payload word second). `layout_ok` checks them against the compiler's layout.
+pub mod tag {
+    pub const NIL: u64 = 0;
+    pub const BOOL: u64 = 1;
+    pub const INT: u64 = 2;
+    pub const FLOAT: u64 = 3;
+    /// Tags above this one are heap objects, functions and built-ins.
+    pub const LAST_PLAIN: u64 = 3;
+}
+
+/// The tag word of a value.
+pub fn tag_of(v: &Value) -> u64 {
+    // SAFETY: `Value` is `repr(C, u64)` (asserted 16 bytes in value.rs): its first eight bytes
+    // are the discriminant, always initialised.
+    unsafe { *(v as *const Value as *const u64) }
+}
+
+/// Whether the layout native code assumes holds: the tags above, the payload of `Int` and
+/// `Float` in the second word and a `Bool` in its first byte. The JIT refuses to run without.
+pub fn layout_ok() -> bool {
+    let word = |v: &Value| {
+        // SAFETY: for `Int` and `Float` the second word is the whole payload, initialised.
+        unsafe { *(v as *const Value as *const u64).add(1) }
+    };
+    let byte = |v: &Value| {
+        // SAFETY: for `Bool` byte 8 is the payload, initialised.
+        unsafe { *(v as *const Value as *const u8).add(8) }
+    };
+    tag_of(&Value::Nil) == tag::NIL
+        && tag_of(&Value::Bool(true)) == tag::BOOL
+        && tag_of(&Value::Int(0)) == tag::INT
+        && tag_of(&Value::Float(0.0)) == tag::FLOAT
+        && word(&Value::Int(-7)) == (-7i64) as u64
+        && word(&Value::Float(1.5)) == 1.5f64.to_bits()
+        && byte(&Value::Bool(true)) == 1
+        && byte(&Value::Bool(false)) == 0
+        && std::mem::size_of::<Value>() == 16
+}
+
+/// How native code left: the low two bits are the kind, then one or two pcs.
+pub mod status {
+    pub const EXIT: u64 = 0;
+    pub const ERROR: u64 = 1;
+    pub const LIMIT: u64 = 2;
+    pub const GUARD: u64 = 3;
+
+    pub fn encode(kind: u64, pc: u32, next: u32) -> u64 {
+        kind | (pc as u64) << 2 | (next as u64) << 33
+    }
+    pub fn kind(s: u64) -> u64 {
+        s & 3
+    }
+    pub fn pc(s: u64) -> u32 {
+        ((s >> 2) & 0x7fff_ffff) as u32
+    }
+    pub fn next(s: u64) -> u32 {
+        (s >> 33) as u32
+    }
+}
+
+/// The one way into native code: `enter(vm, regs, target)` saves the caller's registers, jumps
+/// to `target` (an entry point of the same code) and returns a `status`.
+pub type Enter = unsafe extern "C" fn(vm: *mut Vm, regs: *mut Value, target: *const u8) -> u64;
+
+/// One function's native code.
+pub struct NativeCode {
+    pub enter: Enter,
+    /// The entry point of each instruction index (null where there is none).
+    pub entries: Vec<*const u8>,
+    /// The machine code's owner: the code stays mapped, unmoved, while this value lives.
+    pub owner: Box<dyn Any>,
+    /// Machine-code bytes (for `--stats`).
+    pub size: usize,
+}
+
+impl NativeCode {
+    fn entry(&self, pc: u32) -> Option<*const u8> {
+        self.entries.get(pc as usize).copied().filter(|p| !p.is_null())
+    }
+}
+
+/// A native code generator (`zygvm_jit::Jit`).
+pub trait Tier: Send {
+    /// Compiles `func` specialised on the register tags `tags`, seen at its instruction
+    /// `seed` (0, or a loop header) when compiling was triggered. An error says why not (the
+    /// function then stays interpreted).
+    fn compile(&mut self, program: &Program, func: FuncId, seed: u32, tags: &[u64]) -> Result<NativeCode, String>;
+}
+
+/// Counts reported by `--stats`.
+#[derive(Clone, Debug, Default)]
+pub struct JitStats {
+    pub compiled: u64,
+    pub refused: u64,
+    pub compile_time: Duration,
+    pub code_bytes: usize,
+    pub entries: u64,
+    pub exits: u64,
+    pub guard_failures: u64,
+    pub dropped: u64,
+}
+
+/// The native tier's state inside a VM.
+#[derive(Default)]
+pub struct NativeState {
+    pub mode: JitMode,
+    tier: Option<Box<dyn Tier>>,
+    code: Vec<Option<NativeCode>>,
+    attempts: Vec<u8>,
+    guard_failures: Vec<u32>,
+    /// The error an `ERROR` exit carries.
+    pending: Option<VmError>,
+    pub stats: JitStats,
+}
+
+// SAFETY-relevant: `NativeCode` holds raw code pointers; the state lives inside a `Vm`, which
+// is not `Send` (the facade's `Send` wrapper argues for the whole VM).
+
+impl NativeState {
+    /// Whether native code may run at all (a tier is installed and the mode is not `Off`).
+    #[inline(always)]
+    pub fn on(&self) -> bool {
+        self.mode != JitMode::Off
+    }
+
+    fn slot<T: Default + Clone>(v: &mut Vec<T>, f: FuncId) -> &mut T {
+        if v.len() <= f.index() {
+            v.resize(f.index() + 1, T::default());
+        }
+        &mut v[f.index()]
+    }
+}
+
+impl Vm {
+    /// Installs a native tier and chooses when it compiles. `JitMode::Off`, or a value layout
+    /// other than the one native code assumes (`layout_ok`), keeps everything interpreted.
+    pub fn set_jit(&mut self, tier: Box<dyn Tier>, mode: JitMode) {
+        self.native.tier = Some(tier);
+        self.native.mode = if layout_ok() { mode } else { JitMode::Off };
+    }
+
+    pub fn jit_stats(&self) -> JitStats {
+        self.native.stats.clone()
+    }
+
+    /// Compiles `func` now if its hotness (`count` calls or back edges) reached the mode's
+    /// threshold and it has no code yet; `seed` is the instruction it starts at.
+    pub(crate) fn consider_compiling(&mut self, func: FuncId, seed: u32, count: u32, base: usize, back_edge: bool) {
+        let threshold = match self.native.mode {
+            JitMode::Off => return,
+            JitMode::Eager => 1,
+            JitMode::Auto if back_edge => AUTO_BACK_EDGES,
+            JitMode::Auto => AUTO_CALLS,
+        };
+        if count < threshold
+            || self.native.code.get(func.index()).is_some_and(Option::is_some)
+            || *NativeState::slot(&mut self.native.attempts, func) >= MAX_ATTEMPTS
+        {
+            return;
+        }
+        let Some(mut tier) = self.native.tier.take() else { return };
+        *NativeState::slot(&mut self.native.attempts, func) += 1;
+        let n = self.program.functions[func.index()].num_regs as usize;
+        let tags: Vec<u64> = self.stack[base..base + n].iter().map(tag_of).collect();
+        let started = std::time::Instant::now();
+        let result = tier.compile(&self.program, func, seed, &tags);
+        self.native.stats.compile_time += started.elapsed();
+        self.native.tier = Some(tier);
+        match result {
+            Ok(code) => {
+                self.native.stats.compiled += 1;
+                self.native.stats.code_bytes += code.size;
+                *NativeState::slot(&mut self.native.guard_failures, func) = 0;
+                let slots = &mut self.native.code;
+                if slots.len() <= func.index() {
+                    slots.resize_with(func.index() + 1, || None);
+                }
+                slots[func.index()] = Some(code);
+            }
+            Err(_) => {
+                self.native.stats.refused += 1;
+                // Refused: never again.
+                *NativeState::slot(&mut self.native.attempts, func) = MAX_ATTEMPTS;
+            }
+        }
+    }
+
+    /// Runs `func`'s native code from instruction `pc` on the frame at `base`, if it has an
+    /// entry there; returns the status it left with.
+    #[inline]
+    pub(crate) fn run_native(&mut self, func: FuncId, pc: u32, base: usize) -> Option<u64> {
+        let code = self.native.code.get(func.index())?.as_ref()?;
+        let target = code.entry(pc)?;
+        let enter = code.enter;
+        // SAFETY: `base` is the running frame's base, whose `num_regs` registers are live
+        // below `stack.len()`; native code was compiled for this function from a verified
+        // program, reads and writes only those registers, never grows the stack (module
+        // docs), and its buffer lives in `self.native.code`, which nothing running inside
+        // native code (the helpers below) touches.
+        let s = unsafe {
+            let regs = self.stack.as_mut_ptr().add(base);
+            enter(self as *mut Vm, regs, target)
+        };
+        self.native.stats.entries += 1;
+        match status::kind(s) {
+            status::GUARD => {
+                self.native.stats.guard_failures += 1;
+                let fails = NativeState::slot(&mut self.native.guard_failures, func);
+                *fails += 1;
+                if *fails >= MAX_GUARD_FAILURES {
+                    // Specialised on types this function no longer sees: drop it (it may be
+                    // compiled again from what it sees next, up to `MAX_ATTEMPTS` times).
+                    self.native.code[func.index()] = None;
+                    self.native.stats.dropped += 1;
+                }
+            }
+            status::EXIT => self.native.stats.exits += 1,
+            _ => {}
+        }
+        Some(s)
+    }
+
+    /// The error an `ERROR` status carries.
+    pub(crate) fn take_native_error(&mut self) -> VmError {
+        self.native.pending.take().unwrap_or_else(|| VmError::new("internal error: a native exit lost its error"))
+    }
+}
+
+/// What `step` returns when the instruction ran.
+pub const STEP_DONE: u64 = u64::MAX;
+
+/// Runs the simple instruction at `pc` of `func` on the registers at `regs` with the
+/// interpreter's semantics (`semantics.rs`). Returns `STEP_DONE`, or the status to leave
+/// with: `EXIT(pc)` when the instruction is not simple (nothing was done), `ERROR(pc)` when it
+/// failed (the error is pending).
+///
+/// # Safety
+/// Called by native code only: `vm` is the VM running native code on the frame of `func`
+/// whose registers start at `regs`, and `pc` is an instruction of `func`.
+pub unsafe extern "C" fn step(vm: *mut Vm, regs: *mut Value, func: u32, pc: u32) -> u64 {
+    let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        // SAFETY: the caller's contract: `vm` is live and not otherwise borrowed while native
+        // code runs (the interpreter waits in `run_native`).
+        let vm = unsafe { &mut *vm };
+        // SAFETY: a simple instruction never adds a function to the program (only the
+        // differentiation drivers do, and they are calls), so the program `vm` holds stays
+        // the same allocation while it runs: checked by the version below.
+        let program: &Program = unsafe { &*std::sync::Arc::as_ptr(&vm.program) };
+        let version = vm.program_version;
+        let f = &program.functions[func as usize];
+        let instr = f.code[pc as usize];
+        // SAFETY: `regs` is the frame of `f` (caller's contract), verified registers.
+        let r = unsafe { vm.exec_simple_outlined(program, f, regs, instr) };
+        assert_eq!(version, vm.program_version, "a simple instruction changed the program");
+        match r {
+            Ok(Simple::Done) => STEP_DONE,
+            Ok(Simple::NotSimple) => status::encode(status::EXIT, pc, 0),
+            Err(e) => {
+                vm.native.pending = Some(e);
+                status::encode(status::ERROR, pc, 0)
+            }
+        }
+    }));
+    run.unwrap_or_else(|p| {
+        // SAFETY: as above; the panic unwound out of the closure, which holds no borrow now.
+        let vm = unsafe { &mut *vm };
+        vm.native.pending = Some(VmError::new(format!("internal error: {}", crate::host::panic_message(&*p))));
+        status::encode(status::ERROR, pc, 0)
+    })
+}
+
+/// Drops the value in a register and leaves `nil` (before native code stores a number over a
+/// register that may hold a heap value).
+///
+/// # Safety
+/// `slot` is a live register of the running frame.
+pub unsafe extern "C" fn clear_slot(slot: *mut Value) {
+    // SAFETY: the caller's contract. Dropping a value runs no Zy code (value_drop.rs).
+    drop(unsafe { std::ptr::replace(slot, Value::Nil) });
+}
+
+/// `*dst = (*src).clone()`: a block argument that may hold a heap value.
+///
+/// # Safety
+/// Both are live registers of the running frame (they may be equal).
+pub unsafe extern "C" fn copy_slot(dst: *mut Value, src: *const Value) {
+    if !std::ptr::eq(dst, src) {
+        // SAFETY: the caller's contract; cloning and dropping run no Zy code.
+        unsafe { *dst = (*src).clone() };
+    }
+}
+
+/// The parallel copy of a `JumpPar` at `pc` of `func` (the interpreter's semantics: every
+/// source read before any parameter is written).
+///
+/// # Safety
+/// As for `step`, with `pc` a `JumpPar`.
+pub unsafe extern "C" fn parallel_copy(vm: *mut Vm, regs: *mut Value, func: u32, pc: u32) {
+    // SAFETY: the caller's contract: `vm` is live and not otherwise borrowed.
+    let vm = unsafe { &mut *vm };
+    let f = &vm.program.functions[func as usize];
+    let zygvm_jump = f.code[pc as usize];
+    let crate::bytecode::Instr::JumpPar { target, args } = zygvm_jump else {
+        // Unreachable for code the JIT emits; doing nothing would be wrong, so stop loudly.
+        std::process::abort();
+    };
+    let params = f.list(f.blocks[target.index()].params);
+    // SAFETY: list registers are verified to lie in the frame.
+    let values: Vec<Value> = f.list(args).iter().map(|a| unsafe { (*regs.add(a.index())).clone() }).collect();
+    for (p, v) in params.iter().zip(values) {
+        // SAFETY: as above.
+        crate::semantics::store(unsafe { &mut *regs.add(p.index()) }, v);
+    }
+}
+
+/// `f(x)` for a one-argument math built-in's scalar function (`Builtin::scalar`), called
+/// with the C convention native code uses: `f` arrives as an address.
+pub extern "C" fn call_scalar(f: usize, x: f64) -> f64 {
+    // SAFETY: native code passes the `fn(f64) -> f64` it read from `Builtin::scalar` of the
+    // program it was compiled from, as an address (`scalar_address`).
+    let f: fn(f64) -> f64 = unsafe { std::mem::transmute::<usize, fn(f64) -> f64>(f) };
+    f(x)
+}
+
+/// The address of a scalar function, as `call_scalar` takes it.
+pub fn scalar_address(f: fn(f64) -> f64) -> usize {
+    f as usize
+}
+
+/// `x ^ y` of two floats, as `semantics.rs` computes it.
+pub extern "C" fn pow_float(x: f64, y: f64) -> f64 {
+    x.powf(y)
+}
+
+/// `x ^ n` of a float and an int, as `semantics.rs` computes it.
+pub extern "C" fn pow_int(x: f64, n: i64) -> f64 {
+    match i32::try_from(n) {
+        Ok(n) => x.powi(n),
+        Err(_) => x.powf(n as f64),
+    }
+}
+
+/// `x % y` of two floats.
+pub extern "C" fn rem_float(x: f64, y: f64) -> f64 {
+    x % y
+}
+
+/// Pops a control decision for `BranchCtl`: 0 or 1, or -1 when the control stack is empty
+/// (native code then leaves to the interpreter, which raises the underflow).
+///
+/// # Safety
+/// As for `step`.
+pub unsafe extern "C" fn pop_control(vm: *mut Vm) -> i64 {
+    // SAFETY: the caller's contract.
+    let vm = unsafe { &mut *vm };
+    match vm.tape.ctl.pop() {
+        Some(0) => 0,
+        Some(_) => 1,
+        None => -1,
+    }
+}
+
+/// Byte offsets of the counters native code updates in place.
+pub fn steps_offset() -> usize {
+    std::mem::offset_of!(Vm, steps)
+}
+
+pub fn next_check_offset() -> usize {
+    std::mem::offset_of!(Vm, next_check)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_layout_native_code_assumes_holds() {
+        assert!(layout_ok());
+    }
+
+    #[test]
+    fn status_round_trips() {
+        let s = status::encode(status::LIMIT, 0x7fff_fffe, 12345);
+        assert_eq!((status::kind(s), status::pc(s), status::next(s)), (status::LIMIT, 0x7fff_fffe, 12345));
+    }
+
+    #[test]
+    fn pow_int_matches_the_interpreter() {
+        assert_eq!(pow_int(1.1, 3).to_bits(), 1.1f64.powi(3).to_bits());
+        assert_eq!(pow_int(1.1, 1 << 40).to_bits(), 1.1f64.powf((1u64 << 40) as f64).to_bits());
+    }
+}

@@ -1,0 +1,406 @@
+//! The semantics of every *simple* instruction: one that neither transfers control nor pushes
+//! a frame nor calls back into Zy. Both executors run these through `Vm::exec_simple`: the
+//! interpreter for every such instruction it meets, and the JIT (`jit/`) for the ones it does
+//! not lower to typed machine code (through `native::step`). So a simple instruction means the
+//! same on every tier by construction; the control instructions, calls and returns stay in
+//! `interp.rs`, and the JIT's typed fast paths are checked against these by the differential
+//! tests (`tests/jit_differential.rs`).
+
+use crate::access::{get_field, index2, index_error, index_value, length, set_index, set_index2};
+use crate::bytecode::*;
+use crate::error::{VmError, VmResult};
+use crate::interp::Vm;
+use crate::ops::{self, BinOp};
+use crate::program::{Function, Program};
+use crate::value::{Array, Closure, StructObj, Value};
+use std::rc::Rc;
+
+/// Whether `exec_simple` ran the instruction.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Simple {
+    Done,
+    /// Not a simple instruction, or a case that calls out (`Math1` of a non-number): the
+    /// executor runs it itself.
+    NotSimple,
+}
+
+impl Vm {
+    /// `a OP b` for `+ - *` (and the steps of `AddJump`/`SubJump`): the int and float fast
+    /// paths, then the general operator charged to the memory budget.
+    #[inline(always)]
+    pub(crate) fn arith(&mut self, op: BinOp, a: &Value, b: &Value) -> VmResult<Value> {
+        let checked = match op {
+            BinOp::Add => i64::checked_add,
+            BinOp::Sub => i64::checked_sub,
+            _ => i64::checked_mul,
+        };
+        Ok(match (a, b) {
+            (Value::Int(x), Value::Int(y)) => match checked(*x, *y) {
+                Some(r) => Value::Int(r),
+                None => op.int(*x, *y)?,
+            },
+            (Value::Float(x), Value::Float(y)) => Value::Float(op.float(*x, *y)),
+            (Value::Float(x), Value::Int(y)) => Value::Float(op.float(*x, *y as f64)),
+            (Value::Int(x), Value::Float(y)) => Value::Float(op.float(*x as f64, *y)),
+            (a, b) => {
+                self.reserve(ops::new_bytes(Some(op), a, b))?;
+                ops::binary(op, a, b)?
+            }
+        })
+    }
+
+    /// Runs one simple instruction on the frame whose registers start at `regs`.
+    ///
+    /// # Safety
+    /// `regs` points to the registers of a live frame running `func`, valid for every register
+    /// the (verified) instruction names; nothing else accesses them during the call.
+    #[inline(always)]
+    pub(crate) unsafe fn exec_simple(&mut self, program: &Program, func: &Function, regs: *mut Value, instr: Instr) -> VmResult<Simple> {
+        // SAFETY (for the three macros): the caller's contract; reads go through shared
+        // references, so `x * x` never makes two live `&mut`.
+        macro_rules! reg {
+            ($r:expr) => {
+                *unsafe { &*regs.add($r.index()) }
+            };
+        }
+        macro_rules! reg_mut {
+            ($r:expr) => {
+                *unsafe { &mut *regs.add($r.index()) }
+            };
+        }
+        macro_rules! set {
+            ($r:expr, $v:expr) => {{
+                let v: Value = $v;
+                store(unsafe { &mut *regs.add($r.index()) }, v)
+            }};
+        }
+        macro_rules! ordering {
+            ($a:expr, $b:expr, $sym:literal) => {
+                match (&reg!($a), &reg!($b)) {
+                    (Value::Float(x), Value::Float(y)) => x.partial_cmp(y),
+                    (Value::Int(x), Value::Int(y)) => Some(x.cmp(y)),
+                    (a, b) => ops::compare(a, b, $sym)?,
+                }
+            };
+        }
+        macro_rules! compare {
+            ($dst:expr, $a:expr, $b:expr, $sym:literal, $test:expr) => {{
+                let r = ordering!($a, $b, $sym);
+                set!($dst, Value::Bool(r.is_some_and($test)));
+            }};
+        }
+        macro_rules! values {
+            ($list:expr) => {
+                func.list($list).iter().map(|r| reg!(r).clone()).collect::<Vec<Value>>()
+            };
+        }
+        match instr {
+            Instr::LoadNil { dst } => set!(dst, Value::Nil),
+            Instr::LoadBool { dst, value } => set!(dst, Value::Bool(value != 0)),
+            Instr::LoadK { dst, k } => set!(dst, self.consts[k.index()].clone()),
+            Instr::LoadFunc { dst, func } => set!(dst, Value::Func(func)),
+            Instr::LoadBuiltin { dst, builtin } => set!(dst, Value::Builtin(builtin)),
+            Instr::LoadStruct { dst, strukt } => set!(dst, Value::StructCtor(strukt)),
+            Instr::GetGlobal { dst, slot } => match &self.globals[slot.index()] {
+                Some(v) => set!(dst, v.clone()),
+                None => {
+                    return Err(VmError::new(format!(
+                        "module variable '{}' is read before it is set",
+                        program.global_names[slot.index()]
+                    )))
+                }
+            },
+            Instr::SetGlobal { slot, src } => self.globals[slot.index()] = Some(reg!(src).clone()),
+            Instr::Add { dst, a, b } => set!(dst, self.arith(BinOp::Add, &reg!(a), &reg!(b))?),
+            Instr::Sub { dst, a, b } => set!(dst, self.arith(BinOp::Sub, &reg!(a), &reg!(b))?),
+            Instr::Mul { dst, a, b } => set!(dst, self.arith(BinOp::Mul, &reg!(a), &reg!(b))?),
+            Instr::Div { dst, a, b } => {
+                let v = match (&reg!(a), &reg!(b)) {
+                    (Value::Float(x), Value::Float(y)) => Value::Float(x / y),
+                    (x, y) => ops::binary(BinOp::Div, x, y)?,
+                };
+                set!(dst, v);
+            }
+            Instr::Mod { dst, a, b } => set!(dst, ops::binary(BinOp::Mod, &reg!(a), &reg!(b))?),
+            Instr::Pow { dst, a, b } => {
+                let v = match (&reg!(a), &reg!(b)) {
+                    (Value::Float(x), Value::Float(y)) => Value::Float(x.powf(*y)),
+                    (Value::Float(x), Value::Int(y)) if i32::try_from(*y).is_ok() => Value::Float(x.powi(*y as i32)),
+                    (x, y) => ops::binary(BinOp::Pow, x, y)?,
+                };
+                set!(dst, v);
+            }
+            Instr::MatMul { dst, a, b } => {
+                self.reserve(ops::new_bytes(None, &reg!(a), &reg!(b)))?;
+                set!(dst, ops::matmul(&reg!(a), &reg!(b))?);
+            }
+            Instr::Neg { dst, src } => {
+                let v = match &reg!(src) {
+                    Value::Float(x) => Value::Float(-x),
+                    other => ops::negate(other)?,
+                };
+                set!(dst, v);
+            }
+            Instr::Not { dst, src } => match reg!(src) {
+                Value::Bool(b) => set!(dst, Value::Bool(!b)),
+                ref other => {
+                    return Err(VmError::new(format!("operand of 'not' must be bool, got {}", other.type_name())))
+                }
+            },
+            Instr::CheckBool { src } => {
+                if !matches!(reg!(src), Value::Bool(_)) {
+                    return Err(VmError::new(format!(
+                        "operands of 'and'/'or' must be bool, got {}",
+                        reg!(src).type_name()
+                    )));
+                }
+            }
+            Instr::Eq { dst, a, b } => {
+                let r = reg!(a).equals(&reg!(b))?;
+                set!(dst, Value::Bool(r))
+            }
+            Instr::Ne { dst, a, b } => {
+                let r = !reg!(a).equals(&reg!(b))?;
+                set!(dst, Value::Bool(r))
+            }
+            Instr::Lt { dst, a, b } => compare!(dst, a, b, "<", |o| o.is_lt()),
+            Instr::Le { dst, a, b } => compare!(dst, a, b, "<=", |o| o.is_le()),
+            Instr::Gt { dst, a, b } => compare!(dst, a, b, ">", |o| o.is_gt()),
+            Instr::Ge { dst, a, b } => compare!(dst, a, b, ">=", |o| o.is_ge()),
+            Instr::Math1 { dst, src, builtin } => {
+                let f = program.builtins[builtin.index()].scalar.expect("Math1 names a scalar built-in (verifier)");
+                let v = match reg!(src) {
+                    Value::Float(x) => f(x),
+                    Value::Int(i) => f(i as f64),
+                    _ => return Ok(Simple::NotSimple),
+                };
+                set!(dst, Value::Float(v));
+            }
+            Instr::NewArray { dst, items } => set!(dst, Value::array(values!(items))),
+            Instr::NewTuple { dst, items } => set!(dst, Value::tuple(values!(items))),
+            Instr::Index { dst, obj, idx } => {
+                let v = match (&reg!(obj), &reg!(idx)) {
+                    (Value::Array(a), Value::Int(i)) => {
+                        // SAFETY: no `RefMut` of any VM object is alive between instructions
+                        // (built-ins release theirs before returning), and this reference is
+                        // dropped before anything else runs.
+                        match unsafe { a.try_borrow_unguarded() } {
+                            Err(_) => return Err(VmError::new("array is being modified")),
+                            Ok(Array::Floats(v)) if (*i as u64) < v.len() as u64 => Value::Float(v[*i as usize]),
+                            Ok(Array::Values(v)) if (*i as u64) < v.len() as u64 => v[*i as usize].clone(),
+                            Ok(a) => return Err(index_error(*i, a.len(), "array")),
+                        }
+                    }
+                    (o, i) => index_value(o, i)?,
+                };
+                set!(dst, v);
+            }
+            Instr::Index2 { dst, obj, ij } => {
+                let l = func.list(ij);
+                let fast = match (&reg!(obj), &reg!(l[0]), &reg!(l[1])) {
+                    // SAFETY: as for `Index`: no `RefMut` is alive here.
+                    (Value::Matrix(m), Value::Int(i), Value::Int(j)) => match unsafe { m.try_borrow_unguarded() } {
+                        Ok(m) if (*i as u64) < m.rows as u64 && (*j as u64) < m.cols as u64 => {
+                            Some(m.data[*i as usize * m.cols + *j as usize])
+                        }
+                        _ => None,
+                    },
+                    _ => None,
+                };
+                let v = match fast {
+                    Some(x) => Value::Float(x),
+                    None => index2(&reg!(obj), &reg!(l[0]), &reg!(l[1]))?,
+                };
+                set!(dst, v);
+            }
+            Instr::SetIndex { obj, idx, src } => {
+                let v = reg!(src).clone();
+                self.cycles.note_store(&reg!(obj), &v);
+                set_index(&reg!(obj), &reg!(idx), v)?;
+            }
+            Instr::SetIndex2 { obj, ijv } => {
+                let l = func.list(ijv);
+                set_index2(&reg!(obj), &reg!(l[0]), &reg!(l[1]), &reg!(l[2]))?;
+            }
+            Instr::GetField { dst, obj, field } => set!(dst, get_field(program, &reg!(obj), field)?),
+            Instr::TupleGet { dst, src, idx } => {
+                let v = match &reg!(src) {
+                    Value::Tuple(t) => t[idx as usize].clone(),
+                    _ => Value::Nil,
+                };
+                set!(dst, v);
+            }
+            Instr::Unpack { src, len } => match &reg!(src) {
+                Value::Tuple(t) if t.len() == len as usize => {}
+                Value::Tuple(t) => {
+                    return Err(VmError::new(format!(
+                        "cannot destructure a tuple of length {} into {} names",
+                        t.len(),
+                        len
+                    )))
+                }
+                other => {
+                    return Err(VmError::new(format!(
+                        "cannot destructure {} into {} names (a tuple is needed)",
+                        other.type_name(),
+                        len
+                    )))
+                }
+            },
+            Instr::IterPrep { dst, src } => {
+                let v = match &reg!(src) {
+                    v @ (Value::Array(_) | Value::Tuple(_)) => v.clone(),
+                    Value::Dict(d) => Value::array(d.borrow().keys()),
+                    other => {
+                        return Err(VmError::new(format!("cannot iterate over a value of type {}", other.type_name())))
+                    }
+                };
+                set!(dst, v);
+            }
+            Instr::Len { dst, src } => {
+                let n = length(&reg!(src))?;
+                set!(dst, Value::Int(n as i64));
+            }
+            Instr::CheckInt { src } => {
+                if !matches!(reg!(src), Value::Int(_)) {
+                    return Err(VmError::new(format!("range bounds must be ints, got {}", reg!(src).type_name())));
+                }
+            }
+            Instr::MakeClosure { dst, func: f, captures } => {
+                let caps = values!(captures);
+                set!(dst, Value::Closure(Rc::new(Closure { func: f, captures: caps.into_boxed_slice() })));
+            }
+            Instr::NewStruct { dst, strukt, args } => {
+                let fields = values!(args).into_boxed_slice();
+                set!(dst, Value::Struct(Rc::new(StructObj { def: strukt, fields })));
+            }
+            // ---- reverse mode (vm/src/ad) ----
+            Instr::TapePush { src } => {
+                let v = reg!(src).clone();
+                self.tape.push(v);
+            }
+            Instr::TapeSave { src } => {
+                let v = match reg!(src) {
+                    Value::Float(x) => Value::Float(x),
+                    Value::Int(i) => Value::Int(i),
+                    ref other => crate::ad::adjoints::snapshot(other),
+                };
+                self.tape.push(v);
+            }
+            Instr::TapePushCtl { bit } => self.tape.ctl.push(bit as u8),
+            Instr::TapeShape { a, b } => {
+                let code = crate::ad::rules::shape_code(&reg!(a), &reg!(b));
+                self.tape.ctl.push(code);
+                if code as u32 & crate::ad::rules::SHAPE_A_CONTAINER != 0 {
+                    let v = reg!(a).clone();
+                    self.tape.push(v);
+                }
+                if code as u32 & crate::ad::rules::SHAPE_B_CONTAINER != 0 {
+                    let v = reg!(b).clone();
+                    self.tape.push(v);
+                }
+            }
+            Instr::TapePopIf { dst, code, mask } => {
+                let take = matches!(reg!(code), Value::Int(c) if c & mask as i64 != 0);
+                let v = if take { self.tape.pop().ok_or_else(crate::ad::calls::tape_underflow)? } else { Value::Nil };
+                set!(dst, v);
+            }
+            Instr::TapePopCtl { dst } => {
+                let c = self.tape.ctl.pop().ok_or_else(crate::ad::calls::tape_underflow)?;
+                set!(dst, Value::Int(c as i64));
+            }
+            Instr::TapePop { dst } => {
+                let v = self.tape.pop().ok_or_else(crate::ad::calls::tape_underflow)?;
+                set!(dst, v);
+            }
+            Instr::AdjAdd { dst, a, b } => {
+                let v = match (&reg!(a), &reg!(b)) {
+                    (Value::Float(x), Value::Float(y)) => Value::Float(x + y),
+                    (Value::Nil, y) => y.clone(),
+                    (x, Value::Nil) => x.clone(),
+                    (x, y) => crate::ad::adjoints::accumulate(x.clone(), y.clone())?,
+                };
+                set!(dst, v);
+            }
+            Instr::Pull { dst, rule, args } => {
+                let v = self.pull(program, func, regs, rule, args)?;
+                set!(dst, v);
+            }
+            Instr::PullAdd { dst, rule, args } => {
+                let v = self.pull(program, func, regs, rule, args)?;
+                let sum = match (std::mem::take(&mut reg_mut!(dst)), v) {
+                    (Value::Float(x), Value::Float(y)) => Value::Float(x + y),
+                    (Value::Nil, y) => y,
+                    (x, Value::Nil) => x,
+                    (x, y) => crate::ad::adjoints::accumulate(x, y)?,
+                };
+                set!(dst, sum);
+            }
+            Instr::MulAdd { dst, a, b } => {
+                let v = match (&reg!(dst), &reg!(a), &reg!(b)) {
+                    (Value::Float(z), Value::Float(x), Value::Float(y)) => Value::Float(z + x * y),
+                    (z, x, y) => {
+                        let p = ops::binary(BinOp::Mul, x, y)?;
+                        ops::binary(BinOp::Add, z, &p)?
+                    }
+                };
+                set!(dst, v);
+            }
+            _ => return Ok(Simple::NotSimple),
+        }
+        Ok(Simple::Done)
+    }
+
+    /// `exec_simple` out of line: what the interpreter's rarer opcodes and the JIT's helper
+    /// (`native::step`) call, so that only the hot opcodes inline into the dispatch loop.
+    ///
+    /// # Safety
+    /// As for `exec_simple`.
+    #[inline(never)]
+    pub(crate) unsafe fn exec_simple_outlined(&mut self, program: &Program, func: &Function, regs: *mut Value, instr: Instr) -> VmResult<Simple> {
+        self.exec_simple(program, func, regs, instr)
+    }
+
+    /// A pullback rule over a register list: the float fast path reading registers in place,
+    /// else the general rule on copies.
+    ///
+    /// # Safety
+    /// As for `exec_simple`.
+    #[inline(always)]
+    unsafe fn pull(&mut self, program: &Program, func: &Function, regs: *mut Value, rule: u32, args: ListId) -> VmResult<Value> {
+        let list = func.list(args);
+        let nil = Value::Nil;
+        // SAFETY: list registers are below `num_regs` (verifier) and the frame is live;
+        // nothing else touches the registers while the rule reads them.
+        let fast = crate::ad::rules::fast(program, rule, |k| match list.get(k) {
+            Some(r) => unsafe { &*regs.add(r.index()) },
+            None => &nil,
+        });
+        match fast {
+            Some(v) => Ok(v),
+            None => {
+                let mut buf = std::mem::take(&mut self.scratch);
+                buf.clear();
+                // SAFETY: as above.
+                buf.extend(list.iter().map(|r| unsafe { (*regs.add(r.index())).clone() }));
+                let r = crate::ad::rules::apply(program, rule, &buf);
+                buf.clear();
+                self.scratch = buf;
+                r
+            }
+        }
+    }
+}
+
+/// Stores into a register, skipping the drop call when the old value holds no heap object
+/// (the common case: a loop overwriting a number).
+#[inline(always)]
+pub(crate) fn store(slot: &mut Value, v: Value) {
+    if matches!(slot, Value::Nil | Value::Bool(_) | Value::Int(_) | Value::Float(_)) {
+        // SAFETY: the old value owns no heap memory, so overwriting it without dropping it
+        // leaks nothing; `slot` is a valid, exclusive reference.
+        unsafe { std::ptr::write(slot, v) }
+    } else {
+        *slot = v;
+    }
+}
