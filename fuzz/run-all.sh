@@ -7,7 +7,7 @@ cd "$(dirname "$0")"
 secs=${1:-60}
 shift || true
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(compile_bytes run_limited gradients embed_api)
+[ ${#targets[@]} -gt 0 ] || targets=(compile_bytes run_limited gradients embed_api jit_differential)
 for t in compile_bytes run_limited; do
     mkdir -p "corpus/$t"
     find ../tests/zy ../examples ../benches/zy -name '*.zy' -exec cp {} "corpus/$t/" \;

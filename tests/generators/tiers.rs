@@ -1,0 +1,60 @@
+// Runs one generated program (`fn f(x, y)` and `fn dfx(x, y)`, as `programs.rs` renders them)
+// on every execution tier and returns what each computed, as text that distinguishes every
+// float bit pattern that prints differently (`{:?}` of values and of whole errors, stack
+// traces included). Shared by `tests/jit_differential.rs` and the `jit_differential` fuzz
+// target through `include!`.
+
+/// The tiers compared: the interpreter (the reference), the JIT compiling at first entry,
+/// and the JIT compiling when hot (after calls and back edges, entering loops midway).
+const TIERS: [zygvm::JitMode; 3] = [zygvm::JitMode::Off, zygvm::JitMode::Eager, zygvm::JitMode::Auto];
+
+thread_local! {
+    /// Entries into native code over all runs (a test that compares tiers checks that the
+    /// JIT ran at all).
+    static NATIVE_ENTRIES: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+/// What one tier computed for `f`, its gradient and its forward derivative at each point.
+fn run_on_tier(program: &zygvm::Program, mode: zygvm::JitMode, points: &[(f64, f64)]) -> Vec<String> {
+    use zygvm::Value;
+    let mut vm = zygvm::Vm::new(program);
+    vm.set_jit(mode);
+    vm.set_output(std::io::sink());
+    vm.set_limits(zygvm::Limits { fuel: Some(2_000_000), ..zygvm::Limits::default() });
+    let mut out = vec![];
+    // Auto compiles after 40 calls or 100 back edges: repeat so that it does, midway.
+    let rounds = if mode == zygvm::JitMode::Auto { 3 } else { 1 };
+    for _ in 0..rounds {
+        for &(x, y) in points {
+            let args = vec![Value::Float(x), Value::Float(y)];
+            out.push(format!("f: {:?}", vm.call_value("f", args.clone())));
+            out.push(format!("gradient: {:?}", vm.value_and_gradient("f", args.clone())));
+            out.push(format!("derivative: {:?}", vm.call_value("dfx", args)));
+        }
+    }
+    if mode != zygvm::JitMode::Off {
+        NATIVE_ENTRIES.with(|n| n.set(n.get() + vm.jit_stats().entries));
+    }
+    if mode == zygvm::JitMode::Auto {
+        // Only the last round is compared (the others only heat the code).
+        let keep = out.len() / rounds;
+        out.drain(..out.len() - keep);
+    }
+    out
+}
+
+/// Panics with the program and the first difference if two tiers disagree.
+fn assert_tiers_agree(src: &str, points: &[(f64, f64)]) {
+    let program = match zygvm::Program::compile("gen.zy", src) {
+        Ok(p) => p,
+        Err(e) => panic!("generated program rejected: {e}\n{src}"),
+    };
+    let reference = run_on_tier(&program, TIERS[0], points);
+    for mode in &TIERS[1..] {
+        let got = run_on_tier(&program, *mode, points);
+        for (want, got) in reference.iter().zip(&got) {
+            assert_eq!(want, got, "--jit {mode:?} differs from the interpreter\n{src}");
+        }
+        assert_eq!(reference.len(), got.len());
+    }
+}
