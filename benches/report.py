@@ -18,7 +18,7 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CRITERION = os.path.join(ROOT, "target", "criterion")
 WORKLOADS = ["sincos", "loop", "logsumexp", "logsumexp_loops", "logreg", "logreg_loops", "mlp", "mlp_loops"]
-COLUMNS = [("native Rust", "native"), ("zygvm interp", "zygvm-interp"), ("zygvm JIT", None),
+COLUMNS = [("native Rust", "native"), ("zygvm interp", "zygvm-interp"), ("zygvm JIT", "zygvm-jit"),
            ("Lua 5.4", "lua5.4"), ("LuaJIT -joff", "luajit-joff"), ("LuaJIT", "luajit")]
 
 

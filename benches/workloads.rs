@@ -16,7 +16,7 @@ use criterion::{black_box, criterion_group, criterion_main, Criterion};
 use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
-use zygvm::{Program, Value, Vm};
+use zygvm::{JitMode, Program, Value, Vm};
 
 const WORKLOADS: &[&str] =
     &["sincos", "loop", "logsumexp", "logsumexp_loops", "logreg", "logreg_loops", "mlp", "mlp_loops"];
@@ -30,8 +30,14 @@ fn bench_dir() -> &'static Path {
 /// The in-VM timing loops appended to every workload (forward, and value-and-gradient).
 const BENCH_N: &str = "\nfn __bench_n(n) {\n  let s = 0.0\n  for i in 0..n { s += bench() }\n  s\n}\nfn __bench_grad_n(n) {\n  for i in 0..n { bench_grad() }\n  0.0\n}\n";
 
-/// A VM that has run the workload's setup (its main program), ready to call `bench()`.
+/// A VM on the interpreter that has run the workload's setup (its main program), ready to
+/// call `bench()`.
 pub fn workload_vm(name: &str) -> Vm {
+    workload_vm_on(name, JitMode::Off)
+}
+
+/// The same on a chosen tier (`Auto`: the JIT compiles what gets hot, as for any user).
+pub fn workload_vm_on(name: &str, mode: JitMode) -> Vm {
     let path = bench_dir().join("zy").join(format!("{name}.zy"));
     let text = std::fs::read_to_string(&path).unwrap() + BENCH_N;
     let program = Program::builder()
@@ -39,9 +45,13 @@ pub fn workload_vm(name: &str) -> Vm {
         .compile(&format!("{name}.zy"), &text)
         .unwrap_or_else(|e| panic!("{name}: {e}"));
     let mut vm = Vm::new(&program);
+    vm.set_jit(mode);
     vm.run().unwrap();
     vm
 }
+
+/// The tiers timed for every workload, with their column labels.
+const TIERS: [(&str, JitMode); 2] = [("zygvm-interp", JitMode::Off), ("zygvm-jit", JitMode::Auto)];
 
 fn lua_available(bin: &str) -> bool {
     Command::new(bin).arg("-v").output().is_ok_and(|o| o.status.success())
@@ -68,14 +78,16 @@ fn forward(c: &mut Criterion) {
     let mut g = c.benchmark_group("forward");
     g.sample_size(20).warm_up_time(Duration::from_millis(300)).measurement_time(Duration::from_secs(2));
     for name in WORKLOADS {
-        let mut vm = workload_vm(name);
-        g.bench_function(format!("{name}/zygvm-interp"), |b| {
-            b.iter_custom(|iters| {
-                let t = std::time::Instant::now();
-                vm.call_value("__bench_n", vec![Value::Int(iters as i64)]).unwrap();
-                t.elapsed()
-            })
-        });
+        for (label, mode) in TIERS {
+            let mut vm = workload_vm_on(name, mode);
+            g.bench_function(format!("{name}/{label}"), |b| {
+                b.iter_custom(|iters| {
+                    let t = std::time::Instant::now();
+                    vm.call_value("__bench_n", vec![Value::Int(iters as i64)]).unwrap();
+                    t.elapsed()
+                })
+            });
+        }
     }
     let mut vm = workload_vm("sincos");
     g.bench_function("sincos/zygvm-host-call", |b| b.iter(|| vm.call_value("bench", vec![]).unwrap()));
@@ -198,14 +210,16 @@ fn gradients(c: &mut Criterion) {
     let mut mg = native::MlpGrad::new();
     g.bench_function("mlp/native", |b| b.iter(|| black_box(&mut mlp).gradient(&mut mg)));
     for name in WORKLOADS {
-        let mut vm = workload_vm(name);
-        g.bench_function(format!("{name}/zygvm-interp"), |b| {
-            b.iter_custom(|iters| {
-                let t = std::time::Instant::now();
-                vm.call_value("__bench_grad_n", vec![Value::Int(iters as i64)]).unwrap();
-                t.elapsed()
-            })
-        });
+        for (label, mode) in TIERS {
+            let mut vm = workload_vm_on(name, mode);
+            g.bench_function(format!("{name}/{label}"), |b| {
+                b.iter_custom(|iters| {
+                    let t = std::time::Instant::now();
+                    vm.call_value("__bench_grad_n", vec![Value::Int(iters as i64)]).unwrap();
+                    t.elapsed()
+                })
+            });
+        }
     }
     g.finish();
 }

@@ -32,7 +32,7 @@ impl Jit {
 }
 
 impl Tier for Jit {
-    fn compile(&mut self, program: &Program, func: FuncId, seed: u32, tags: &[u64]) -> Result<NativeCode, String> {
+    fn compile(&mut self, program: &Program, func: FuncId, seed: u32, tags: &[u64], profitable_only: bool) -> Result<NativeCode, String> {
         let f = program.functions.get(func.index()).ok_or("no such function")?;
         if tags.len() != f.num_regs as usize {
             return Err("the frame's register count differs from the function's".into());
@@ -40,6 +40,9 @@ impl Tier for Jit {
         let types = types::infer(program, f, seed, tags)?;
         #[cfg(target_arch = "x86_64")]
         {
+            if profitable_only {
+                x64::check_profitable(f, seed, &types)?;
+            }
             x64::compile(program, func, &types)
         }
         #[cfg(not(target_arch = "x86_64"))]

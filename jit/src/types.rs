@@ -9,7 +9,7 @@
 //! where native code leaves to the interpreter, the interpreter may produce other types, and
 //! every entry back into native code checks the tags it relies on (`lower`'s entry guards).
 
-use zygvm_vm::bytecode::{Instr, Reg};
+use zygvm_vm::bytecode::{Instr, Operand, Reg};
 use zygvm_vm::native::tag;
 use zygvm_vm::program::{Const, Function, Program};
 
@@ -79,7 +79,7 @@ fn numeric_result(a: Ty, b: Ty) -> Ty {
 }
 
 /// The type `instr` leaves in its destination, given the types before it.
-pub fn result_type(program: &Program, instr: &Instr, t: &[Ty]) -> Ty {
+pub fn result_type(program: &Program, f: &Function, instr: &Instr, t: &[Ty]) -> Ty {
     let ty = |r: &Reg| t[r.index()];
     match instr {
         Instr::LoadNil { .. } => Ty::Nil,
@@ -108,6 +108,9 @@ pub fn result_type(program: &Program, instr: &Instr, t: &[Ty]) -> Ty {
         Instr::Math1 { src, .. } if ty(src).numeric() => Ty::Float,
         Instr::MulAdd { dst, a, b } if [ty(dst), ty(a), ty(b)] == [Ty::Float; 3] => Ty::Float,
         Instr::Len { .. } | Instr::TapePopCtl { .. } => Ty::Int,
+        // Speculated: native code reads floats only and leaves to the interpreter otherwise.
+        Instr::Index { idx, .. } if ty(idx) == Ty::Int => Ty::Float,
+        Instr::Index2 { ij, .. } if f.list(*ij).iter().all(|r| ty(r) == Ty::Int) => Ty::Float,
         Instr::AdjAdd { a, b, .. } => match (ty(a), ty(b)) {
             (Ty::Float, Ty::Float) => Ty::Float,
             (Ty::Nil, t) | (t, Ty::Nil) if t.plain() => t,
@@ -177,7 +180,7 @@ pub fn infer(program: &Program, f: &Function, seed: u32, tags: &[u64]) -> Result
                 }
             };
             if let Some(d) = instr.def() {
-                t[d.index()] = result_type(program, &instr, &t);
+                t[d.index()] = result_type(program, f, &instr, &t);
             }
             match instr {
                 Instr::Jump { target, args } | Instr::JumpPar { target, args } => {
@@ -206,6 +209,71 @@ pub fn infer(program: &Program, f: &Function, seed: u32, tags: &[u64]) -> Result
         }
     }
     Ok(Types { before })
+}
+
+/// The registers each instruction's code may read before writing (live before it), by
+/// backward dataflow over the executable form. Entry guards check exact tags only for these;
+/// a dead register need only hold no heap value (native code stores over it without a drop).
+pub fn live_before(f: &Function) -> Vec<Vec<bool>> {
+    let n = f.num_regs as usize;
+    let nb = f.blocks.len();
+    let end_of = |b: usize| f.blocks.get(b + 1).map_or(f.code.len(), |n| n.start as usize);
+    let mut live_in: Vec<Vec<bool>> = vec![vec![false; n]; nb];
+    let mut before: Vec<Vec<bool>> = vec![vec![false; n]; f.code.len()];
+    // One instruction, backwards: kill its defs, then add its uses.
+    let transfer = |instr: &Instr, live: &mut Vec<bool>| {
+        if let Instr::Jump { target, args } | Instr::JumpPar { target, args } = instr {
+            for p in f.list(f.blocks[target.index()].params) {
+                live[p.index()] = false;
+            }
+            for a in f.list(*args) {
+                live[a.index()] = true;
+            }
+            return;
+        }
+        if let Some(d) = instr.def() {
+            live[d.index()] = false;
+        }
+        instr.for_each_operand(|o| match o {
+            Operand::Use(r) | Operand::Acc(r) => live[r.index()] = true,
+            Operand::List(l) => {
+                for r in f.list(l) {
+                    live[r.index()] = true;
+                }
+            }
+            _ => {}
+        });
+    };
+    let mut changed = true;
+    while changed {
+        changed = false;
+        for b in (0..nb).rev() {
+            let end = end_of(b);
+            if end == f.blocks[b].start as usize {
+                continue;
+            }
+            let last = f.code[end - 1];
+            let mut live = vec![false; n];
+            let succs = match last {
+                Instr::Jump { target, .. } | Instr::JumpPar { target, .. } => vec![target.index()],
+                _ => successors(f, &last, b),
+            };
+            for s in succs {
+                for (l, &x) in live.iter_mut().zip(&live_in[s]) {
+                    *l |= x;
+                }
+            }
+            for pc in (f.blocks[b].start as usize..end).rev() {
+                transfer(&f.code[pc], &mut live);
+                before[pc].clone_from(&live);
+            }
+            if live != live_in[b] {
+                live_in[b] = live;
+                changed = true;
+            }
+        }
+    }
+    before
 }
 
 #[cfg(test)]

@@ -18,7 +18,7 @@
 //! types this file does not specialise). Calls into the runtime go through `rax` (`mov rax,
 //! QWORD addr; call rax`): a rel32 call cannot reach the binary from mapped memory.
 
-use crate::types::{result_type, Ty, Types};
+use crate::types::{Ty, Types};
 use dynasmrt::x64::Assembler;
 use dynasmrt::{dynasm, AssemblyOffset, DynamicLabel, DynasmApi, DynasmLabelApi};
 use zygvm_vm::bytecode::{BlockId, FuncId, Instr, Reg};
@@ -38,7 +38,7 @@ pub enum Class {
 
 /// Operand types this file lowers to machine code, per instruction; everything the shared
 /// semantics can run is `Step`; the rest (calls, returns) `Exit`.
-pub fn classify(instr: &Instr, t: &[Ty]) -> Class {
+pub fn classify(f: &Function, instr: &Instr, t: &[Ty]) -> Class {
     let ty = |r: &Reg| t[r.index()];
     let num2 = |a: &Reg, b: &Reg| ty(a).numeric() && ty(b).numeric();
     let same_plain = |a: &Reg, b: &Reg| ty(a) == ty(b) && matches!(ty(a), Ty::Int | Ty::Float);
@@ -66,6 +66,12 @@ pub fn classify(instr: &Instr, t: &[Ty]) -> Class {
         }
         Instr::Math1 { src, .. } if ty(src).numeric() => Class::Native,
         Instr::MulAdd { dst, a, b } if [ty(dst), ty(a), ty(b)] == [Ty::Float; 3] => Class::Native,
+        Instr::Index { idx, .. } if ty(idx) == Ty::Int => Class::Native,
+        Instr::Index2 { ij, .. } if f.list(*ij).iter().all(|r| ty(r) == Ty::Int) => Class::Native,
+        Instr::SetIndex { idx, src, .. } if ty(idx) == Ty::Int && ty(src) == Ty::Float => Class::Native,
+        Instr::SetIndex2 { ijv, .. } if f.list(*ijv).iter().map(|r| ty(r)).eq([Ty::Int, Ty::Int, Ty::Float]) => Class::Native,
+        Instr::TapeSave { src } | Instr::TapePush { src } if ty(src).numeric() => Class::Native,
+        Instr::TapePushCtl { .. } => Class::Native,
         Instr::AdjAdd { a, b, .. } => match (ty(a), ty(b)) {
             (Ty::Float, Ty::Float) => Class::Native,
             (Ty::Nil, t) | (t, Ty::Nil) if t.plain() => Class::Native,
@@ -124,7 +130,6 @@ pub fn classify(instr: &Instr, t: &[Ty]) -> Class {
         | Instr::NewStruct { .. }
         | Instr::TapePush { .. }
         | Instr::TapeSave { .. }
-        | Instr::TapePushCtl { .. }
         | Instr::TapeShape { .. }
         | Instr::TapePop { .. }
         | Instr::TapePopIf { .. }
@@ -152,6 +157,8 @@ struct Emitter<'a> {
     f: &'a Function,
     func: FuncId,
     types: &'a Types,
+    /// The registers live before each instruction (`types::live_before`).
+    live: Vec<Vec<bool>>,
     /// One label per instruction (the start of its code).
     labels: Vec<DynamicLabel>,
     epilogue: DynamicLabel,
@@ -326,7 +333,7 @@ impl<'a> Emitter<'a> {
     fn lower(&mut self, pc: usize) {
         let instr = self.f.code[pc];
         let t = self.types.before[pc].clone().expect("reached");
-        let class = classify(&instr, &t);
+        let class = classify(self.f, &instr, &t);
         match class {
             Class::Exit => {
                 self.exit_here(pc);
@@ -520,8 +527,67 @@ impl<'a> Emitter<'a> {
                 let label = self.labels[next];
                 dynasm!(self.ops ; .arch x64 ; jmp =>label);
             }
+            Instr::Index { dst, obj, idx } => {
+                let (so, sx) = (slot(obj), slot(idx) + 8);
+                dynasm!(self.ops ; .arch x64 ; lea rdi, [rbx + so] ; mov rsi, QWORD [rbx + sx] ; lea rdx, [rsp]);
+                self.call(native::index_float as *const ());
+                self.float_from_scratch(pc, dst);
+            }
+            Instr::Index2 { dst, obj, ij } => {
+                let l = self.f.list(ij);
+                let (so, sx, sy) = (slot(obj), slot(l[0]) + 8, slot(l[1]) + 8);
+                dynasm!(self.ops ; .arch x64 ; lea rdi, [rbx + so] ; mov rsi, QWORD [rbx + sx] ; mov rdx, QWORD [rbx + sy] ; lea rcx, [rsp]);
+                self.call(native::index2_float as *const ());
+                self.float_from_scratch(pc, dst);
+            }
+            Instr::SetIndex { obj, idx, src } => {
+                let (so, sx, sv) = (slot(obj), slot(idx) + 8, slot(src) + 8);
+                dynasm!(self.ops ; .arch x64 ; lea rdi, [rbx + so] ; mov rsi, QWORD [rbx + sx] ; movsd xmm0, QWORD [rbx + sv]);
+                self.call(native::set_index_float as *const ());
+                self.exit_unless_al(pc);
+            }
+            Instr::SetIndex2 { obj, ijv } => {
+                let l = self.f.list(ijv);
+                let (so, sx, sy, sv) = (slot(obj), slot(l[0]) + 8, slot(l[1]) + 8, slot(l[2]) + 8);
+                dynasm!(self.ops ; .arch x64
+                    ; lea rdi, [rbx + so] ; mov rsi, QWORD [rbx + sx] ; mov rdx, QWORD [rbx + sy] ; movsd xmm0, QWORD [rbx + sv]);
+                self.call(native::set_index2_float as *const ());
+                self.exit_unless_al(pc);
+            }
+            Instr::TapeSave { src } | Instr::TapePush { src } => {
+                let s = slot(src) + 8;
+                if ty(src) == Ty::Float {
+                    dynasm!(self.ops ; .arch x64 ; mov rdi, r12 ; movsd xmm0, QWORD [rbx + s]);
+                    self.call(native::tape_push_float as *const ());
+                } else {
+                    dynasm!(self.ops ; .arch x64 ; mov rdi, r12 ; mov rsi, QWORD [rbx + s]);
+                    self.call(native::tape_push_int as *const ());
+                }
+            }
+            Instr::TapePushCtl { bit } => {
+                dynasm!(self.ops ; .arch x64 ; mov rdi, r12 ; mov esi, bit as i32);
+                self.call(native::tape_push_control as *const ());
+            }
             other => unreachable!("{} classified native but not lowered", other.name()),
         }
+    }
+
+    /// Leaves to the interpreter at `pc` unless the helper just called returned true in `al`
+    /// (it then did nothing: the interpreter runs the general semantics).
+    fn exit_unless_al(&mut self, pc: usize) {
+        let ok = self.ops.new_dynamic_label();
+        dynasm!(self.ops ; .arch x64 ; test al, al ; jnz =>ok);
+        self.exit_here(pc);
+        dynasm!(self.ops ; .arch x64 ; =>ok);
+    }
+
+    /// After a typed read helper (`al`: it succeeded; the float in the scratch word at
+    /// `[rsp]`): leaves to the interpreter on failure, else stores the float into `dst`.
+    fn float_from_scratch(&mut self, pc: usize, dst: Reg) {
+        self.exit_unless_al(pc);
+        self.prepare_def(pc, dst);
+        dynasm!(self.ops ; .arch x64 ; movsd xmm0, QWORD [rsp]);
+        self.store_float(dst);
     }
 
     /// `rax := a OP b` for two ints (`+ - * % ^` that stay ints), leaving at `pc` on
@@ -607,9 +673,14 @@ impl<'a> Emitter<'a> {
         let t = self.types.before[pc].clone().expect("reached");
         let refuse = self.ops.new_dynamic_label();
         for (r, ty) in t.iter().enumerate() {
-            if let Some(tg) = ty.tag() {
-                let s = 16 * r as i32;
+            let Some(tg) = ty.tag() else { continue };
+            let s = 16 * r as i32;
+            if self.live[pc][r] {
                 dynasm!(self.ops ; .arch x64 ; cmp QWORD [rbx + s], tg as i32 ; jne =>refuse);
+            } else {
+                // Dead here: whatever number it holds is overwritten before it is read, but
+                // native code stores over it without a drop, so it must hold no heap value.
+                dynasm!(self.ops ; .arch x64 ; cmp QWORD [rbx + s], tag::LAST_PLAIN as i32 ; ja =>refuse);
             }
         }
         let label = self.labels[pc];
@@ -619,6 +690,59 @@ impl<'a> Emitter<'a> {
         dynasm!(self.ops ; .arch x64 ; mov rax, QWORD st as i64 ; jmp =>ep);
         at
     }
+}
+
+/// Whether the loop at `seed` (the blocks reached from it that lead back to it) would run
+/// mostly as machine code: no call or other exit inside it (each iteration would leave to the
+/// interpreter and come back, costlier than interpreting), and more typed instructions than
+/// helper calls.
+pub fn check_profitable(f: &Function, seed: u32, types: &Types) -> Result<(), String> {
+    let nb = f.blocks.len();
+    let end_of = |b: usize| f.blocks.get(b + 1).map_or(f.code.len(), |n| n.start as usize);
+    let block_of_start = |pc: usize| f.blocks.iter().position(|b| b.start as usize == pc);
+    let seed_block = block_of_start(seed as usize).ok_or("seed is not a block start")?;
+    // Predecessors, from each block's terminator.
+    let mut preds = vec![vec![]; nb];
+    for b in 0..nb {
+        let end = end_of(b);
+        if end == f.blocks[b].start as usize || types.before[end - 1].is_none() {
+            continue;
+        }
+        let last = f.code[end - 1];
+        last.for_each_operand(|o| {
+            if let zygvm_vm::bytecode::Operand::Block(t) = o {
+                preds[t.index()].push(b);
+            }
+        });
+        if matches!(last, Instr::BranchNotLt { .. } | Instr::BranchNotLe { .. } | Instr::BranchNotGt { .. } | Instr::BranchNotGe { .. })
+            && b + 1 < nb
+        {
+            preds[b + 1].push(b);
+        }
+    }
+    let mut in_loop = vec![false; nb];
+    let mut work = preds[seed_block].clone();
+    while let Some(b) = work.pop() {
+        if !in_loop[b] && types.before[f.blocks[b].start as usize].is_some() {
+            in_loop[b] = true;
+            work.extend(preds[b].iter().copied());
+        }
+    }
+    let (mut native_n, mut step_n) = (0, 0);
+    for b in (0..nb).filter(|&b| in_loop[b]) {
+        for pc in f.blocks[b].start as usize..end_of(b) {
+            let Some(t) = &types.before[pc] else { break };
+            match classify(f, &f.code[pc], t) {
+                Class::Native => native_n += 1,
+                Class::Step => step_n += 1,
+                Class::Exit => return Err(format!("the loop leaves to the interpreter at instruction {pc}")),
+            }
+        }
+    }
+    if step_n > native_n {
+        return Err(format!("the loop is mostly helper calls ({step_n} of {})", step_n + native_n));
+    }
+    Ok(())
 }
 
 /// Compiles `func` from its inferred types into one finalised code buffer.
@@ -641,6 +765,7 @@ pub fn compile(program: &Program, func: FuncId, types: &Types) -> Result<NativeC
         f,
         func,
         types,
+        live: crate::types::live_before(f),
         labels,
         epilogue,
         steps: native::steps_offset() as i32,
@@ -685,9 +810,4 @@ pub fn compile(program: &Program, func: FuncId, types: &Types) -> Result<NativeC
     // calls (return address + 6 pushes + 8), and returns a status in `rax`.
     let enter: native::Enter = unsafe { std::mem::transmute::<*const u8, native::Enter>(buf.ptr(enter)) };
     Ok(NativeCode { enter, entries, owner: Box::new(buf), size })
-}
-
-/// The result type of `instr` (re-exported for the dump).
-pub fn def_type(program: &Program, instr: &Instr, t: &[Ty]) -> Ty {
-    result_type(program, instr, t)
 }

@@ -22,7 +22,7 @@ fn run_on_tier(program: &zygvm::Program, mode: zygvm::JitMode, points: &[(f64, f
     vm.set_output(std::io::sink());
     vm.set_limits(zygvm::Limits { fuel: Some(2_000_000), ..zygvm::Limits::default() });
     let mut out = vec![];
-    // Auto compiles after 40 calls or 100 back edges: repeat so that it does, midway.
+    // Auto compiles a loop after 100 back edges: repeat so that it does, midway.
     let rounds = if mode == zygvm::JitMode::Auto { 3 } else { 1 };
     for _ in 0..rounds {
         for &(x, y) in points {

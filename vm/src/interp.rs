@@ -733,7 +733,7 @@ impl Vm {
             // then goes on where it left (native.rs explains the statuses).
             macro_rules! native {
                 ($pc:expr) => {
-                    if self.native.on() {
+                    if self.native.has_code(func_id) {
                         if let Some(s) = self.run_native(func_id, $pc as u32, base) {
                             match native::status::kind(s) {
                                 native::status::EXIT | native::status::GUARD => goto!(native::status::pc(s)),
@@ -762,7 +762,8 @@ impl Vm {
                     if backward {
                         let h = self.loop_base[func_id.index()] as usize + $target.index();
                         self.back_edges[h] = self.back_edges[h].wrapping_add(1);
-                        if self.native.on() {
+                        let threshold = self.native.loop_threshold();
+                        if threshold != 0 && self.back_edges[h] >= threshold && !self.native.has_code(func_id) {
                             self.consider_compiling(func_id, start, self.back_edges[h], base, true);
                         }
                     }
@@ -834,7 +835,7 @@ impl Vm {
             // Entering a frame or coming back to it after a call: native code, if any.
             if self.native.on() {
                 let pc = pc!() as u32;
-                if pc == 0 {
+                if pc == 0 && self.native.mode == native::JitMode::Eager && !self.native.has_code(func_id) {
                     self.consider_compiling(func_id, 0, self.calls[func_id.index()], base, false);
                 }
                 native!(pc);
