@@ -253,6 +253,12 @@ impl<'a> Emitter<'a> {
     fn jump_edge(&mut self, pc: usize, target: BlockId) {
         self.count(pc + 1 - self.run_start);
         let to = start(self.f, target);
+        self.check_then_go(to, to as u32);
+    }
+
+    /// Goes to instruction `to` unless the instruction count reached its next check; then
+    /// leaves with `LIMIT(trace, to)` (the interpreter checks with its pc at `trace`).
+    fn check_then_go(&mut self, to: usize, trace: u32) {
         let (steps, next) = (self.steps, self.next_check);
         let label = self.labels[to];
         let limit = self.ops.new_dynamic_label();
@@ -263,7 +269,7 @@ impl<'a> Emitter<'a> {
             ; jmp =>label
             ; =>limit
         );
-        self.leave(0, status::encode(status::LIMIT, to as u32, to as u32));
+        self.leave(0, status::encode(status::LIMIT, trace, to as u32));
     }
 
     /// The taken edge of a conditional branch: backward ones check the limits first.
@@ -272,16 +278,7 @@ impl<'a> Emitter<'a> {
         let to = start(self.f, target);
         let label = self.labels[to];
         if to < pc + 1 {
-            let (steps, next) = (self.steps, self.next_check);
-            let limit = self.ops.new_dynamic_label();
-            dynasm!(self.ops ; .arch x64
-                ; mov rax, QWORD [r12 + steps]
-                ; cmp rax, QWORD [r12 + next]
-                ; jae =>limit
-                ; jmp =>label
-                ; =>limit
-            );
-            self.leave(0, status::encode(status::LIMIT, pc as u32 + 1, to as u32));
+            self.check_then_go(to, pc as u32 + 1);
         } else {
             dynasm!(self.ops ; .arch x64 ; jmp =>label);
         }

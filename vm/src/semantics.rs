@@ -51,10 +51,14 @@ impl Vm {
 
     /// Runs one simple instruction on the frame whose registers start at `regs`.
     ///
+    /// Inlined into the dispatch loop's arms in optimised builds only: a debug build would
+    /// give `execute` the locals of every inlined copy, a frame large enough to overflow a
+    /// test thread's stack under nested differentiation.
+    ///
     /// # Safety
     /// `regs` points to the registers of a live frame running `func`, valid for every register
     /// the (verified) instruction names; nothing else accesses them during the call.
-    #[inline(always)]
+    #[cfg_attr(not(debug_assertions), inline(always))]
     pub(crate) unsafe fn exec_simple(&mut self, program: &Program, func: &Function, regs: *mut Value, instr: Instr) -> VmResult<Simple> {
         // SAFETY (for the three macros): the caller's contract; reads go through shared
         // references, so `x * x` never makes two live `&mut`.
