@@ -120,8 +120,8 @@ pub fn result_type(program: &Program, f: &Function, instr: &Instr, t: &[Ty]) -> 
     }
 }
 
-/// The block each instruction belongs to, and the blocks that follow a terminator.
-fn successors(f: &Function, instr: &Instr, block: usize) -> Vec<usize> {
+/// The blocks that may follow a terminator (the fused branches fall through to the next block).
+pub(crate) fn successors(f: &Function, instr: &Instr, block: usize) -> Vec<usize> {
     match *instr {
         Instr::Jump { target, .. } | Instr::JumpPar { target, .. } => vec![target.index()],
         Instr::AddJump { target, .. } | Instr::SubJump { target, .. } => vec![target.index()],
@@ -254,11 +254,7 @@ pub fn live_before(f: &Function) -> Vec<Vec<bool>> {
             }
             let last = f.code[end - 1];
             let mut live = vec![false; n];
-            let succs = match last {
-                Instr::Jump { target, .. } | Instr::JumpPar { target, .. } => vec![target.index()],
-                _ => successors(f, &last, b),
-            };
-            for s in succs {
+            for s in successors(f, &last, b) {
                 for (l, &x) in live.iter_mut().zip(&live_in[s]) {
                     *l |= x;
                 }

@@ -44,7 +44,8 @@ pub fn classify(f: &Function, instr: &Instr, t: &[Ty]) -> Class {
     let same_plain = |a: &Reg, b: &Reg| ty(a) == ty(b) && matches!(ty(a), Ty::Int | Ty::Float);
     match instr {
         Instr::LoadNil { .. } | Instr::LoadBool { .. } => Class::Native,
-        Instr::LoadK { .. } if result_type_is_number(instr) => Class::Native,
+        // Numbers inline; a string constant is lowered as a `step` (the VM's runtime string).
+        Instr::LoadK { .. } => Class::Native,
         Instr::Add { a, b, .. } | Instr::Sub { a, b, .. } | Instr::Mul { a, b, .. } | Instr::Div { a, b, .. }
             if num2(a, b) =>
         {
@@ -91,8 +92,7 @@ pub fn classify(f: &Function, instr: &Instr, t: &[Ty]) -> Class {
         Instr::AddJump { dst, k, .. } | Instr::SubJump { dst, k, .. } if same_plain(dst, k) => Class::Native,
         i if i.is_terminator() => Class::Exit,
         // What the shared semantics run without calling out.
-        Instr::LoadK { .. }
-        | Instr::LoadFunc { .. }
+        Instr::LoadFunc { .. }
         | Instr::LoadBuiltin { .. }
         | Instr::LoadStruct { .. }
         | Instr::GetGlobal { .. }
@@ -139,11 +139,6 @@ pub fn classify(f: &Function, instr: &Instr, t: &[Ty]) -> Class {
         | Instr::MulAdd { .. } => Class::Step,
         _ => Class::Exit,
     }
-}
-
-fn result_type_is_number(instr: &Instr) -> bool {
-    // `LoadK` of a number; strings go through `step` (the VM's runtime string).
-    matches!(instr, Instr::LoadK { .. })
 }
 
 /// The byte offset of register `r`'s tag word (payload at `+ 8`).
@@ -698,23 +693,15 @@ pub fn check_profitable(f: &Function, seed: u32, types: &Types) -> Result<(), St
     let end_of = |b: usize| f.blocks.get(b + 1).map_or(f.code.len(), |n| n.start as usize);
     let block_of_start = |pc: usize| f.blocks.iter().position(|b| b.start as usize == pc);
     let seed_block = block_of_start(seed as usize).ok_or("seed is not a block start")?;
-    // Predecessors, from each block's terminator.
+    // Predecessors, from each reached block's terminator.
     let mut preds = vec![vec![]; nb];
     for b in 0..nb {
         let end = end_of(b);
         if end == f.blocks[b].start as usize || types.before[end - 1].is_none() {
             continue;
         }
-        let last = f.code[end - 1];
-        last.for_each_operand(|o| {
-            if let zygvm_vm::bytecode::Operand::Block(t) = o {
-                preds[t.index()].push(b);
-            }
-        });
-        if matches!(last, Instr::BranchNotLt { .. } | Instr::BranchNotLe { .. } | Instr::BranchNotGt { .. } | Instr::BranchNotGe { .. })
-            && b + 1 < nb
-        {
-            preds[b + 1].push(b);
+        for s in crate::types::successors(f, &f.code[end - 1], b) {
+            preds[s].push(b);
         }
     }
     let mut in_loop = vec![false; nb];
