@@ -13,7 +13,7 @@ use crate::host::HostValue;
 use crate::ops::{self, BinOp};
 use crate::program::{Const, Program};
 use crate::native::{self, NativeState};
-use crate::semantics::{store, Simple};
+use crate::semantics::{store, truncate_registers, Simple};
 use crate::value::{Closure, StructObj, Value};
 use std::io::Write;
 use std::rc::Rc;
@@ -731,10 +731,22 @@ impl Vm {
             }
             // Runs native code from instruction `pc` if the function has an entry there,
             // then goes on where it left (native.rs explains the statuses).
+            // Whether this function has native code: read once per frame entry (and after
+            // compiling or running native code) so that the interpreter's jumps test a local.
+            let mut native_here = self.native.has_code(func_id);
+            // This function's back-edge counters start here (`loop_base`), read once.
+            let edge_base = self.loop_base[func_id.index()] as usize;
+            // A back edge takes the slow path when `count & edge_mask == 0`: the mode's
+            // compile cadence (`NativeState::loop_mask`), or every time once there is native
+            // code to enter. One test on the loop path for both.
+            let mut edge_mask = if native_here { 0 } else { self.native.loop_mask };
+            // Runs native code from instruction `pc` if the function has an entry there,
+            // then goes on where it left (native.rs explains the statuses).
             macro_rules! native {
                 ($pc:expr) => {
-                    if self.native.has_code(func_id) {
+                    if native_here {
                         if let Some(s) = self.run_native(func_id, $pc as u32, base) {
+                            native_here = self.native.has_code(func_id);
                             match native::status::kind(s) {
                                 native::status::EXIT | native::status::GUARD => goto!(native::status::pc(s)),
                                 native::status::ERROR => {
@@ -752,39 +764,50 @@ impl Vm {
                     }
                 };
             }
-            // Control transfer to a block after its argument copies: accounting, loop-header
-            // hotness on backward jumps, and the periodic limit check.
+            // Control transfer to a block after its argument copies: accounting, the periodic
+            // limit check, and on backward jumps loop-header hotness and native code. Native
+            // code is entered at loop headers and frame entries only (an exit in the middle
+            // of a loop body resumes native code at the next iteration), which keeps the
+            // forward paths free of any native-tier test.
             macro_rules! jump_to {
                 ($target:expr) => {{
                     account!();
                     let start = func.blocks[$target.index()].start;
                     let backward = (start as usize) < pc!();
-                    if backward {
-                        let h = self.loop_base[func_id.index()] as usize + $target.index();
-                        self.back_edges[h] = self.back_edges[h].wrapping_add(1);
-                        let threshold = self.native.loop_threshold();
-                        if threshold != 0 && self.back_edges[h] >= threshold && !self.native.has_code(func_id) {
-                            self.consider_compiling(func_id, start, self.back_edges[h], base, true);
-                        }
-                    }
                     goto!(start);
                     if self.steps >= self.next_check {
                         tri!(self.check_limits());
                     }
-                    native!(start);
+                    if backward {
+                        let h = edge_base + $target.index();
+                        let n = self.back_edges[h].wrapping_add(1);
+                        self.back_edges[h] = n;
+                        if n & edge_mask == 0 {
+                            if !native_here {
+                                self.consider_compiling(func_id, start, n, base, true);
+                                native_here = self.native.has_code(func_id);
+                            }
+                            native!(start);
+                            edge_mask = if native_here { 0 } else { self.native.loop_mask };
+                        }
+                    }
                 }};
             }
             // The taken edge of a conditional branch (no block arguments). A loop may close
-            // with a branch (an empty latch is threaded away), so backward ones check limits.
+            // with a branch (an empty latch is threaded away), so backward ones check limits
+            // and enter native code.
             macro_rules! branch_to {
                 ($block:expr) => {{
                     account!();
                     let dest = func.blocks[$block.index()].start as usize;
-                    if dest < pc!() && self.steps >= self.next_check {
-                        tri!(self.check_limits());
-                    }
+                    let backward = dest < pc!();
                     goto!(dest);
-                    native!(dest);
+                    if backward {
+                        if self.steps >= self.next_check {
+                            tri!(self.check_limits());
+                        }
+                        native!(dest);
+                    }
                 }};
             }
             // `R[a] <=> R[b]` with the number fast paths; `None` when unordered (NaN).
@@ -835,8 +858,9 @@ impl Vm {
             // Entering a frame or coming back to it after a call: native code, if any.
             if self.native.on() {
                 let pc = pc!() as u32;
-                if pc == 0 && self.native.mode == native::JitMode::Eager && !self.native.has_code(func_id) {
+                if pc == 0 && self.native.mode == native::JitMode::Eager && !native_here {
                     self.consider_compiling(func_id, 0, self.calls[func_id.index()], base, false);
+                    native_here = self.native.has_code(func_id);
                 }
                 native!(pc);
             }
@@ -1113,7 +1137,7 @@ impl Vm {
                         account!();
                         let v = std::mem::take(&mut reg_mut!(src));
                         let fr = self.frames.pop().unwrap();
-                        self.stack.truncate(fr.base as usize);
+                        truncate_registers(&mut self.stack, fr.base as usize);
                         if fr.boundary {
                             return Ok(v);
                         }
@@ -1142,7 +1166,7 @@ impl Vm {
                         (Value::Int(x), Value::Int(y)) if x.checked_mul(*y).is_some() => set!(dst, Value::Int(x * y)),
                         _ => simple!(instr),
                     },
-                    Instr::Div { .. } => simple!(instr),
+                    Instr::Div { dst, a, b } => simple!(Instr::Div { dst, a, b }),
                     Instr::Lt { dst, a, b } => match (&reg!(a), &reg!(b)) {
                         (Value::Float(x), Value::Float(y)) => set!(dst, Value::Bool(x < y)),
                         (Value::Int(x), Value::Int(y)) => set!(dst, Value::Bool(x < y)),
@@ -1163,21 +1187,35 @@ impl Vm {
                         (Value::Int(x), Value::Int(y)) => set!(dst, Value::Bool(x >= y)),
                         _ => simple!(instr),
                     },
-                    Instr::Eq { .. } => simple!(instr),
-                    Instr::LoadK { .. } => simple!(instr),
-                    Instr::Math1 { .. } => simple!(instr),
-                    Instr::Index { .. } => simple!(instr),
-                    Instr::Index2 { .. } => simple!(instr),
-                    Instr::SetIndex { .. } => simple!(instr),
-                    Instr::MulAdd { .. } => simple!(instr),
-                    Instr::AdjAdd { .. } => simple!(instr),
-                    Instr::TapeSave { .. } => simple!(instr),
-                    Instr::TapePush { .. } => simple!(instr),
-                    Instr::TapePop { .. } => simple!(instr),
-                    Instr::TapePushCtl { .. } => simple!(instr),
-                    Instr::Pull { .. } => simple!(instr),
-                    Instr::PullAdd { .. } => simple!(instr),
-                    other => simple!(other),
+                    Instr::Eq { dst, a, b } => simple!(Instr::Eq { dst, a, b }),
+                    Instr::LoadK { dst, k } => simple!(Instr::LoadK { dst, k }),
+                    Instr::Math1 { dst, src, builtin } => simple!(Instr::Math1 { dst, src, builtin }),
+                    Instr::Index { dst, obj, idx } => simple!(Instr::Index { dst, obj, idx }),
+                    Instr::Index2 { dst, obj, ij } => simple!(Instr::Index2 { dst, obj, ij }),
+                    Instr::SetIndex { obj, idx, src } => simple!(Instr::SetIndex { obj, idx, src }),
+                    Instr::MulAdd { dst, a, b } => simple!(Instr::MulAdd { dst, a, b }),
+                    Instr::AdjAdd { dst, a, b } => simple!(Instr::AdjAdd { dst, a, b }),
+                    Instr::TapeSave { src } => simple!(Instr::TapeSave { src }),
+                    Instr::TapePush { src } => simple!(Instr::TapePush { src }),
+                    Instr::TapePop { dst } => simple!(Instr::TapePop { dst }),
+                    Instr::TapePushCtl { bit } => simple!(Instr::TapePushCtl { bit }),
+                    Instr::Pull { dst, rule, args } => simple!(Instr::Pull { dst, rule, args }),
+                    Instr::PullAdd { dst, rule, args } => simple!(Instr::PullAdd { dst, rule, args }),
+                    Instr::TapePopIf { dst, code, mask } => simple!(Instr::TapePopIf { dst, code, mask }),
+                    Instr::TapePopCtl { dst } => simple!(Instr::TapePopCtl { dst }),
+                    Instr::TapeShape { a, b } => simple!(Instr::TapeShape { a, b }),
+                    // The rest, named one by one (no catch-all): a full jump table without a
+                    // range check on the hot dispatch, and a new opcode must choose its arm.
+                    Instr::LoadNil { .. } | Instr::LoadBool { .. } | Instr::LoadFunc { .. }
+                    | Instr::LoadBuiltin { .. } | Instr::LoadStruct { .. }
+                    | Instr::GetGlobal { .. } | Instr::SetGlobal { .. } | Instr::Mod { .. }
+                    | Instr::Pow { .. } | Instr::MatMul { .. } | Instr::Neg { .. }
+                    | Instr::Not { .. } | Instr::CheckBool { .. } | Instr::Ne { .. }
+                    | Instr::NewArray { .. } | Instr::NewTuple { .. } | Instr::SetIndex2 { .. }
+                    | Instr::GetField { .. } | Instr::TupleGet { .. } | Instr::Unpack { .. }
+                    | Instr::IterPrep { .. } | Instr::Len { .. } | Instr::CheckInt { .. }
+                    | Instr::MakeClosure { .. } | Instr::NewStruct { .. }
+                    => simple!(instr),
                 }
             }
         }

@@ -43,7 +43,7 @@ pub enum JitMode {
     Eager,
 }
 
-pub const AUTO_BACK_EDGES: u32 = 100;
+pub const AUTO_BACK_EDGES: u32 = 128;
 /// Entries refused by a guard before a function's native code is dropped.
 pub const MAX_GUARD_FAILURES: u32 = 200;
 /// Compilations of one function (the first, and re-specialisations after drops).
@@ -154,9 +154,10 @@ pub struct JitStats {
 }
 
 /// The native tier's state inside a VM.
-#[derive(Default)]
 pub struct NativeState {
     pub mode: JitMode,
+    /// `loop_mask_of(mode)`, kept so that the interpreter's back edge reads one field.
+    pub(crate) loop_mask: u32,
     tier: Option<Box<dyn Tier>>,
     code: Vec<Option<NativeCode>>,
     attempts: Vec<u8>,
@@ -168,6 +169,21 @@ pub struct NativeState {
 
 // SAFETY-relevant: `NativeCode` holds raw code pointers; the state lives inside a `Vm`, which
 // is not `Send` (the facade's `Send` wrapper argues for the whole VM).
+
+impl Default for NativeState {
+    fn default() -> Self {
+        NativeState {
+            mode: JitMode::Off,
+            loop_mask: NativeState::loop_mask_of(JitMode::Off),
+            tier: None,
+            code: vec![],
+            attempts: vec![],
+            guard_failures: vec![],
+            pending: None,
+            stats: JitStats::default(),
+        }
+    }
+}
 
 impl NativeState {
     /// Whether native code may run at all (a tier is installed and the mode is not `Off`).
@@ -183,13 +199,16 @@ impl NativeState {
         self.code.get(func.index()).is_some_and(Option::is_some)
     }
 
-    /// Back edges into a loop header before it is compiled (0: never).
-    #[inline(always)]
-    pub(crate) fn loop_threshold(&self) -> u32 {
-        match self.mode {
-            JitMode::Off => 0,
-            JitMode::Eager => 1,
-            JitMode::Auto => AUTO_BACK_EDGES,
+    /// The interpreter asks to compile at a backward jump when the header's back-edge count
+    /// `n` has `n & mask == 0`: every `AUTO_BACK_EDGES` (a power of two) under `auto`, every
+    /// time under `eager`, and (only when the count wraps) never usefully under `off`. One AND
+    /// and branch on the interpreter's loop path; a loop that was refused costs one declined
+    /// call per `AUTO_BACK_EDGES` iterations, not one per iteration.
+    fn loop_mask_of(mode: JitMode) -> u32 {
+        match mode {
+            JitMode::Off => u32::MAX,
+            JitMode::Eager => 0,
+            JitMode::Auto => AUTO_BACK_EDGES - 1,
         }
     }
 
@@ -207,6 +226,7 @@ impl Vm {
     pub fn set_jit(&mut self, tier: Box<dyn Tier>, mode: JitMode) {
         self.native.tier = Some(tier);
         self.native.mode = if layout_ok() { mode } else { JitMode::Off };
+        self.native.loop_mask = NativeState::loop_mask_of(self.native.mode);
     }
 
     pub fn jit_stats(&self) -> JitStats {

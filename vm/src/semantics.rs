@@ -373,12 +373,14 @@ impl Vm {
     #[inline(always)]
     unsafe fn pull(&mut self, program: &Program, func: &Function, regs: *mut Value, rule: u32, args: ListId) -> VmResult<Value> {
         let list = func.list(args);
-        let nil = Value::Nil;
+        // Never dropped: a plain local `Nil` borrowed by the closure was dropped through an
+        // out-of-line call on every pull (measured).
+        let nil = std::mem::ManuallyDrop::new(Value::Nil);
         // SAFETY: list registers are below `num_regs` (verifier) and the frame is live;
         // nothing else touches the registers while the rule reads them.
         let fast = crate::ad::rules::fast(program, rule, |k| match list.get(k) {
             Some(r) => unsafe { &*regs.add(r.index()) },
-            None => &nil,
+            None => &*nil,
         });
         match fast {
             Some(v) => Ok(v),
@@ -408,3 +410,22 @@ pub(crate) fn store(slot: &mut Value, v: Value) {
         *slot = v;
     }
 }
+
+/// `stack.truncate(len)` for a returning frame's registers, with the drop of each plain value
+/// (most registers: numbers, bools, nil) skipped instead of called: the generic slice drop
+/// calls `drop_in_place::<Value>` out of line per slot, measured at 4% of `fib`.
+#[inline(always)]
+pub(crate) fn truncate_registers(stack: &mut Vec<Value>, len: usize) {
+    if len >= stack.len() {
+        return;
+    }
+    for slot in &mut stack[len..] {
+        if !matches!(slot, Value::Nil | Value::Bool(_) | Value::Int(_) | Value::Float(_)) {
+            *slot = Value::Nil;
+        }
+    }
+    // SAFETY: `len < stack.len()` (checked above), and the loop just made every slot from
+    // `len` on a plain value, which owns nothing, so forgetting them leaks nothing.
+    unsafe { stack.set_len(len) }
+}
+
