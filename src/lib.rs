@@ -554,6 +554,12 @@ impl Vm {
     pub fn jit_stats(&self) -> JitStats {
         self.inner.jit_stats()
     }
+
+    /// The machine code of the functions compiled so far (or of those named `only`), each
+    /// instruction's code under its bytecode: what `zygvm --dump asm` prints after a run.
+    pub fn native_listing(&self, only: Option<&str>) -> String {
+        self.inner.native_listing(only)
+    }
 }
 
 const _: fn() = || {

@@ -18,6 +18,9 @@ enum Dump {
     Bytecode,
     /// Each function (SSA form) beside its primal-with-tape and adjoint routines.
     Adjoint,
+    /// Runs the script, then prints the machine code of every function the JIT compiled
+    /// (specialised on the types it saw), beside its bytecode.
+    Asm,
 }
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug)]
@@ -156,10 +159,10 @@ fn run(cli: Cli) -> ExitCode {
     if cli.check {
         return ExitCode::SUCCESS;
     }
-    if let Some(dump) = &cli.dump {
+    if let Some(dump) = cli.dump.filter(|d| *d != Dump::Asm) {
         let listing = match dump {
             Dump::Bytecode => program.disassemble(cli.only.as_deref()),
-            Dump::Adjoint => program.disassemble_adjoints(cli.only.as_deref()),
+            _ => program.disassemble_adjoints(cli.only.as_deref()),
         };
         if cli.only.is_some() && listing.is_empty() {
             return usage_error(&format!("no function named '{}'", cli.only.unwrap()));
@@ -178,6 +181,14 @@ fn run(cli: Cli) -> ExitCode {
     vm.set_output(std::io::BufWriter::with_capacity(1 << 16, std::io::stdout()));
     let result = vm.run();
     vm.flush();
+    if cli.dump == Some(Dump::Asm) {
+        let listing = vm.native_listing(cli.only.as_deref());
+        if listing.is_empty() {
+            let _ = writeln!(std::io::stderr(), "zygvm: --dump asm: the JIT compiled no function{} (try --jit eager)",
+                cli.only.as_deref().map(|n| format!(" named '{n}'")).unwrap_or_default());
+        }
+        print!("{listing}");
+    }
     let code = match result {
         Ok(_) => ExitCode::SUCCESS,
         Err(e) => {
@@ -190,12 +201,13 @@ fn run(cli: Cli) -> ExitCode {
         let j = vm.jit_stats();
         let _ = writeln!(
             std::io::stderr(),
-            "stats: wall time {:.6} s\nstats: bytecode instructions executed {} (interpreted or native)\nstats: functions compiled by the JIT {} ({:.6} s compiling, {} bytes of machine code; {} refused, {} dropped)\nstats: native entries {}, exits to the interpreter {}, entries refused by a guard {}\nstats: peak tape bytes {}\nstats: cycle collections {} (containers freed {})",
+            "stats: wall time {:.6} s\nstats: bytecode instructions executed {} (interpreted or native)\nstats: functions compiled by the JIT {} ({:.6} s compiling, {} bytes of machine code, {} loops in registers; {} refused, {} dropped)\nstats: native entries {}, exits to the interpreter {}, entries refused by a guard {}\nstats: peak tape bytes {}\nstats: cycle collections {} (containers freed {})",
             started.elapsed().as_secs_f64(),
             s.instructions,
             j.compiled,
             j.compile_time.as_secs_f64(),
             j.code_bytes,
+            j.cached_loops,
             j.refused,
             j.dropped,
             j.entries,

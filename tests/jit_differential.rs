@@ -44,8 +44,9 @@ fn random_programs_agree_on_every_tier() {
     assert!(checked > cases() / 2, "only {checked} programs generated");
     let entries = NATIVE_ENTRIES.with(|n| n.get());
     assert!(entries > 10 * checked as u64, "native code ran only {entries} times");
+    let cached = CACHED_LOOPS.with(|n| n.get());
     if std::env::var_os("ZYGVM_JIT_SHOW").is_some() {
-        println!("{checked} programs, {entries} native entries");
+        println!("{checked} programs, {entries} native entries, {cached} loops in registers");
     }
 }
 
@@ -63,8 +64,46 @@ fn errors_and_traces_agree_on_every_tier() {
         "let s = 0.0\n  for i in 0..10 { s += x ^ i + y % 0.7 - (i / 3) }\n  s",
         "let s = x\n  for i in 0..50 { s = if s > 1.0 { s - y } else { s * 1.5 + 0.1 } }\n  s",
         "let b = x > y\n  let c = not b\n  if c == b { 1.0 } else { x * y }",
+        // Call-free loops run with register homes and hoisted math (jit/src/loops.rs).
+        "let r = 1.0\n  let n = 500\n  while n > 0 {\n r = r * sin(x)\n n -= 1\n }\n  r",
+        "let n = 0\n  let r = y\n  while n > 0 {\n r = r * cos(x)\n n -= 1\n }\n  r",
+        "let k = 9223372036854775000\n  let s = 0.0\n  while k > 0 {\n k += 7\n s = s + x\n }\n  s",
+        "let s = x / 0.0 - x / 0.0\n  let i = 0\n  while i < 10 {\n if s < 1.0 { i += 2 } else { i += 1 }\n s = s + 0.0\n }\n  i * x",
+        "let i = 0\n  let s = 0.0\n  while i < 1000 {\n s = s + x * 1.5\n i += 1\n }\n  s",
+        "let s = 0\n  let t = 0.0\n  for i in 0..100 {\n s = s + i\n t = t + s * x - exp(y)\n }\n  t",
+        "let t = 0.0\n  while t < 10.0 {\n t = t + 0.5 * y * y + 0.01\n }\n  t * x",
+        "let a = 1.0\n  let b = 0.0\n  for i in 0..200 {\n let c = a * x + b\n b = a\n a = c / (1.0 + c * c)\n }\n  a - b",
     ] {
         let src = format!("{prelude}  {body}\n}}\nfn dfx(x, y) {{ derivative(fn(t) {{ f(t, y) }}, x) }}\n");
         assert_tiers_agree(&src, &[(0.5, 0.25), (-1.5, 2.0)]);
+    }
+    let cached = CACHED_LOOPS.with(|n| n.get());
+    assert!(cached >= 8, "only {cached} loops ran with register homes");
+}
+
+/// Fuel runs out at the same instruction on every tier, inside a loop the JIT keeps its
+/// instruction count in a register for (`jit/src/loops.rs`), whatever the budget.
+#[test]
+fn fuel_runs_out_at_the_same_instruction_on_every_tier() {
+    let src = "fn f(x) {\n  let i = 0\n  let s = 0.0\n  while i < 100000000 {\n s = s + x * 1.5\n i += 1\n }\n  s\n}\n";
+    let program = zygvm::Program::compile("fuel.zy", src).unwrap();
+    for fuel in [1_000, 12_345, 100_000, 1_000_003] {
+        let outcome = |mode: zygvm::JitMode| {
+            let mut vm = zygvm::Vm::new(&program);
+            vm.set_jit(mode);
+            vm.set_limits(zygvm::Limits { fuel: Some(fuel), ..zygvm::Limits::default() });
+            let r = vm.call_value("f", vec![zygvm::Value::Float(0.5)]);
+            (format!("{r:?}"), vm.stats().instructions, vm.jit_stats().entries)
+        };
+        let (want, steps, _) = outcome(zygvm::JitMode::Off);
+        assert!(want.contains("fuel exhausted"), "{want}");
+        for mode in [zygvm::JitMode::Eager, zygvm::JitMode::Auto] {
+            let (got, got_steps, entries) = outcome(mode);
+            assert_eq!(want, got, "--jit {mode:?}, fuel {fuel}");
+            assert_eq!(steps, got_steps, "--jit {mode:?}, fuel {fuel}: instruction counts");
+            if fuel >= 100_000 {
+                assert!(entries > 0, "--jit {mode:?} never entered native code");
+            }
+        }
     }
 }

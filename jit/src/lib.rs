@@ -5,9 +5,13 @@
 //! inside an interpreter frame and leaves to the interpreter for whatever it does not compile
 //! (`zygvm_vm::native` states the contract).
 //!
-//! Pipeline: `types::infer` (flow-sensitive register types from the seed) → `x64::compile`
-//! (one finalised code buffer per function).
+//! Pipeline: `types::infer` (flow-sensitive register types from the seed) → `loops::find`
+//! (call-free inner loops: register homes, hoisted math) → `x64::compile` (one finalised code
+//! buffer per function).
 
+#[cfg(target_arch = "x86_64")]
+pub mod disasm;
+pub mod loops;
 pub mod types;
 #[cfg(target_arch = "x86_64")]
 pub mod x64;
@@ -32,12 +36,19 @@ impl Jit {
 }
 
 impl Tier for Jit {
+    /// Compiles from the types at `seed`; a function made hot by a loop is also compiled from
+    /// its first instruction (`types::entry_seed`), so that later calls run natively from the
+    /// start rather than only from the loop's second iteration.
     fn compile(&mut self, program: &Program, func: FuncId, seed: u32, tags: &[u64], profitable_only: bool) -> Result<NativeCode, String> {
         let f = program.functions.get(func.index()).ok_or("no such function")?;
         if tags.len() != f.num_regs as usize {
             return Err("the frame's register count differs from the function's".into());
         }
-        let types = types::infer(program, f, seed, tags)?;
+        let mut seeds = vec![(seed, tags.iter().map(|&t| types::Ty::from_tag(t)).collect::<Vec<_>>())];
+        if seed != 0 {
+            seeds.push((0, types::entry_seed(f, tags)));
+        }
+        let types = types::infer(program, f, &seeds)?;
         #[cfg(target_arch = "x86_64")]
         {
             if profitable_only {
@@ -49,6 +60,18 @@ impl Tier for Jit {
         {
             let _ = types;
             Err("no native backend for this architecture".into())
+        }
+    }
+
+    fn disassemble(&self, program: &Program, func: FuncId, code: &NativeCode) -> Option<String> {
+        #[cfg(target_arch = "x86_64")]
+        {
+            disasm::listing(program, func, code)
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            let _ = (program, func, code);
+            None
         }
     }
 }

@@ -21,6 +21,9 @@ pub enum Ty {
     Bool,
     Int,
     Float,
+    /// One of `Nil`, `Bool`, `Int`, `Float`, not known which: storing over it needs no drop
+    /// (the common join: a `nil` before the first iteration, a number after).
+    Plain,
     Any,
 }
 
@@ -39,6 +42,7 @@ impl Ty {
         match (self, other) {
             (Ty::Unreached, t) | (t, Ty::Unreached) => t,
             (a, b) if a == b => a,
+            (a, b) if a.plain() && b.plain() => Ty::Plain,
             _ => Ty::Any,
         }
     }
@@ -50,7 +54,7 @@ impl Ty {
 
     /// A value with no heap part: storing over it needs no drop.
     pub fn plain(self) -> bool {
-        matches!(self, Ty::Nil | Ty::Bool | Ty::Int | Ty::Float)
+        matches!(self, Ty::Nil | Ty::Bool | Ty::Int | Ty::Float | Ty::Plain)
     }
 
     pub fn tag(self) -> Option<u64> {
@@ -144,14 +148,20 @@ pub(crate) fn successors(f: &Function, instr: &Instr, block: usize) -> Vec<usize
 
 /// Infers the types from the seed: the block starting at instruction `seed`, with the
 /// registers' tags `tags`.
-pub fn infer(program: &Program, f: &Function, seed: u32, tags: &[u64]) -> Result<Types, String> {
-    let seed_block =
-        f.blocks.iter().position(|b| b.start == seed).ok_or_else(|| format!("instruction {seed} is not a block start"))?;
+pub fn infer(program: &Program, f: &Function, seeds: &[(u32, Vec<Ty>)]) -> Result<Types, String> {
     let n = f.num_regs as usize;
     let mut entry: Vec<Option<Vec<Ty>>> = vec![None; f.blocks.len()];
-    entry[seed_block] = Some(tags.iter().map(|&t| Ty::from_tag(t)).collect());
+    let mut work = vec![];
+    for (seed, types) in seeds {
+        let b = f.blocks.iter().position(|b| b.start == *seed).ok_or_else(|| format!("instruction {seed} is not a block start"))?;
+        let joined = match &entry[b] {
+            Some(old) => old.iter().zip(types).map(|(a, b)| a.join(*b)).collect(),
+            None => types.clone(),
+        };
+        entry[b] = Some(joined);
+        work.push(b);
+    }
     let mut before: Vec<Option<Vec<Ty>>> = vec![None; f.code.len()];
-    let mut work = vec![seed_block];
     let end_of = |b: usize| f.blocks.get(b + 1).map_or(f.code.len(), |n| n.start as usize);
     while let Some(b) = work.pop() {
         let mut t = entry[b].clone().expect("queued blocks have an entry state");
@@ -209,6 +219,32 @@ pub fn infer(program: &Program, f: &Function, seed: u32, tags: &[u64]) -> Result
         }
     }
     Ok(Types { before })
+}
+
+/// The types at a function's first instruction, guessed while it runs elsewhere (`tags` are
+/// its registers' tags now): an argument (or capture) register that no instruction writes
+/// still holds what the frame started with, so its tag now is that; other arguments are
+/// unknown; every other register is `nil` on entry (frames start so: `Vm::push_frame`). The
+/// entry guard checks the guess.
+pub fn entry_seed(f: &Function, tags: &[u64]) -> Vec<Ty> {
+    let mut written = vec![false; f.num_regs as usize];
+    for instr in &f.code {
+        if let Some(d) = instr.def() {
+            written[d.index()] = true;
+        }
+        if let Instr::Jump { target, .. } | Instr::JumpPar { target, .. } = instr {
+            for p in f.list(f.blocks[target.index()].params) {
+                written[p.index()] = true;
+            }
+        }
+    }
+    (0..f.num_regs as usize)
+        .map(|r| match r < (f.arity + f.num_captures) as usize {
+            true if !written[r] => Ty::from_tag(tags[r]),
+            true => Ty::Any,
+            false => Ty::Nil,
+        })
+        .collect()
 }
 
 /// The registers each instruction's code may read before writing (live before it), by
@@ -280,8 +316,10 @@ mod tests {
     fn join_is_a_lattice() {
         assert_eq!(Ty::Unreached.join(Ty::Int), Ty::Int);
         assert_eq!(Ty::Int.join(Ty::Int), Ty::Int);
-        assert_eq!(Ty::Int.join(Ty::Float), Ty::Any);
+        assert_eq!(Ty::Int.join(Ty::Float), Ty::Plain);
+        assert_eq!(Ty::Nil.join(Ty::Plain), Ty::Plain);
         assert_eq!(Ty::Any.join(Ty::Nil), Ty::Any);
+        assert!(Ty::Plain.plain() && !Ty::Plain.numeric() && Ty::Plain.tag().is_none());
     }
 
     #[test]

@@ -18,6 +18,7 @@
 //! types this file does not specialise). Calls into the runtime go through `rax` (`mov rax,
 //! QWORD addr; call rax`): a rel32 call cannot reach the binary from mapped memory.
 
+use crate::loops::{CachedLoop, Home};
 use crate::types::{Ty, Types};
 use dynasmrt::x64::Assembler;
 use dynasmrt::{dynasm, AssemblyOffset, DynamicLabel, DynasmApi, DynasmLabelApi};
@@ -162,6 +163,38 @@ struct Emitter<'a> {
     /// Where the current straight-line run began (the interpreter counts instructions per
     /// run; native code adds the same counts at the same points).
     run_start: usize,
+    /// The cached loops (`loops.rs`), the loop each instruction belongs to, and the one being
+    /// lowered now (its homes are in use; `r15` holds the instruction count).
+    loops: Vec<CachedLoop>,
+    loop_of: Vec<Option<usize>>,
+    cur: Option<usize>,
+    /// The instruction being lowered (`None` in stubs and cold code).
+    pc: Option<usize>,
+    /// Where each lowered instruction's code starts (for `--dump asm`).
+    pc_offsets: Vec<(u32, u32)>,
+    /// Stubs into and out of cached loops still to emit: (kind, instruction, label).
+    stubs: Vec<(Stub, usize, DynamicLabel)>,
+    /// Rare exits still to emit (`cold_exit`).
+    cold: Vec<Cold>,
+}
+
+/// A way into or out of the cached loop with the given index.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Stub {
+    Enter(usize),
+    Leave(usize),
+}
+
+/// An exit placed after the function's code: its label, the instructions of the run it
+/// counts, the instruction it leaves at, and the loop it was in (where the count lives).
+struct Cold {
+    label: DynamicLabel,
+    counted: usize,
+    pc: usize,
+    cur: Option<usize>,
+    /// `None`: leave to the interpreter at `pc`; `Some(b)`: the taken edge to block `b` of
+    /// the branch at `pc`.
+    edge: Option<BlockId>,
 }
 
 /// The first instruction of a block.
@@ -178,13 +211,74 @@ impl<'a> Emitter<'a> {
     fn count(&mut self, n: usize) {
         if n > 0 {
             let (s, n) = (self.steps, n as i32);
-            dynasm!(self.ops ; .arch x64 ; add QWORD [r12 + s], n);
+            if self.cur.is_some() {
+                // Inside a cached loop the count lives in `r15` (stored on the way out).
+                let _ = s;
+                dynasm!(self.ops ; .arch x64 ; add r15, n);
+            } else {
+                dynasm!(self.ops ; .arch x64 ; add QWORD [r12 + s], n);
+            }
+        }
+    }
+
+    /// Where `r` lives besides its slot while the current loop runs.
+    fn home(&self, r: Reg) -> Option<Home> {
+        self.cur.and_then(|l| self.loops[l].homes[r.index()])
+    }
+
+    /// The label to jump to for instruction `to` from the code being lowered: out of a cached
+    /// loop, a stub that stores the count; into one from outside it, its entry stub (which
+    /// loads the homes); otherwise `to` itself.
+    fn target(&mut self, to: usize) -> DynamicLabel {
+        let stub = match (self.cur, self.loop_of[to]) {
+            (Some(l), dest) if dest != Some(l) => Stub::Leave(l),
+            (_, Some(l)) if self.cur != Some(l) => Stub::Enter(l),
+            _ => return self.labels[to],
+        };
+        if let Some(&(_, _, label)) = self.stubs.iter().find(|s| s.0 == stub && s.1 == to) {
+            return label;
+        }
+        let label = self.ops.new_dynamic_label();
+        self.stubs.push((stub, to, label));
+        label
+    }
+
+    /// After the payload word of `d` was written from `rax`: the same bits into its home.
+    fn home_from_rax(&mut self, d: Reg) {
+        match self.home(d) {
+            Some(Home::Gp(g)) => dynasm!(self.ops ; .arch x64 ; mov Rq(g), rax),
+            Some(Home::Xmm(k)) => dynasm!(self.ops ; .arch x64 ; movq Rx(k), rax),
+            None => {}
+        }
+    }
+
+    /// After the payload word of `d` was written from `xmm0`: the same bits into its home.
+    fn home_from_xmm0(&mut self, d: Reg) {
+        match self.home(d) {
+            Some(Home::Gp(g)) => dynasm!(self.ops ; .arch x64 ; movq Rq(g), xmm0),
+            Some(Home::Xmm(k)) => dynasm!(self.ops ; .arch x64 ; movapd Rx(k), xmm0),
+            None => {}
+        }
+    }
+
+    /// `rax` (`second`: `rcx`) := the payload word of an int register.
+    fn load_int(&mut self, r: Reg, second: bool) {
+        let s = slot(r) + 8;
+        match (self.home(r), second) {
+            (Some(Home::Gp(g)), false) => dynasm!(self.ops ; .arch x64 ; mov rax, Rq(g)),
+            (Some(Home::Gp(g)), true) => dynasm!(self.ops ; .arch x64 ; mov rcx, Rq(g)),
+            (_, false) => dynasm!(self.ops ; .arch x64 ; mov rax, QWORD [rbx + s]),
+            (_, true) => dynasm!(self.ops ; .arch x64 ; mov rcx, QWORD [rbx + s]),
         }
     }
 
     /// Leaves with `status` in `rax` after counting `counted` instructions.
     fn leave(&mut self, counted: usize, st: u64) {
         self.count(counted);
+        if self.cur.is_some() {
+            let steps = self.steps;
+            dynasm!(self.ops ; .arch x64 ; mov QWORD [r12 + steps], r15);
+        }
         let ep = self.epilogue;
         dynasm!(self.ops ; .arch x64 ; mov rax, QWORD st as i64 ; jmp =>ep);
     }
@@ -192,6 +286,44 @@ impl<'a> Emitter<'a> {
     /// Leaves to the interpreter at `pc` (the instruction not run).
     fn exit_here(&mut self, pc: usize) {
         self.leave(pc - self.run_start, status::encode(status::EXIT, pc as u32, 0));
+    }
+
+    /// A label that leaves to the interpreter at `pc`, its code placed after the function's
+    /// (a rare exit, such as an int overflow, kept off the straight-line path).
+    fn cold_exit(&mut self, pc: usize) -> DynamicLabel {
+        let label = self.ops.new_dynamic_label();
+        self.cold.push(Cold { label, counted: pc - self.run_start, pc, cur: self.cur, edge: None });
+        label
+    }
+
+    /// A label for the taken edge of the branch at `pc` to `target`, its code placed after
+    /// the function's (the edge a loop leaves by, kept off the loop's straight line).
+    fn cold_edge(&mut self, pc: usize, target: BlockId) -> DynamicLabel {
+        let label = self.ops.new_dynamic_label();
+        self.cold.push(Cold { label, counted: pc + 1 - self.run_start, pc, cur: self.cur, edge: Some(target) });
+        label
+    }
+
+    fn emit_cold(&mut self) {
+        for c in std::mem::take(&mut self.cold) {
+            self.cur = c.cur;
+            let label = c.label;
+            dynasm!(self.ops ; .arch x64 ; =>label);
+            match c.edge {
+                None => self.leave(c.counted, status::encode(status::EXIT, c.pc as u32, 0)),
+                Some(b) => {
+                    self.count(c.counted);
+                    let to = start(self.f, b);
+                    if to < c.pc + 1 {
+                        self.check_then_go(to, c.pc as u32 + 1);
+                    } else {
+                        let label = self.target(to);
+                        dynasm!(self.ops ; .arch x64 ; jmp =>label);
+                    }
+                }
+            }
+        }
+        self.cur = None;
     }
 
     /// Calls a runtime function whose address is `addr` (arguments already in place).
@@ -216,25 +348,48 @@ impl<'a> Emitter<'a> {
         dynasm!(self.ops ; .arch x64 ; =>skip);
     }
 
+    /// Whether `d` is known to hold a value of type `t` before the instruction being lowered
+    /// (its tag word then needs no store). Only for a live register: an entry point checks a
+    /// dead register for "no heap value", not for its inferred type.
+    fn tag_known(&self, d: Reg, t: Ty) -> bool {
+        self.pc.is_some_and(|pc| self.live[pc][d.index()] && self.ty(pc, d) == t)
+    }
+
     fn store_float(&mut self, d: Reg) {
         let s = slot(d);
-        dynasm!(self.ops ; .arch x64 ; mov QWORD [rbx + s], tag::FLOAT as i32 ; movsd QWORD [rbx + s + 8], xmm0);
+        if !self.tag_known(d, Ty::Float) {
+            dynasm!(self.ops ; .arch x64 ; mov QWORD [rbx + s], tag::FLOAT as i32);
+        }
+        dynasm!(self.ops ; .arch x64 ; movsd QWORD [rbx + s + 8], xmm0);
+        self.home_from_xmm0(d);
     }
 
     fn store_int(&mut self, d: Reg) {
         let s = slot(d);
-        dynasm!(self.ops ; .arch x64 ; mov QWORD [rbx + s], tag::INT as i32 ; mov QWORD [rbx + s + 8], rax);
+        if !self.tag_known(d, Ty::Int) {
+            dynasm!(self.ops ; .arch x64 ; mov QWORD [rbx + s], tag::INT as i32);
+        }
+        dynasm!(self.ops ; .arch x64 ; mov QWORD [rbx + s + 8], rax);
+        self.home_from_rax(d);
     }
 
     /// Stores the bool in `al`.
     fn store_bool(&mut self, d: Reg) {
         let s = slot(d);
         dynasm!(self.ops ; .arch x64 ; movzx eax, al ; mov QWORD [rbx + s], tag::BOOL as i32 ; mov QWORD [rbx + s + 8], rax);
+        self.home_from_rax(d);
     }
 
     /// Loads a number register as a float into `xmm0` (`second`: `xmm1`).
     fn load_float(&mut self, pc: usize, r: Reg, second: bool) {
         let s = slot(r) + 8;
+        match (self.home(r), self.ty(pc, r), second) {
+            (Some(Home::Xmm(k)), Ty::Float, false) => return dynasm!(self.ops ; .arch x64 ; movapd xmm0, Rx(k)),
+            (Some(Home::Xmm(k)), Ty::Float, true) => return dynasm!(self.ops ; .arch x64 ; movapd xmm1, Rx(k)),
+            (Some(Home::Gp(g)), Ty::Int, false) => return dynasm!(self.ops ; .arch x64 ; cvtsi2sd xmm0, Rq(g)),
+            (Some(Home::Gp(g)), Ty::Int, true) => return dynasm!(self.ops ; .arch x64 ; cvtsi2sd xmm1, Rq(g)),
+            _ => {}
+        }
         match (self.ty(pc, r), second) {
             (Ty::Int, false) => dynasm!(self.ops ; .arch x64 ; cvtsi2sd xmm0, QWORD [rbx + s]),
             (Ty::Int, true) => dynasm!(self.ops ; .arch x64 ; cvtsi2sd xmm1, QWORD [rbx + s]),
@@ -255,15 +410,16 @@ impl<'a> Emitter<'a> {
     /// leaves with `LIMIT(trace, to)` (the interpreter checks with its pc at `trace`).
     fn check_then_go(&mut self, to: usize, trace: u32) {
         let (steps, next) = (self.steps, self.next_check);
-        let label = self.labels[to];
-        let limit = self.ops.new_dynamic_label();
-        dynasm!(self.ops ; .arch x64
-            ; mov rax, QWORD [r12 + steps]
-            ; cmp rax, QWORD [r12 + next]
-            ; jae =>limit
-            ; jmp =>label
-            ; =>limit
-        );
+        let label = self.target(to);
+        if self.cur.is_some() {
+            dynasm!(self.ops ; .arch x64 ; cmp r15, QWORD [r12 + next] ; jb =>label);
+        } else {
+            dynasm!(self.ops ; .arch x64
+                ; mov rax, QWORD [r12 + steps]
+                ; cmp rax, QWORD [r12 + next]
+                ; jb =>label
+            );
+        }
         self.leave(0, status::encode(status::LIMIT, trace, to as u32));
     }
 
@@ -271,10 +427,10 @@ impl<'a> Emitter<'a> {
     fn branch_edge(&mut self, pc: usize, target: BlockId) {
         self.count(pc + 1 - self.run_start);
         let to = start(self.f, target);
-        let label = self.labels[to];
         if to < pc + 1 {
             self.check_then_go(to, pc as u32 + 1);
         } else {
+            let label = self.target(to);
             dynasm!(self.ops ; .arch x64 ; jmp =>label);
         }
     }
@@ -313,9 +469,19 @@ impl<'a> Emitter<'a> {
             if !dst_ty.plain() {
                 self.clear_if_heap(dst);
             }
-            dynasm!(self.ops ; .arch x64
-                ; mov rax, QWORD [rbx + s] ; mov QWORD [rbx + d], rax
-                ; mov rax, QWORD [rbx + s + 8] ; mov QWORD [rbx + d + 8], rax);
+            match src_ty.tag() {
+                Some(tg) => dynasm!(self.ops ; .arch x64 ; mov QWORD [rbx + d], tg as i32),
+                None => dynasm!(self.ops ; .arch x64 ; mov rax, QWORD [rbx + s] ; mov QWORD [rbx + d], rax),
+            }
+            // The payload from the source's home when it has one (no store-to-load chain
+            // through the frame for a loop-carried value).
+            match (self.home(src), src_ty) {
+                (Some(Home::Xmm(k)), Ty::Float) => dynasm!(self.ops ; .arch x64 ; movq rax, Rx(k)),
+                (Some(Home::Gp(g)), Ty::Int) => dynasm!(self.ops ; .arch x64 ; mov rax, Rq(g)),
+                _ => dynasm!(self.ops ; .arch x64 ; mov rax, QWORD [rbx + s + 8]),
+            }
+            dynasm!(self.ops ; .arch x64 ; mov QWORD [rbx + d + 8], rax);
+            self.home_from_rax(dst);
         } else {
             dynasm!(self.ops ; .arch x64 ; lea rdi, [rbx + d] ; lea rsi, [rbx + s]);
             self.call(native::copy_slot as *const ());
@@ -324,6 +490,10 @@ impl<'a> Emitter<'a> {
 
     fn lower(&mut self, pc: usize) {
         let instr = self.f.code[pc];
+        if self.cur.is_some_and(|l| self.loops[l].hoisted.contains(&pc)) {
+            // Computed by the loop's entry stubs (`loops.rs`).
+            return;
+        }
         let t = self.types.before[pc].clone().expect("reached");
         let class = classify(self.f, &instr, &t);
         match class {
@@ -364,6 +534,7 @@ impl<'a> Emitter<'a> {
                         ; mov rax, QWORD x.to_bits() as i64
                         ; mov QWORD [rbx + s], tag::FLOAT as i32
                         ; mov QWORD [rbx + s + 8], rax);
+                    self.home_from_rax(dst);
                 }
                 Const::Str(_) => self.step(pc),
             },
@@ -383,11 +554,8 @@ impl<'a> Emitter<'a> {
                 self.prepare_def(pc, dst);
                 let s = slot(src) + 8;
                 if ty(src) == Ty::Int {
-                    let overflow = self.ops.new_dynamic_label();
-                    let ok = self.ops.new_dynamic_label();
-                    dynasm!(self.ops ; .arch x64 ; mov rax, QWORD [rbx + s] ; neg rax ; jo =>overflow ; jmp =>ok ; =>overflow);
-                    self.exit_here(pc);
-                    dynasm!(self.ops ; .arch x64 ; =>ok);
+                    let overflow = self.cold_exit(pc);
+                    dynasm!(self.ops ; .arch x64 ; mov rax, QWORD [rbx + s] ; neg rax ; jo =>overflow);
                     self.store_int(dst);
                 } else {
                     dynasm!(self.ops ; .arch x64
@@ -406,7 +574,7 @@ impl<'a> Emitter<'a> {
             Instr::Lt { dst, a, b } | Instr::Le { dst, a, b } | Instr::Gt { dst, a, b } | Instr::Ge { dst, a, b }
             | Instr::Eq { dst, a, b } | Instr::Ne { dst, a, b } => {
                 self.prepare_def(pc, dst);
-                self.compare_to_al(instr, ty(a), a, b);
+                self.compare_to_al(pc, instr, ty(a), a, b);
                 self.store_bool(dst);
             }
             Instr::Math1 { dst, src, builtin } => {
@@ -418,19 +586,24 @@ impl<'a> Emitter<'a> {
                 self.store_float(dst);
             }
             Instr::MulAdd { dst, a, b } => {
-                let (sd, sa, sb) = (slot(dst) + 8, slot(a) + 8, slot(b) + 8);
-                dynasm!(self.ops ; .arch x64
-                    ; movsd xmm1, QWORD [rbx + sa]
-                    ; mulsd xmm1, QWORD [rbx + sb]
-                    ; movsd xmm0, QWORD [rbx + sd]
-                    ; addsd xmm0, xmm1);
+                self.load_float(pc, a, true);
+                match self.home(b) {
+                    Some(Home::Xmm(k)) => dynasm!(self.ops ; .arch x64 ; mulsd xmm1, Rx(k)),
+                    _ => {
+                        let sb = slot(b) + 8;
+                        dynasm!(self.ops ; .arch x64 ; mulsd xmm1, QWORD [rbx + sb]);
+                    }
+                }
+                self.load_float(pc, dst, false);
+                dynasm!(self.ops ; .arch x64 ; addsd xmm0, xmm1);
                 self.store_float(dst);
             }
             Instr::AdjAdd { dst, a, b } => match (ty(a), ty(b)) {
                 (Ty::Float, Ty::Float) => {
                     self.prepare_def(pc, dst);
-                    let (sa, sb) = (slot(a) + 8, slot(b) + 8);
-                    dynasm!(self.ops ; .arch x64 ; movsd xmm0, QWORD [rbx + sa] ; addsd xmm0, QWORD [rbx + sb]);
+                    self.load_float(pc, a, false);
+                    self.load_float(pc, b, true);
+                    dynasm!(self.ops ; .arch x64 ; addsd xmm0, xmm1);
                     self.store_float(dst);
                 }
                 (Ty::Nil, t2) => self.copy(dst, ty(dst), b, t2),
@@ -453,27 +626,41 @@ impl<'a> Emitter<'a> {
             }
             Instr::AddJump { dst, k, target } | Instr::SubJump { dst, k, target } => {
                 let add = matches!(instr, Instr::AddJump { .. });
-                let (sd, sk) = (slot(dst) + 8, slot(k) + 8);
+                let sd = slot(dst) + 8;
                 if ty(dst) == Ty::Int {
-                    let overflow = self.ops.new_dynamic_label();
-                    let ok = self.ops.new_dynamic_label();
-                    dynasm!(self.ops ; .arch x64 ; mov rax, QWORD [rbx + sd]);
-                    if add {
-                        dynasm!(self.ops ; .arch x64 ; add rax, QWORD [rbx + sk]);
-                    } else {
-                        dynasm!(self.ops ; .arch x64 ; sub rax, QWORD [rbx + sk]);
+                    let overflow = self.cold_exit(pc);
+                    if let Some(Home::Gp(g)) = self.home(dst) {
+                        // In place: on overflow the home is dead (native code leaves).
+                        let sk = slot(k) + 8;
+                        match (self.home(k), add) {
+                            (Some(Home::Gp(h)), true) => dynasm!(self.ops ; .arch x64 ; add Rq(g), Rq(h)),
+                            (Some(Home::Gp(h)), false) => dynasm!(self.ops ; .arch x64 ; sub Rq(g), Rq(h)),
+                            (_, true) => dynasm!(self.ops ; .arch x64 ; add Rq(g), QWORD [rbx + sk]),
+                            (_, false) => dynasm!(self.ops ; .arch x64 ; sub Rq(g), QWORD [rbx + sk]),
+                        }
+                        dynasm!(self.ops ; .arch x64 ; jo =>overflow ; mov QWORD [rbx + sd], Rq(g));
+                        self.jump_edge(pc, target);
+                        return;
                     }
-                    dynasm!(self.ops ; .arch x64 ; jo =>overflow ; jmp =>ok ; =>overflow);
-                    self.exit_here(pc);
-                    dynasm!(self.ops ; .arch x64 ; =>ok ; mov QWORD [rbx + sd], rax);
-                } else {
-                    dynasm!(self.ops ; .arch x64 ; movsd xmm0, QWORD [rbx + sd]);
+                    self.load_int(dst, false);
+                    self.load_int(k, true);
                     if add {
-                        dynasm!(self.ops ; .arch x64 ; addsd xmm0, QWORD [rbx + sk]);
+                        dynasm!(self.ops ; .arch x64 ; add rax, rcx);
                     } else {
-                        dynasm!(self.ops ; .arch x64 ; subsd xmm0, QWORD [rbx + sk]);
+                        dynasm!(self.ops ; .arch x64 ; sub rax, rcx);
+                    }
+                    dynasm!(self.ops ; .arch x64 ; jo =>overflow ; mov QWORD [rbx + sd], rax);
+                    self.home_from_rax(dst);
+                } else {
+                    self.load_float(pc, dst, false);
+                    self.load_float(pc, k, true);
+                    if add {
+                        dynasm!(self.ops ; .arch x64 ; addsd xmm0, xmm1);
+                    } else {
+                        dynasm!(self.ops ; .arch x64 ; subsd xmm0, xmm1);
                     }
                     dynasm!(self.ops ; .arch x64 ; movsd QWORD [rbx + sd], xmm0);
+                    self.home_from_xmm0(dst);
                 }
                 self.jump_edge(pc, target);
             }
@@ -508,16 +695,16 @@ impl<'a> Emitter<'a> {
                     Instr::BranchNotGt { .. } => Instr::Gt { dst: a, a, b },
                     _ => Instr::Ge { dst: a, a, b },
                 };
-                self.compare_to_al(compare, ty(a), a, b);
-                let fall = self.ops.new_dynamic_label();
-                dynasm!(self.ops ; .arch x64 ; test al, al ; jnz =>fall);
-                self.branch_edge(pc, else_blk);
-                dynasm!(self.ops ; .arch x64 ; =>fall);
+                let else_edge = self.cold_edge(pc, else_blk);
+                self.compare_jump(pc, compare, ty(a), a, b, else_edge, true);
                 // Falling through into the next block continues the run.
                 self.count(pc + 1 - self.run_start);
                 let next = pc + 1;
-                let label = self.labels[next];
-                dynasm!(self.ops ; .arch x64 ; jmp =>label);
+                let label = self.target(next);
+                // The next block's code follows directly (blocks are emitted in order).
+                if label != self.labels[next] {
+                    dynasm!(self.ops ; .arch x64 ; jmp =>label);
+                }
             }
             Instr::Index { dst, obj, idx } => {
                 let (so, sx) = (slot(obj), slot(idx) + 8);
@@ -585,19 +772,15 @@ impl<'a> Emitter<'a> {
     /// `rax := a OP b` for two ints (`+ - * % ^` that stay ints), leaving at `pc` on
     /// overflow, a zero divisor or anything else the shared semantics treat specially.
     fn int_arith(&mut self, pc: usize, instr: Instr, a: Reg, b: Reg) {
-        let (sa, sb) = (slot(a) + 8, slot(b) + 8);
-        let bad = self.ops.new_dynamic_label();
-        let ok = self.ops.new_dynamic_label();
-        dynasm!(self.ops ; .arch x64 ; mov rax, QWORD [rbx + sa]);
+        let bad = self.cold_exit(pc);
+        self.load_int(a, false);
+        self.load_int(b, true);
         match instr {
-            Instr::Add { .. } => dynasm!(self.ops ; .arch x64 ; add rax, QWORD [rbx + sb] ; jo =>bad),
-            Instr::Sub { .. } => dynasm!(self.ops ; .arch x64 ; sub rax, QWORD [rbx + sb] ; jo =>bad),
-            Instr::Mul { .. } => dynasm!(self.ops ; .arch x64 ; imul rax, QWORD [rbx + sb] ; jo =>bad),
+            Instr::Add { .. } => dynasm!(self.ops ; .arch x64 ; add rax, rcx ; jo =>bad),
+            Instr::Sub { .. } => dynasm!(self.ops ; .arch x64 ; sub rax, rcx ; jo =>bad),
+            Instr::Mul { .. } => dynasm!(self.ops ; .arch x64 ; imul rax, rcx ; jo =>bad),
             _ => unreachable!("int Mod and Pow are not classified native"),
         }
-        dynasm!(self.ops ; .arch x64 ; jmp =>ok ; =>bad);
-        self.exit_here(pc);
-        dynasm!(self.ops ; .arch x64 ; =>ok);
     }
 
     /// `xmm0 := a OP b` with ints converted (the semantics of mixed operands).
@@ -610,8 +793,20 @@ impl<'a> Emitter<'a> {
                 self.call(native::pow_int as *const ());
                 return;
             }
-            _ => self.load_float(pc, b, true),
+            _ => {}
         }
+        if let (Some(Home::Xmm(k)), Ty::Float, Instr::Add { .. } | Instr::Sub { .. } | Instr::Mul { .. } | Instr::Div { .. }) =
+            (self.home(b), self.ty(pc, b), instr)
+        {
+            match instr {
+                Instr::Add { .. } => dynasm!(self.ops ; .arch x64 ; addsd xmm0, Rx(k)),
+                Instr::Sub { .. } => dynasm!(self.ops ; .arch x64 ; subsd xmm0, Rx(k)),
+                Instr::Mul { .. } => dynasm!(self.ops ; .arch x64 ; mulsd xmm0, Rx(k)),
+                _ => dynasm!(self.ops ; .arch x64 ; divsd xmm0, Rx(k)),
+            }
+            return;
+        }
+        self.load_float(pc, b, true);
         match instr {
             Instr::Add { .. } => dynasm!(self.ops ; .arch x64 ; addsd xmm0, xmm1),
             Instr::Sub { .. } => dynasm!(self.ops ; .arch x64 ; subsd xmm0, xmm1),
@@ -623,12 +818,59 @@ impl<'a> Emitter<'a> {
         }
     }
 
+    /// Jumps to `to` when `a CMP b` (`<`, `<=`, `>`, `>=` of two ints or two floats; an
+    /// unordered float comparison is false), or when not (`negate`): the flags straight into
+    /// the branch.
+    fn compare_jump(&mut self, pc: usize, instr: Instr, t: Ty, a: Reg, b: Reg, to: DynamicLabel, negate: bool) {
+        if t == Ty::Int {
+            self.int_cmp(a, b);
+            match (instr, negate) {
+                (Instr::Lt { .. }, false) | (Instr::Ge { .. }, true) => dynasm!(self.ops ; .arch x64 ; jl =>to),
+                (Instr::Le { .. }, false) | (Instr::Gt { .. }, true) => dynasm!(self.ops ; .arch x64 ; jle =>to),
+                (Instr::Gt { .. }, false) | (Instr::Le { .. }, true) => dynasm!(self.ops ; .arch x64 ; jg =>to),
+                _ => dynasm!(self.ops ; .arch x64 ; jge =>to),
+            }
+            return;
+        }
+        // `a < b` is `b > a`: "above" (CF = ZF = 0) is false when unordered, and its
+        // negation "below or equal" (CF = 1 or ZF = 1) true.
+        let (x, y) = if matches!(instr, Instr::Lt { .. } | Instr::Le { .. }) { (b, a) } else { (a, b) };
+        self.load_float(pc, x, false);
+        match (self.home(y), self.ty(pc, y)) {
+            (Some(Home::Xmm(k)), Ty::Float) => dynasm!(self.ops ; .arch x64 ; ucomisd xmm0, Rx(k)),
+            _ => {
+                self.load_float(pc, y, true);
+                dynasm!(self.ops ; .arch x64 ; ucomisd xmm0, xmm1);
+            }
+        }
+        match (instr, negate) {
+            (Instr::Lt { .. } | Instr::Gt { .. }, false) => dynasm!(self.ops ; .arch x64 ; ja =>to),
+            (Instr::Lt { .. } | Instr::Gt { .. }, true) => dynasm!(self.ops ; .arch x64 ; jbe =>to),
+            (_, false) => dynasm!(self.ops ; .arch x64 ; jae =>to),
+            (_, true) => dynasm!(self.ops ; .arch x64 ; jb =>to),
+        }
+    }
+
+    /// Sets the flags of `cmp a, b` for two int registers, from their homes where they have.
+    fn int_cmp(&mut self, a: Reg, b: Reg) {
+        let sb = slot(b) + 8;
+        match (self.home(a), self.home(b)) {
+            (Some(Home::Gp(x)), Some(Home::Gp(y))) => dynasm!(self.ops ; .arch x64 ; cmp Rq(x), Rq(y)),
+            (Some(Home::Gp(x)), _) => dynasm!(self.ops ; .arch x64 ; cmp Rq(x), QWORD [rbx + sb]),
+            _ => {
+                self.load_int(a, false);
+                self.load_int(b, true);
+                dynasm!(self.ops ; .arch x64 ; cmp rax, rcx);
+            }
+        }
+    }
+
     /// `al := a CMP b` for two ints, two floats (unordered: false except `!=`) or two bools.
-    fn compare_to_al(&mut self, instr: Instr, t: Ty, a: Reg, b: Reg) {
+    fn compare_to_al(&mut self, pc: usize, instr: Instr, t: Ty, a: Reg, b: Reg) {
         let (sa, sb) = (slot(a) + 8, slot(b) + 8);
         match t {
             Ty::Int => {
-                dynasm!(self.ops ; .arch x64 ; mov rax, QWORD [rbx + sa] ; cmp rax, QWORD [rbx + sb]);
+                self.int_cmp(a, b);
                 match instr {
                     Instr::Lt { .. } => dynasm!(self.ops ; .arch x64 ; setl al),
                     Instr::Le { .. } => dynasm!(self.ops ; .arch x64 ; setle al),
@@ -645,17 +887,62 @@ impl<'a> Emitter<'a> {
                     _ => dynasm!(self.ops ; .arch x64 ; setne al),
                 }
             }
-            _ => match instr {
+            _ => {
                 // `a < b` is `b > a`: "above" is false when unordered.
-                Instr::Lt { .. } => dynasm!(self.ops ; .arch x64 ; movsd xmm0, QWORD [rbx + sb] ; ucomisd xmm0, QWORD [rbx + sa] ; seta al),
-                Instr::Le { .. } => dynasm!(self.ops ; .arch x64 ; movsd xmm0, QWORD [rbx + sb] ; ucomisd xmm0, QWORD [rbx + sa] ; setae al),
-                Instr::Gt { .. } => dynasm!(self.ops ; .arch x64 ; movsd xmm0, QWORD [rbx + sa] ; ucomisd xmm0, QWORD [rbx + sb] ; seta al),
-                Instr::Ge { .. } => dynasm!(self.ops ; .arch x64 ; movsd xmm0, QWORD [rbx + sa] ; ucomisd xmm0, QWORD [rbx + sb] ; setae al),
-                Instr::Eq { .. } => dynasm!(self.ops ; .arch x64
-                    ; movsd xmm0, QWORD [rbx + sa] ; ucomisd xmm0, QWORD [rbx + sb] ; sete al ; setnp cl ; and al, cl),
-                _ => dynasm!(self.ops ; .arch x64
-                    ; movsd xmm0, QWORD [rbx + sa] ; ucomisd xmm0, QWORD [rbx + sb] ; setne al ; setp cl ; or al, cl),
-            },
+                let (x, y) = if matches!(instr, Instr::Lt { .. } | Instr::Le { .. }) { (b, a) } else { (a, b) };
+                self.load_float(pc, x, false);
+                self.load_float(pc, y, true);
+                dynasm!(self.ops ; .arch x64 ; ucomisd xmm0, xmm1);
+                match instr {
+                    Instr::Lt { .. } | Instr::Gt { .. } => dynasm!(self.ops ; .arch x64 ; seta al),
+                    Instr::Le { .. } | Instr::Ge { .. } => dynasm!(self.ops ; .arch x64 ; setae al),
+                    Instr::Eq { .. } => dynasm!(self.ops ; .arch x64 ; sete al ; setnp cl ; and al, cl),
+                    _ => dynasm!(self.ops ; .arch x64 ; setne al ; setp cl ; or al, cl),
+                }
+            }
+        }
+    }
+
+    /// The ways into cached loops (`loops.rs`): the instruction count into `r15`, hoisted math
+    /// computed into its slot, every home loaded from its slot; then on to the instruction.
+    fn emit_stubs(&mut self) {
+        let mut done = 0;
+        // A stub out of a loop may lead into another (a new stub, emitted in turn).
+        while done < self.stubs.len() {
+            let (stub, to, label) = self.stubs[done];
+            done += 1;
+            let steps = self.steps;
+            let l = match stub {
+                Stub::Leave(_) => {
+                    dynasm!(self.ops ; .arch x64 ; =>label ; mov QWORD [r12 + steps], r15);
+                    self.cur = None;
+                    let next = self.target(to);
+                    dynasm!(self.ops ; .arch x64 ; jmp =>next);
+                    continue;
+                }
+                Stub::Enter(l) => l,
+            };
+            self.cur = None;
+            dynasm!(self.ops ; .arch x64 ; =>label ; mov r15, QWORD [r12 + steps]);
+            let first = self.loops[l].first;
+            for pc in self.loops[l].hoisted.clone() {
+                let Instr::Math1 { dst, src, builtin } = self.f.code[pc] else { unreachable!("only Math1 is hoisted") };
+                let f = self.program.builtins[builtin.index()].scalar.expect("Math1 names a scalar built-in");
+                self.load_float(first, src, false);
+                dynasm!(self.ops ; .arch x64 ; mov rdi, QWORD native::scalar_address(f) as i64);
+                self.call(native::call_scalar as *const ());
+                self.store_float(dst);
+            }
+            for (r, home) in self.loops[l].homes.clone().iter().enumerate() {
+                let s = 16 * r as i32 + 8;
+                match home {
+                    Some(Home::Xmm(k)) => dynasm!(self.ops ; .arch x64 ; movsd Rx(*k), QWORD [rbx + s]),
+                    Some(Home::Gp(g)) => dynasm!(self.ops ; .arch x64 ; mov Rq(*g), QWORD [rbx + s]),
+                    None => {}
+                }
+            }
+            let target = self.labels[to];
+            dynasm!(self.ops ; .arch x64 ; jmp =>target);
         }
     }
 
@@ -665,8 +952,13 @@ impl<'a> Emitter<'a> {
         let t = self.types.before[pc].clone().expect("reached");
         let refuse = self.ops.new_dynamic_label();
         for (r, ty) in t.iter().enumerate() {
-            let Some(tg) = ty.tag() else { continue };
             let s = 16 * r as i32;
+            if *ty == Ty::Plain {
+                // Some plain value: the code stores over it without a drop.
+                dynasm!(self.ops ; .arch x64 ; cmp QWORD [rbx + s], tag::LAST_PLAIN as i32 ; ja =>refuse);
+                continue;
+            }
+            let Some(tg) = ty.tag() else { continue };
             if self.live[pc][r] {
                 dynasm!(self.ops ; .arch x64 ; cmp QWORD [rbx + s], tg as i32 ; jne =>refuse);
             } else {
@@ -675,7 +967,7 @@ impl<'a> Emitter<'a> {
                 dynasm!(self.ops ; .arch x64 ; cmp QWORD [rbx + s], tag::LAST_PLAIN as i32 ; ja =>refuse);
             }
         }
-        let label = self.labels[pc];
+        let label = self.target(pc);
         dynasm!(self.ops ; .arch x64 ; jmp =>label ; =>refuse);
         let ep = self.epilogue;
         let st = status::encode(status::GUARD, pc as u32, 0);
@@ -743,18 +1035,41 @@ pub fn compile(program: &Program, func: FuncId, types: &Types) -> Result<NativeC
         ; =>epilogue
         ; add rsp, 8 ; pop r15 ; pop r14 ; pop r13 ; pop r12 ; pop rbx ; pop rbp ; ret
     );
+    let live = crate::types::live_before(f);
+    // Cached loops whose every instruction lowers to machine code (a `step` or an exit would
+    // call out with homes in caller-saved registers).
+    let loops: Vec<CachedLoop> = crate::loops::find(program, f, types, &live)
+        .into_iter()
+        .filter(|l| {
+            (l.first..=l.last).all(|pc| {
+                l.hoisted.contains(&pc)
+                    || types.before[pc].as_ref().is_some_and(|t| classify(f, &f.code[pc], t) == Class::Native)
+            })
+        })
+        .collect();
+    let mut loop_of = vec![None; f.code.len()];
+    for (i, l) in loops.iter().enumerate() {
+        loop_of[l.first..=l.last].iter_mut().for_each(|x| *x = Some(i));
+    }
     let mut e = Emitter {
         ops,
         program,
         f,
         func,
         types,
-        live: crate::types::live_before(f),
+        live,
         labels,
         epilogue,
         steps: native::steps_offset() as i32,
         next_check: native::next_check_offset() as i32,
         run_start: 0,
+        loops,
+        loop_of,
+        cur: None,
+        stubs: vec![],
+        cold: vec![],
+        pc: None,
+        pc_offsets: vec![],
     };
     // Entry points: reached block starts, and the instruction after each exit to the
     // interpreter (where it comes back after a call).
@@ -776,15 +1091,25 @@ pub fn compile(program: &Program, func: FuncId, types: &Types) -> Result<NativeC
             if pc > first && e.run_start == pc {
                 entry_pcs.push(pc);
             }
+            e.cur = e.loop_of[pc];
+            e.pc = Some(pc);
+            e.pc_offsets.push((pc as u32, e.ops.offset().0 as u32));
             e.lower(pc);
         }
     }
+    e.cur = None;
+    e.pc = None;
+    e.pc_offsets.push((u32::MAX, e.ops.offset().0 as u32));
     let mut entries = vec![std::ptr::null(); f.code.len()];
     let mut offsets = vec![];
     for &pc in &entry_pcs {
         offsets.push((pc, e.entry(pc)));
     }
+    e.emit_cold();
+    e.emit_stubs();
     let size = e.ops.offset().0;
+    let pc_offsets = std::mem::take(&mut e.pc_offsets);
+    let cached_loops = e.loops.len();
     let buf = e.ops.finalize().map_err(|_| "cannot finalise the code buffer".to_string())?;
     for (pc, off) in offsets {
         entries[pc] = buf.ptr(off);
@@ -793,5 +1118,5 @@ pub fn compile(program: &Program, func: FuncId, types: &Types) -> Result<NativeC
     // and restores every callee-saved register it uses, keeps the stack 16-byte aligned at
     // calls (return address + 6 pushes + 8), and returns a status in `rax`.
     let enter: native::Enter = unsafe { std::mem::transmute::<*const u8, native::Enter>(buf.ptr(enter)) };
-    Ok(NativeCode { enter, entries, owner: Box::new(buf), size })
+    Ok(NativeCode { enter, entries, owner: Box::new(buf), size, cached_loops, pc_offsets })
 }

@@ -12,6 +12,8 @@ thread_local! {
     /// Entries into native code over all runs (a test that compares tiers checks that the
     /// JIT ran at all).
     static NATIVE_ENTRIES: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+    /// Loops compiled with register homes over all runs (`jit/src/loops.rs`).
+    static CACHED_LOOPS: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
 }
 
 /// What one tier computed for `f`, its gradient and its forward derivative at each point.
@@ -34,6 +36,7 @@ fn run_on_tier(program: &zygvm::Program, mode: zygvm::JitMode, points: &[(f64, f
     }
     if mode != zygvm::JitMode::Off {
         NATIVE_ENTRIES.with(|n| n.set(n.get() + vm.jit_stats().entries));
+        CACHED_LOOPS.with(|n| n.set(n.get() + vm.jit_stats().cached_loops));
     }
     if mode == zygvm::JitMode::Auto {
         // Only the last round is compared (the others only heat the code).

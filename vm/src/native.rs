@@ -123,6 +123,12 @@ pub struct NativeCode {
     pub owner: Box<dyn Any>,
     /// Machine-code bytes (for `--stats`).
     pub size: usize,
+    /// Loops run with register homes (the tier's own measure, for `--stats`).
+    pub cached_loops: usize,
+    /// Where each compiled instruction's code starts: (instruction, byte offset), in
+    /// instruction order, then `(u32::MAX, where the code shared by them starts)` (for
+    /// `--dump asm`).
+    pub pc_offsets: Vec<(u32, u32)>,
 }
 
 impl NativeCode {
@@ -138,6 +144,12 @@ pub trait Tier: Send {
     /// (`JitMode::Auto`) it declines code that would spend its time leaving to the
     /// interpreter. An error says why not (the function then stays interpreted).
     fn compile(&mut self, program: &Program, func: FuncId, seed: u32, tags: &[u64], profitable_only: bool) -> Result<NativeCode, String>;
+
+    /// The machine code of `code` (compiled by this tier for `func`) beside the bytecode it
+    /// implements, for `--dump asm`; `None` when the tier cannot show it.
+    fn disassemble(&self, _program: &Program, _func: FuncId, _code: &NativeCode) -> Option<String> {
+        None
+    }
 }
 
 /// Counts reported by `--stats`.
@@ -147,6 +159,8 @@ pub struct JitStats {
     pub refused: u64,
     pub compile_time: Duration,
     pub code_bytes: usize,
+    /// Loops compiled with Zy registers in machine registers (`jit/src/loops.rs`).
+    pub cached_loops: usize,
     pub entries: u64,
     pub exits: u64,
     pub guard_failures: u64,
@@ -233,6 +247,25 @@ impl Vm {
         self.native.stats.clone()
     }
 
+    /// The machine code of every function that has native code now (or of those named
+    /// `only`), beside its bytecode: what `zygvm --dump asm` prints after a run.
+    pub fn native_listing(&self, only: Option<&str>) -> String {
+        let Some(tier) = &self.native.tier else { return String::new() };
+        let mut out = String::new();
+        for (i, code) in self.native.code.iter().enumerate() {
+            let Some(code) = code else { continue };
+            let f = &self.program.functions[i];
+            if only.is_some_and(|n| f.name != n && f.trace_name() != n) {
+                continue;
+            }
+            if let Some(text) = tier.disassemble(&self.program, FuncId(i as u32), code) {
+                out.push_str(&text);
+                out.push('\n');
+            }
+        }
+        out
+    }
+
     /// Compiles `func` now if its hotness (`count` calls or back edges) reached the mode's
     /// threshold and it has no code yet; `seed` is the instruction it starts at.
     #[inline(never)]
@@ -264,6 +297,7 @@ impl Vm {
             Ok(code) => {
                 self.native.stats.compiled += 1;
                 self.native.stats.code_bytes += code.size;
+                self.native.stats.cached_loops += code.cached_loops;
                 *NativeState::slot(&mut self.native.guard_failures, func) = 0;
                 let slots = &mut self.native.code;
                 if slots.len() <= func.index() {

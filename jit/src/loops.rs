@@ -1,0 +1,210 @@
+//! Call-free inner loops: which Zy registers live in machine registers while one runs, and
+//! which one-argument math is computed once on entry instead of in every iteration.
+//!
+//! A *cached loop* is a contiguous range of instructions `first..=last` closed by a back edge
+//! to `first`, in which every instruction lowers to machine code that calls nothing (no
+//! helper, no `step`, no drop of a heap value). Inside it:
+//!
+//! - **Homes, write-through.** Each register the loop reads with one number type throughout
+//!   (all reads `Float`, or all `Int`) gets a *home*: an `xmm` or general register.
+//!   Every definition inside the loop writes both the frame slot and the home; reads use the
+//!   home (bools get none: see `qualify`). So the frame is exact at every instruction boundary, as everywhere else in native
+//!   code, and leaving the loop (an exit, a guard, a limit, an edge out) needs no write-back.
+//!   The invariant "home == the slot's payload word" is established on every way *into* the
+//!   loop (an entry stub loads the homes) and kept by every definition (`x64.rs`).
+//! - **The instruction count in `r15`.** Counting in memory would put a store-to-load chain
+//!   through `Vm::steps` in every iteration; inside the loop the count is kept in `r15` and
+//!   stored after each update (a store, not a dependency).
+//! - **Hoisted math.** A `Math1` whose operand the loop never writes, and whose destination
+//!   only it writes and is dead at the header, is computed by the entry stub. Scalar math of
+//!   a number cannot fail, so computing it when the loop then runs zero times is unobservable
+//!   (the destination is dead there); the instruction count is unchanged (counts are per
+//!   straight-line run, by position).
+
+use crate::types::{successors, Ty, Types};
+use zygvm_vm::bytecode::{Instr, Operand, Reg};
+use zygvm_vm::program::{Const, Function, Program};
+
+/// Where a register lives inside a cached loop besides its frame slot.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Home {
+    Xmm(u8),
+    Gp(u8),
+}
+
+/// `xmm0`/`xmm1` are the lowering's scratch registers.
+const XMM_HOMES: [u8; 14] = [2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15];
+/// `rax`, `rcx`, `rdx`, `rsi`, `rdi` are scratch; `rbx`, `r12` pinned; `r15` the count.
+const GP_HOMES: [u8; 6] = [8, 9, 10, 11, 13, 14];
+
+#[derive(Clone, Debug)]
+pub struct CachedLoop {
+    pub first: usize,
+    pub last: usize,
+    /// Hoisted `Math1` instructions, by pc.
+    pub hoisted: Vec<usize>,
+    /// Register homes (indexed by register).
+    pub homes: Vec<Option<Home>>,
+}
+
+impl CachedLoop {
+    pub fn contains(&self, pc: usize) -> bool {
+        (self.first..=self.last).contains(&pc)
+    }
+}
+
+/// The cached loops of `f` under `types`: innermost first, never overlapping.
+pub fn find(program: &Program, f: &Function, types: &Types, live: &[Vec<bool>]) -> Vec<CachedLoop> {
+    let mut block_of = vec![0; f.code.len()];
+    for (b, info) in f.blocks.iter().enumerate() {
+        let end = f.blocks.get(b + 1).map_or(f.code.len(), |n| n.start as usize);
+        block_of[info.start as usize..end].iter_mut().for_each(|x| *x = b);
+    }
+    let mut candidates = vec![];
+    for (pc, instr) in f.code.iter().enumerate() {
+        if types.before[pc].is_none() || !instr.is_terminator() {
+            continue;
+        }
+        for s in successors(f, instr, block_of[pc]) {
+            let h = f.blocks[s].start as usize;
+            if h <= pc {
+                candidates.push((h, pc));
+            }
+        }
+    }
+    candidates.sort_by_key(|&(h, l)| (l - h, h));
+    let mut found: Vec<CachedLoop> = vec![];
+    for (first, last) in candidates {
+        if found.iter().any(|c| first <= c.last && c.first <= last) {
+            continue;
+        }
+        if let Some(c) = qualify(program, f, types, live, first, last) {
+            found.push(c);
+        }
+    }
+    found
+}
+
+/// The registers an instruction reads (a `Jump` reads its arguments).
+fn reads(f: &Function, instr: &Instr, mut each: impl FnMut(Reg)) {
+    instr.for_each_operand(|o| match o {
+        Operand::Use(r) | Operand::Acc(r) => each(r),
+        Operand::List(l) => f.list(l).iter().for_each(|&r| each(r)),
+        _ => {}
+    });
+}
+
+/// The registers an instruction writes (a `Jump` writes its target's parameters).
+fn writes(f: &Function, instr: &Instr, mut each: impl FnMut(Reg)) {
+    if let Instr::Jump { target, .. } | Instr::JumpPar { target, .. } = instr {
+        f.list(f.blocks[target.index()].params).iter().for_each(|&r| each(r));
+    }
+    if let Some(d) = instr.def() {
+        each(d);
+    }
+}
+
+fn qualify(program: &Program, f: &Function, types: &Types, live: &[Vec<bool>], first: usize, last: usize) -> Option<CachedLoop> {
+    let ty = |pc: usize, r: Reg| types.before[pc].as_ref().map(|t| t[r.index()]);
+    let mut written = vec![0u32; f.num_regs as usize];
+    for pc in first..=last {
+        types.before[pc].as_ref()?;
+        writes(f, &f.code[pc], |r| written[r.index()] += 1);
+    }
+    let mut hoisted = vec![];
+    for pc in first..=last {
+        let instr = f.code[pc];
+        let t = types.before[pc].as_ref()?;
+        let num = |r: Reg| t[r.index()].numeric();
+        let plain = |r: Reg| t[r.index()].plain();
+        // Every definition stores over a plain value (no drop call).
+        let mut defs_plain = true;
+        writes(f, &instr, |r| defs_plain &= plain(r));
+        if !defs_plain {
+            return None;
+        }
+        let ok = match instr {
+            Instr::LoadNil { .. } | Instr::LoadBool { .. } => true,
+            Instr::LoadK { k, .. } => matches!(program.consts[k.index()], Const::Int(_) | Const::Float(_)),
+            Instr::Add { a, b, .. } | Instr::Sub { a, b, .. } | Instr::Mul { a, b, .. } | Instr::Div { a, b, .. } => {
+                num(a) && num(b)
+            }
+            Instr::Neg { src, .. } => num(src),
+            Instr::Not { src, .. } | Instr::CheckBool { src } => t[src.index()] == Ty::Bool,
+            Instr::CheckInt { src } => t[src.index()] == Ty::Int,
+            Instr::Lt { a, b, .. } | Instr::Le { a, b, .. } | Instr::Gt { a, b, .. } | Instr::Ge { a, b, .. } => {
+                t[a.index()] == t[b.index()] && matches!(t[a.index()], Ty::Int | Ty::Float)
+            }
+            Instr::Eq { a, b, .. } | Instr::Ne { a, b, .. } => {
+                t[a.index()] == t[b.index()] && matches!(t[a.index()], Ty::Int | Ty::Float | Ty::Bool)
+            }
+            Instr::MulAdd { dst, a, b } => [dst, a, b].iter().all(|&r| t[r.index()] == Ty::Float),
+            Instr::AdjAdd { a, b, .. } => match (t[a.index()], t[b.index()]) {
+                (Ty::Float, Ty::Float) => true,
+                (Ty::Nil, x) | (x, Ty::Nil) => x.plain(),
+                _ => false,
+            },
+            Instr::Math1 { dst, src, .. } => {
+                let hoist = num(src)
+                    && ty(first, src).is_some_and(Ty::numeric)
+                    && written[src.index()] == 0
+                    && written[dst.index()] == 1
+                    && !live[first][dst.index()]
+                    && ty(first, dst).is_some_and(Ty::plain);
+                if hoist {
+                    hoisted.push(pc);
+                }
+                hoist
+            }
+            Instr::Jump { args, .. } => f.list(args).iter().all(|&r| plain(r)),
+            Instr::Branch { cond, .. } => t[cond.index()] == Ty::Bool,
+            Instr::BranchNotLt { a, b, .. }
+            | Instr::BranchNotLe { a, b, .. }
+            | Instr::BranchNotGt { a, b, .. }
+            | Instr::BranchNotGe { a, b, .. } => t[a.index()] == t[b.index()] && matches!(t[a.index()], Ty::Int | Ty::Float),
+            Instr::AddJump { dst, k, .. } | Instr::SubJump { dst, k, .. } => {
+                t[dst.index()] == t[k.index()] && matches!(t[dst.index()], Ty::Int | Ty::Float)
+            }
+            _ => false,
+        };
+        if !ok {
+            return None;
+        }
+    }
+    // Homes: registers read with one number type at every read.
+    let n = f.num_regs as usize;
+    let mut read_ty: Vec<Option<Ty>> = vec![None; n];
+    let mut mixed = vec![false; n];
+    for pc in first..=last {
+        if hoisted.contains(&pc) {
+            continue;
+        }
+        let t = types.before[pc].as_ref()?;
+        reads(f, &f.code[pc], |r| {
+            // Bools get no home: their payload is one byte (the word's other bytes are not
+            // defined), and the lowering reads them as bytes from the slot.
+            let k = t[r.index()];
+            match read_ty[r.index()] {
+                None => read_ty[r.index()] = Some(k),
+                Some(prev) if prev != k => mixed[r.index()] = true,
+                _ => {}
+            }
+        });
+    }
+    let mut homes = vec![None; n];
+    let (mut xi, mut gi) = (0, 0);
+    for r in 0..n {
+        match (read_ty[r], mixed[r]) {
+            (Some(Ty::Float), false) if xi < XMM_HOMES.len() => {
+                homes[r] = Some(Home::Xmm(XMM_HOMES[xi]));
+                xi += 1;
+            }
+            (Some(Ty::Int), false) if gi < GP_HOMES.len() => {
+                homes[r] = Some(Home::Gp(GP_HOMES[gi]));
+                gi += 1;
+            }
+            _ => {}
+        }
+    }
+    Some(CachedLoop { first, last, hoisted, homes })
+}

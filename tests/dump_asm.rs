@@ -1,0 +1,36 @@
+//! `zygvm --dump asm`: the machine code the JIT made, each instruction's code under its
+//! bytecode (addresses differ between runs, so the test checks the structure, not bytes).
+
+use std::process::Command;
+
+#[test]
+fn dump_asm_lists_machine_code_under_each_instruction() {
+    let dir = std::env::temp_dir().join(format!("zygvm-dump-asm-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let script = dir.join("loop.zy");
+    std::fs::write(
+        &script,
+        "fn loop_sin(x) {\n  let r = 1.0\n  let n = 500\n  while n > 0 {\n    r = r * sin(x)\n    n -= 1\n  }\n  r\n}\nprint(loop_sin(2.0))\n",
+    )
+    .unwrap();
+    let run = |args: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_zygvm")).args(args).arg(&script).output().unwrap();
+        (String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
+    };
+    let (out, _) = run(&["--dump", "asm", "--fn", "loop_sin"]);
+    // The script ran (its output first), then the listing.
+    assert!(out.starts_with("2.25414"), "{out}");
+    assert!(out.contains("native code of loop_sin"), "{out}");
+    // The multiply of the loop, in registers (`jit/src/loops.rs`): `sin(x)` hoisted, so its
+    // instruction has no code, and the product's operands come from xmm homes.
+    let lines: Vec<&str> = out.lines().collect();
+    let mul = lines.iter().position(|l| l.contains("r1 = Mul r1, r5")).expect("the Mul instruction");
+    assert!(lines[mul - 1].contains("Math1"), "the hoisted sin has no code of its own:\n{out}");
+    assert!(lines[mul + 1..mul + 4].iter().any(|l| l.contains("mulsd xmm0,xmm")), "{out}");
+    assert!(out.contains("; shared: entry guards"), "{out}");
+    // Nothing compiled: a message, not an empty listing.
+    let (out, err) = run(&["--dump", "asm", "--jit", "off"]);
+    assert!(!out.contains("native code"), "{out}");
+    assert!(err.contains("compiled no function"), "{err}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
