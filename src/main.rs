@@ -217,6 +217,9 @@ fn run(cli: Cli) -> ExitCode {
             s.cycle_collections,
             s.cycles_freed
         );
+        for (f, why) in &j.refusals {
+            let _ = writeln!(std::io::stderr(), "stats: the JIT left {f} interpreted: {why}");
+        }
     }
     code
 }

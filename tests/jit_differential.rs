@@ -72,6 +72,12 @@ fn errors_and_traces_agree_on_every_tier() {
         "let i = 0\n  let s = 0.0\n  while i < 1000 {\n s = s + x * 1.5\n i += 1\n }\n  s",
         "let s = 0\n  let t = 0.0\n  for i in 0..100 {\n s = s + i\n t = t + s * x - exp(y)\n }\n  t",
         "let t = 0.0\n  while t < 10.0 {\n t = t + 0.5 * y * y + 0.01\n }\n  t * x",
+        // Containers read in place through views.
+        "let a = [1, 2, 3]\n  let s = 0.0\n  for i in 0..3 {\n s += a[i] * x\n }\n  s",
+        "let a = [1.0, 2.0, 3.0]\n  let s = 0.0\n  let i = 2\n  while i > -2 {\n s += a[i] * x\n i -= 1\n }\n  s",
+        "let m = zeros(3, 4)\n  for i in 0..3 { for j in 0..4 { m[i, j] = x * i + y * j } }\n  let s = 0.0\n  for i in 0..3 {\n for j in 0..4 {\n s += m[i, j] * exp(m[i, j] * 0.1)\n }\n }\n  s",
+        "let m = zeros(2, 3)\n  let s = 0.0\n  for i in 0..2 {\n for j in 0..5 {\n s += m[i, j] + x\n }\n }\n  s",
+        "let v = zeros(4)\n  for i in 0..4 { v[i] = sin(x * i) }\n  let s = 0.0\n  for i in 0..4 {\n s = s * y + v[i] * v[3 - i]\n }\n  s",
         "let a = 1.0\n  let b = 0.0\n  for i in 0..200 {\n let c = a * x + b\n b = a\n a = c / (1.0 + c * c)\n }\n  a - b",
     ] {
         let src = format!("{prelude}  {body}\n}}\nfn dfx(x, y) {{ derivative(fn(t) {{ f(t, y) }}, x) }}\n");

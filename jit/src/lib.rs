@@ -44,13 +44,23 @@ impl Tier for Jit {
         if tags.len() != f.num_regs as usize {
             return Err("the frame's register count differs from the function's".into());
         }
-        let mut seeds = vec![(seed, tags.iter().map(|&t| types::Ty::from_tag(t)).collect::<Vec<_>>())];
-        if seed != 0 {
-            seeds.push((0, types::entry_seed(f, tags)));
-        }
-        let types = types::infer(program, f, &seeds)?;
+        let hot = (seed, tags.iter().map(|&t| types::Ty::from_tag(t)).collect::<Vec<_>>());
+        let types = types::infer(program, f, std::slice::from_ref(&hot))?;
         #[cfg(target_arch = "x86_64")]
         {
+            // Also from the function's entry, unless the guessed entry types weaken what the
+            // hot code compiles to (an argument unknown there makes the loop's types unknown).
+            let types = match seed {
+                0 => types,
+                _ => {
+                    let both = types::infer(program, f, &[hot, (0, types::entry_seed(f, tags))])?;
+                    if x64::no_worse(f, &types, &both) {
+                        both
+                    } else {
+                        types
+                    }
+                }
+            };
             if profitable_only {
                 x64::check_profitable(f, seed, &types)?;
             }

@@ -15,6 +15,13 @@
 //! - **The instruction count in `r15`.** Counting in memory would put a store-to-load chain
 //!   through `Vm::steps` in every iteration; inside the loop the count is kept in `r15` and
 //!   stored after each update (a store, not a dependency).
+//! - **Arrays read in place.** `a[i]` and `m[i, j]` of a container register the loop never
+//!   writes read through a *view* (data pointer, length or rows, columns) that the entry stub
+//!   takes (`native::float_view`); the loop only bounds-checks and loads. Nothing in the loop
+//!   can resize or free the buffer (it calls nothing but scalar math).
+//! - **Scalar math calls.** A `Math1` that cannot be hoisted calls the built-in's scalar
+//!   function; all `xmm` registers and some homes are caller-saved, so the homes are reloaded
+//!   from the frame after the call (write-through makes the frame exact: no spill).
 //! - **Hoisted math.** A `Math1` whose operand the loop never writes, and whose destination
 //!   only it writes and is dead at the header, is computed by the entry stub. Scalar math of
 //!   a number cannot fail, so computing it when the loop then runs zero times is unobservable
@@ -45,7 +52,13 @@ pub struct CachedLoop {
     pub hoisted: Vec<usize>,
     /// Register homes (indexed by register).
     pub homes: Vec<Option<Home>>,
+    /// Float arrays and matrices the loop reads in place: the register holding each (never
+    /// written in the loop), its view's stack slot being its position here.
+    pub views: Vec<Reg>,
 }
+
+/// Views a loop may hold (stack slots reserved by the prologue in `x64.rs`).
+pub const MAX_VIEWS: usize = 4;
 
 impl CachedLoop {
     pub fn contains(&self, pc: usize) -> bool {
@@ -112,6 +125,20 @@ fn qualify(program: &Program, f: &Function, types: &Types, live: &[Vec<bool>], f
         writes(f, &f.code[pc], |r| written[r.index()] += 1);
     }
     let mut hoisted = vec![];
+    let mut views: Vec<Reg> = vec![];
+    // A container read in place: not written in the loop, and a view slot free.
+    let view = |views: &mut Vec<Reg>, obj: Reg, written: &[u32]| {
+        if written[obj.index()] != 0 {
+            return false;
+        }
+        if !views.contains(&obj) {
+            if views.len() == MAX_VIEWS {
+                return false;
+            }
+            views.push(obj);
+        }
+        true
+    };
     for pc in first..=last {
         let instr = f.code[pc];
         let t = types.before[pc].as_ref()?;
@@ -154,7 +181,11 @@ fn qualify(program: &Program, f: &Function, types: &Types, live: &[Vec<bool>], f
                 if hoist {
                     hoisted.push(pc);
                 }
-                hoist
+                num(src)
+            }
+            Instr::Index { obj, idx, .. } => t[idx.index()] == Ty::Int && view(&mut views, obj, &written),
+            Instr::Index2 { obj, ij, .. } => {
+                f.list(ij).iter().all(|&r| t[r.index()] == Ty::Int) && view(&mut views, obj, &written)
             }
             Instr::Jump { args, .. } => f.list(args).iter().all(|&r| plain(r)),
             Instr::Branch { cond, .. } => t[cond.index()] == Ty::Bool,
@@ -206,5 +237,5 @@ fn qualify(program: &Program, f: &Function, types: &Types, live: &[Vec<bool>], f
             _ => {}
         }
     }
-    Some(CachedLoop { first, last, hoisted, homes })
+    Some(CachedLoop { first, last, hoisted, homes, views })
 }

@@ -142,6 +142,17 @@ pub fn classify(f: &Function, instr: &Instr, t: &[Ty]) -> Class {
     }
 }
 
+/// The stack offset of view `i` of a cached loop: data pointer, length or rows, columns
+/// (`[rsp]` is the helpers' scratch word; the prologue reserves the views after it).
+fn view_offset(i: usize) -> i32 {
+    8 + 32 * i as i32
+}
+
+/// Stack bytes below the saved registers: the scratch word and the views, keeping `rsp`
+/// 16-byte aligned at calls (return address + 6 pushes = 56 bytes, + 8 + 128).
+const FRAME_BYTES: i32 = 8 + 32 * crate::loops::MAX_VIEWS as i32;
+const _: () = assert!(FRAME_BYTES % 16 == 8, "the native frame would misalign calls");
+
 /// The byte offset of register `r`'s tag word (payload at `+ 8`).
 fn slot(r: Reg) -> i32 {
     16 * r.0 as i32
@@ -219,6 +230,26 @@ impl<'a> Emitter<'a> {
                 dynasm!(self.ops ; .arch x64 ; add QWORD [r12 + s], n);
             }
         }
+    }
+
+    /// Loads every home of the current loop from its slot (write-through keeps the slots
+    /// exact): on the way in, and after a call that may have clobbered caller-saved ones.
+    fn load_homes(&mut self) {
+        let Some(l) = self.cur else { return };
+        for (r, home) in self.loops[l].homes.clone().iter().enumerate() {
+            let s = 16 * r as i32 + 8;
+            match home {
+                Some(Home::Xmm(k)) => dynasm!(self.ops ; .arch x64 ; movsd Rx(*k), QWORD [rbx + s]),
+                Some(Home::Gp(g)) => dynasm!(self.ops ; .arch x64 ; mov Rq(*g), QWORD [rbx + s]),
+                None => {}
+            }
+        }
+    }
+
+    /// The stack offset of the view of container register `obj` in the current loop.
+    fn view_slot(&self, obj: Reg) -> Option<i32> {
+        let l = self.cur?;
+        self.loops[l].views.iter().position(|&r| r == obj).map(view_offset)
     }
 
     /// Where `r` lives besides its slot while the current loop runs.
@@ -583,6 +614,8 @@ impl<'a> Emitter<'a> {
                 self.load_float(pc, src, false);
                 dynasm!(self.ops ; .arch x64 ; mov rdi, QWORD native::scalar_address(f) as i64);
                 self.call(native::call_scalar as *const ());
+                // The call may have clobbered caller-saved homes; the frame has their values.
+                self.load_homes();
                 self.store_float(dst);
             }
             Instr::MulAdd { dst, a, b } => {
@@ -705,6 +738,34 @@ impl<'a> Emitter<'a> {
                 if label != self.labels[next] {
                     dynasm!(self.ops ; .arch x64 ; jmp =>label);
                 }
+            }
+            Instr::Index { dst, obj, idx } if self.view_slot(obj).is_some() => {
+                let v = self.view_slot(obj).unwrap_or_default();
+                let out = self.cold_exit(pc);
+                self.load_int(idx, false);
+                dynasm!(self.ops ; .arch x64
+                    ; cmp rax, QWORD [rsp + v + 8] ; jae =>out
+                    ; mov rcx, QWORD [rsp + v]
+                    ; movsd xmm0, QWORD [rcx + rax * 8]);
+                self.prepare_def(pc, dst);
+                self.store_float(dst);
+            }
+            Instr::Index2 { dst, obj, ij } if self.view_slot(obj).is_some() => {
+                let v = self.view_slot(obj).unwrap_or_default();
+                let out = self.cold_exit(pc);
+                let l = self.f.list(ij);
+                let (i, j) = (l[0], l[1]);
+                self.load_int(i, false);
+                self.load_int(j, true);
+                dynasm!(self.ops ; .arch x64
+                    ; cmp rax, QWORD [rsp + v + 8] ; jae =>out
+                    ; cmp rcx, QWORD [rsp + v + 16] ; jae =>out
+                    ; imul rax, QWORD [rsp + v + 16]
+                    ; add rax, rcx
+                    ; mov rdx, QWORD [rsp + v]
+                    ; movsd xmm0, QWORD [rdx + rax * 8]);
+                self.prepare_def(pc, dst);
+                self.store_float(dst);
             }
             Instr::Index { dst, obj, idx } => {
                 let (so, sx) = (slot(obj), slot(idx) + 8);
@@ -933,14 +994,14 @@ impl<'a> Emitter<'a> {
                 self.call(native::call_scalar as *const ());
                 self.store_float(dst);
             }
-            for (r, home) in self.loops[l].homes.clone().iter().enumerate() {
-                let s = 16 * r as i32 + 8;
-                match home {
-                    Some(Home::Xmm(k)) => dynasm!(self.ops ; .arch x64 ; movsd Rx(*k), QWORD [rbx + s]),
-                    Some(Home::Gp(g)) => dynasm!(self.ops ; .arch x64 ; mov Rq(*g), QWORD [rbx + s]),
-                    None => {}
-                }
+            for (i, obj) in self.loops[l].views.clone().into_iter().enumerate() {
+                let (so, v) = (slot(obj), view_offset(i));
+                dynasm!(self.ops ; .arch x64 ; lea rdi, [rbx + so] ; lea rsi, [rsp + v]);
+                self.call(native::float_view as *const ());
             }
+            self.cur = Some(l);
+            self.load_homes();
+            self.cur = None;
             let target = self.labels[to];
             dynasm!(self.ops ; .arch x64 ; jmp =>target);
         }
@@ -976,6 +1037,16 @@ impl<'a> Emitter<'a> {
     }
 }
 
+/// Whether every instruction that `narrow` lowers to machine code, `wide` (types from more
+/// seeds) lowers to machine code too.
+pub fn no_worse(f: &Function, narrow: &Types, wide: &Types) -> bool {
+    (0..f.code.len()).all(|pc| match (&narrow.before[pc], &wide.before[pc]) {
+        (Some(n), Some(w)) => classify(f, &f.code[pc], n) != Class::Native || classify(f, &f.code[pc], w) == Class::Native,
+        (Some(_), None) => false,
+        _ => true,
+    })
+}
+
 /// Whether the loop at `seed` (the blocks reached from it that lead back to it) would run
 /// mostly as machine code: no call or other exit inside it (each iteration would leave to the
 /// interpreter and come back, costlier than interpreting), and more typed instructions than
@@ -996,10 +1067,21 @@ pub fn check_profitable(f: &Function, seed: u32, types: &Types) -> Result<(), St
             preds[s].push(b);
         }
     }
+    // The loop: blocks reachable from the header that lead back to it (not the way in).
+    let mut from_seed = vec![false; nb];
+    let mut work = vec![seed_block];
+    while let Some(b) = work.pop() {
+        let end = end_of(b);
+        if from_seed[b] || end == f.blocks[b].start as usize || types.before[end - 1].is_none() {
+            continue;
+        }
+        from_seed[b] = true;
+        work.extend(crate::types::successors(f, &f.code[end - 1], b));
+    }
     let mut in_loop = vec![false; nb];
     let mut work = preds[seed_block].clone();
     while let Some(b) = work.pop() {
-        if !in_loop[b] && types.before[f.blocks[b].start as usize].is_some() {
+        if !in_loop[b] && from_seed[b] {
             in_loop[b] = true;
             work.extend(preds[b].iter().copied());
         }
@@ -1030,10 +1112,10 @@ pub fn compile(program: &Program, func: FuncId, types: &Types) -> Result<NativeC
     // The way in: save the callee-saved registers, pin `rbx` and `r12`, jump to the target.
     let enter = ops.offset();
     dynasm!(ops ; .arch x64
-        ; push rbp ; mov rbp, rsp ; push rbx ; push r12 ; push r13 ; push r14 ; push r15 ; sub rsp, 8
+        ; push rbp ; mov rbp, rsp ; push rbx ; push r12 ; push r13 ; push r14 ; push r15 ; sub rsp, FRAME_BYTES
         ; mov r12, rdi ; mov rbx, rsi ; jmp rdx
         ; =>epilogue
-        ; add rsp, 8 ; pop r15 ; pop r14 ; pop r13 ; pop r12 ; pop rbx ; pop rbp ; ret
+        ; add rsp, FRAME_BYTES ; pop r15 ; pop r14 ; pop r13 ; pop r12 ; pop rbx ; pop rbp ; ret
     );
     let live = crate::types::live_before(f);
     // Cached loops whose every instruction lowers to machine code (a `step` or an exit would
@@ -1116,7 +1198,8 @@ pub fn compile(program: &Program, func: FuncId, types: &Types) -> Result<NativeC
     }
     // SAFETY: `enter` is the code emitted first above, with the `Enter` signature: it saves
     // and restores every callee-saved register it uses, keeps the stack 16-byte aligned at
-    // calls (return address + 6 pushes + 8), and returns a status in `rax`.
+    // calls (return address + 6 pushes + `FRAME_BYTES`, which the assertion by its
+    // definition keeps a multiple of 16 plus 8), and returns a status in `rax`.
     let enter: native::Enter = unsafe { std::mem::transmute::<*const u8, native::Enter>(buf.ptr(enter)) };
     Ok(NativeCode { enter, entries, owner: Box::new(buf), size, cached_loops, pc_offsets })
 }

@@ -165,6 +165,8 @@ pub struct JitStats {
     pub exits: u64,
     pub guard_failures: u64,
     pub dropped: u64,
+    /// Why each refused function was refused (function name, reason), first ten.
+    pub refusals: Vec<(String, String)>,
 }
 
 /// The native tier's state inside a VM.
@@ -305,8 +307,12 @@ impl Vm {
                 }
                 slots[func.index()] = Some(code);
             }
-            Err(_) => {
+            Err(reason) => {
                 self.native.stats.refused += 1;
+                if self.native.stats.refusals.len() < 10 {
+                    let name = self.program.functions[func.index()].trace_name().to_string();
+                    self.native.stats.refusals.push((name, reason));
+                }
                 // Refused: never again.
                 *NativeState::slot(&mut self.native.attempts, func) = MAX_ATTEMPTS;
             }
@@ -505,6 +511,39 @@ pub unsafe extern "C" fn index_float(obj: *const Value, i: i64, out: *mut f64) -
             true
         }
         _ => false,
+    }
+}
+
+/// A view of a float array or matrix for a loop that reads it in place (`jit/src/loops.rs`):
+/// `out` gets the data pointer, the length (a matrix: its rows) and the column count (an
+/// array: 0). Anything else, or a container being modified, gets length 0, so that every
+/// access through the view leaves to the interpreter, which runs the general semantics.
+///
+/// The pointer stays valid while the loop runs: the register holding the container is not
+/// written in the loop (so the container stays alive), and the loop calls nothing that could
+/// resize or free its buffer (no `step`, no call; `loops.rs` checks both before a loop gets a
+/// view). A store through `SetIndex` elsewhere changes elements, never the buffer.
+///
+/// # Safety
+/// `obj` is a live register; `out` is writable.
+pub unsafe extern "C" fn float_view(obj: *const Value, out: *mut [u64; 3]) {
+    // SAFETY: the caller's contract.
+    let (obj, out) = unsafe { (&*obj, &mut *out) };
+    *out = [0, 0, 0];
+    match obj {
+        Value::Array(a) => {
+            if let Ok(a) = a.try_borrow() {
+                if let crate::value::Array::Floats(v) = &*a {
+                    *out = [v.as_ptr() as u64, v.len() as u64, 0];
+                }
+            }
+        }
+        Value::Matrix(m) => {
+            if let Ok(m) = m.try_borrow() {
+                *out = [m.data.as_ptr() as u64, m.rows as u64, m.cols as u64];
+            }
+        }
+        _ => {}
     }
 }
 
