@@ -22,10 +22,13 @@ fn dump_asm_lists_machine_code_under_each_instruction() {
     assert!(out.starts_with("2.25414"), "{out}");
     assert!(out.contains("native code of loop_sin"), "{out}");
     // The multiply of the loop, in registers (`jit/src/loops.rs`): `sin(x)` hoisted, so its
-    // instruction has no code, and the product's operands come from xmm homes.
+    // instruction only copies the value computed on the way in, and the product's operands
+    // come from xmm homes.
     let lines: Vec<&str> = out.lines().collect();
     let mul = lines.iter().position(|l| l.contains("r1 = Mul r1, r5")).expect("the Mul instruction");
-    assert!(lines[mul - 1].contains("Math1"), "the hoisted sin has no code of its own:\n{out}");
+    let sin = lines.iter().position(|l| l.contains("r5 = Math1 r0, BI")).expect("the Math1 instruction");
+    assert!(lines[sin + 1].contains("movsd xmm0,[rsp+"), "the hoisted sin is a copy:\n{out}");
+    assert!(!lines[sin..mul].iter().any(|l| l.contains("call")), "the hoisted sin calls nothing:\n{out}");
     assert!(lines[mul + 1..mul + 4].iter().any(|l| l.contains("mulsd xmm0,xmm")), "{out}");
     assert!(out.contains("; shared: entry guards"), "{out}");
     // Nothing compiled: a message, not an empty listing.

@@ -113,3 +113,27 @@ fn fuel_runs_out_at_the_same_instruction_on_every_tier() {
         }
     }
 }
+
+/// A pop speculated to be a float that finds an int (the adjoint of a loop that taped its
+/// index) leaves with `SPECULATION`; the code is dropped and compiled again without
+/// speculating there, and every gradient along the way equals the interpreter's.
+#[test]
+fn failed_tape_speculation_recompiles_without_it() {
+    let src = "fn h(a) {\n  let s = 0.0\n  for i in 0..len(a) {\n s += a[i] * a[i]\n }\n  s\n}\nfn f(x) { h([x, 2.0 * x, 3.0, x * x]) }\n";
+    let program = zygvm::Program::compile("spec.zy", src).unwrap();
+    let run = |mode: zygvm::JitMode| {
+        let mut vm = zygvm::Vm::new(&program);
+        vm.set_jit(mode);
+        let out: Vec<String> = (0..300)
+            .map(|k| format!("{:?}", vm.value_and_gradient("f", vec![zygvm::Value::Float(0.25 + k as f64)])))
+            .collect();
+        (out, vm.jit_stats())
+    };
+    let (want, _) = run(zygvm::JitMode::Off);
+    for mode in [zygvm::JitMode::Eager, zygvm::JitMode::Auto] {
+        let (got, stats) = run(mode);
+        assert_eq!(want, got, "--jit {mode:?}");
+        assert!(stats.guard_failures > 0 && stats.dropped > 0, "--jit {mode:?}: no speculation failed: {stats:?}");
+        assert!(stats.guard_failures < 100, "--jit {mode:?}: speculation kept failing: {stats:?}");
+    }
+}

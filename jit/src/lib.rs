@@ -39,13 +39,21 @@ impl Tier for Jit {
     /// Compiles from the types at `seed`; a function made hot by a loop is also compiled from
     /// its first instruction (`types::entry_seed`), so that later calls run natively from the
     /// start rather than only from the loop's second iteration.
-    fn compile(&mut self, program: &Program, func: FuncId, seed: u32, tags: &[u64], profitable_only: bool) -> Result<NativeCode, String> {
+    fn compile(
+        &mut self,
+        program: &Program,
+        func: FuncId,
+        seed: u32,
+        tags: &[u64],
+        unspeculated: &[u32],
+        profitable_only: bool,
+    ) -> Result<NativeCode, String> {
         let f = program.functions.get(func.index()).ok_or("no such function")?;
         if tags.len() != f.num_regs as usize {
             return Err("the frame's register count differs from the function's".into());
         }
         let hot = (seed, tags.iter().map(|&t| types::Ty::from_tag(t)).collect::<Vec<_>>());
-        let types = types::infer(program, f, std::slice::from_ref(&hot))?;
+        let types = types::infer(program, f, std::slice::from_ref(&hot), unspeculated)?;
         #[cfg(target_arch = "x86_64")]
         {
             // Also from the function's entry, unless the guessed entry types weaken what the
@@ -53,8 +61,8 @@ impl Tier for Jit {
             let types = match seed {
                 0 => types,
                 _ => {
-                    let both = types::infer(program, f, &[hot, (0, types::entry_seed(f, tags))])?;
-                    if x64::no_worse(f, &types, &both) {
+                    let both = types::infer(program, f, &[hot, (0, types::entry_seed(f, tags))], unspeculated)?;
+                    if x64::no_worse(program, f, &types, &both) {
                         both
                     } else {
                         types
@@ -62,7 +70,7 @@ impl Tier for Jit {
                 }
             };
             if profitable_only {
-                x64::check_profitable(f, seed, &types)?;
+                x64::check_profitable(program, f, seed, &types)?;
             }
             x64::compile(program, func, &types)
         }

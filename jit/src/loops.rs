@@ -19,16 +19,18 @@
 //!   writes read through a *view* (data pointer, length or rows, columns) that the entry stub
 //!   takes (`native::float_view`); the loop only bounds-checks and loads. Nothing in the loop
 //!   can resize or free the buffer (it calls nothing but scalar math).
-//! - **Scalar math calls.** A `Math1` that cannot be hoisted calls the built-in's scalar
-//!   function; all `xmm` registers and some homes are caller-saved, so the homes are reloaded
-//!   from the frame after the call (write-through makes the frame exact: no spill).
-//! - **Hoisted math.** A `Math1` whose operand the loop never writes, and whose destination
-//!   only it writes and is dead at the header, is computed by the entry stub. Scalar math of
-//!   a number cannot fail, so computing it when the loop then runs zero times is unobservable
-//!   (the destination is dead there); the instruction count is unchanged (counts are per
+//! - **Helper calls.** A `Math1` that cannot be hoisted calls the built-in's scalar function;
+//!   the tape's pushes and pops (primal-with-tape and adjoint loops) call small helpers. All
+//!   `xmm` registers and some homes are caller-saved, so the homes are reloaded from the frame
+//!   after each call (write-through makes the frame exact: no spill).
+//! - **Hoisted math.** A `Math1` whose operand the loop never writes is computed once by the
+//!   entry stub into a stack slot; the instruction itself, in the loop, copies that value into
+//!   its destination. Scalar math of a number is pure and cannot fail, so computing it early
+//!   (even when the loop then runs zero times) is unobservable; the destination is written
+//!   where and when it always was, and the instruction count is unchanged (counts are per
 //!   straight-line run, by position).
 
-use crate::types::{successors, Ty, Types};
+use crate::types::{float_pull, successors, Ty, Types};
 use zygvm_vm::bytecode::{Instr, Operand, Reg};
 use zygvm_vm::program::{Const, Function, Program};
 
@@ -48,7 +50,7 @@ const GP_HOMES: [u8; 6] = [8, 9, 10, 11, 13, 14];
 pub struct CachedLoop {
     pub first: usize,
     pub last: usize,
-    /// Hoisted `Math1` instructions, by pc.
+    /// Hoisted `Math1` instructions, by pc (the value of the `i`th in hoist slot `i`).
     pub hoisted: Vec<usize>,
     /// Register homes (indexed by register).
     pub homes: Vec<Option<Home>>,
@@ -59,6 +61,8 @@ pub struct CachedLoop {
 
 /// Views a loop may hold (stack slots reserved by the prologue in `x64.rs`).
 pub const MAX_VIEWS: usize = 4;
+/// Hoisted values a loop may hold (stack slots, likewise).
+pub const MAX_HOISTS: usize = 4;
 
 impl CachedLoop {
     pub fn contains(&self, pc: usize) -> bool {
@@ -67,7 +71,7 @@ impl CachedLoop {
 }
 
 /// The cached loops of `f` under `types`: innermost first, never overlapping.
-pub fn find(program: &Program, f: &Function, types: &Types, live: &[Vec<bool>]) -> Vec<CachedLoop> {
+pub fn find(program: &Program, f: &Function, types: &Types) -> Vec<CachedLoop> {
     let mut block_of = vec![0; f.code.len()];
     for (b, info) in f.blocks.iter().enumerate() {
         let end = f.blocks.get(b + 1).map_or(f.code.len(), |n| n.start as usize);
@@ -91,7 +95,7 @@ pub fn find(program: &Program, f: &Function, types: &Types, live: &[Vec<bool>]) 
         if found.iter().any(|c| first <= c.last && c.first <= last) {
             continue;
         }
-        if let Some(c) = qualify(program, f, types, live, first, last) {
+        if let Some(c) = qualify(program, f, types, first, last) {
             found.push(c);
         }
     }
@@ -117,7 +121,7 @@ fn writes(f: &Function, instr: &Instr, mut each: impl FnMut(Reg)) {
     }
 }
 
-fn qualify(program: &Program, f: &Function, types: &Types, live: &[Vec<bool>], first: usize, last: usize) -> Option<CachedLoop> {
+fn qualify(program: &Program, f: &Function, types: &Types, first: usize, last: usize) -> Option<CachedLoop> {
     let ty = |pc: usize, r: Reg| types.before[pc].as_ref().map(|t| t[r.index()]);
     let mut written = vec![0u32; f.num_regs as usize];
     for pc in first..=last {
@@ -167,17 +171,15 @@ fn qualify(program: &Program, f: &Function, types: &Types, live: &[Vec<bool>], f
             }
             Instr::MulAdd { dst, a, b } => [dst, a, b].iter().all(|&r| t[r.index()] == Ty::Float),
             Instr::AdjAdd { a, b, .. } => match (t[a.index()], t[b.index()]) {
-                (Ty::Float, Ty::Float) => true,
+                (Ty::Float, Ty::Float) | (Ty::Plain, Ty::Float) | (Ty::Float, Ty::Plain) => true,
                 (Ty::Nil, x) | (x, Ty::Nil) => x.plain(),
                 _ => false,
             },
-            Instr::Math1 { dst, src, .. } => {
+            Instr::Math1 { src, .. } => {
                 let hoist = num(src)
                     && ty(first, src).is_some_and(Ty::numeric)
                     && written[src.index()] == 0
-                    && written[dst.index()] == 1
-                    && !live[first][dst.index()]
-                    && ty(first, dst).is_some_and(Ty::plain);
+                    && hoisted.len() < MAX_HOISTS;
                 if hoist {
                     hoisted.push(pc);
                 }
@@ -186,6 +188,15 @@ fn qualify(program: &Program, f: &Function, types: &Types, live: &[Vec<bool>], f
             Instr::Index { obj, idx, .. } => t[idx.index()] == Ty::Int && view(&mut views, obj, &written),
             Instr::Index2 { obj, ij, .. } => {
                 f.list(ij).iter().all(|&r| t[r.index()] == Ty::Int) && view(&mut views, obj, &written)
+            }
+            // The tape's pushes and pops of numbers and decisions, and the float pullbacks:
+            // helper calls (homes reloaded after) or straight-line code.
+            Instr::TapeSave { src } | Instr::TapePush { src } => num(src),
+            Instr::TapePushCtl { .. } | Instr::BranchCtl { .. } => true,
+            Instr::TapePop { .. } => types.speculates(pc),
+            Instr::Pull { rule, args, .. } => float_pull(program, rule, f.list(args), t),
+            Instr::PullAdd { dst, rule, args } => {
+                float_pull(program, rule, f.list(args), t) && matches!(t[dst.index()], Ty::Float | Ty::Nil | Ty::Plain)
             }
             Instr::Jump { args, .. } => f.list(args).iter().all(|&r| plain(r)),
             Instr::Branch { cond, .. } => t[cond.index()] == Ty::Bool,

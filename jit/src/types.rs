@@ -71,6 +71,15 @@ impl Ty {
 /// The register types before each instruction (`None` where unreachable from the seed).
 pub struct Types {
     pub before: Vec<Option<Vec<Ty>>>,
+    /// Instructions not to speculate at (earlier code's speculation failed there).
+    pub unspeculated: Vec<u32>,
+}
+
+impl Types {
+    /// Whether native code may speculate on the result of the instruction at `pc`.
+    pub fn speculates(&self, pc: usize) -> bool {
+        !self.unspeculated.contains(&(pc as u32))
+    }
 }
 
 /// The type of an arithmetic result on two numbers: an int only when both are.
@@ -80,6 +89,24 @@ fn numeric_result(a: Ty, b: Ty) -> Ty {
         (a, b) if a.numeric() && b.numeric() => Ty::Float,
         _ => Ty::Any,
     }
+}
+
+/// Whether a pullback rule's float fast path (`ad::rules::fast`) applies to arguments of
+/// these types, so that native code computes it (`x64::pull_float`): the scalar rules of
+/// `+ - * /`, negation and one-argument math with a scalar derivative, on floats.
+pub fn float_pull(program: &Program, rule: u32, args: &[Reg], t: &[Ty]) -> bool {
+    use zygvm_vm::ad::rules::Rule;
+    let float = |k: usize| args.get(k).is_some_and(|r| t[r.index()] == Ty::Float);
+    let (r, payload) = Rule::decode(rule);
+    float(0)
+        && match r {
+            Rule::AddA | Rule::AddB | Rule::SubA | Rule::SubB | Rule::Neg => true,
+            Rule::MulA | Rule::DivA => float(2),
+            Rule::MulB => float(1),
+            Rule::DivB => float(1) && float(2),
+            Rule::Math1 => float(1) && program.builtins.get(payload as usize).is_some_and(|b| b.scalar_deriv.is_some()),
+            _ => false,
+        }
 }
 
 /// The type `instr` leaves in its destination, given the types before it.
@@ -118,8 +145,16 @@ pub fn result_type(program: &Program, f: &Function, instr: &Instr, t: &[Ty]) -> 
         Instr::AdjAdd { a, b, .. } => match (ty(a), ty(b)) {
             (Ty::Float, Ty::Float) => Ty::Float,
             (Ty::Nil, t) | (t, Ty::Nil) if t.plain() => t,
+            // `nil` (no adjoint yet) or a float, plus a float: native code checks which.
+            (Ty::Plain, Ty::Float) | (Ty::Float, Ty::Plain) => Ty::Float,
             _ => Ty::Any,
         },
+        // Speculated: native code pops floats only and leaves to the interpreter otherwise.
+        Instr::TapePop { .. } => Ty::Float,
+        Instr::Pull { rule, args, .. } if float_pull(program, *rule, f.list(*args), t) => Ty::Float,
+        Instr::PullAdd { dst, rule, args } if float_pull(program, *rule, f.list(*args), t) && matches!(ty(dst), Ty::Float | Ty::Nil | Ty::Plain) => {
+            Ty::Float
+        }
         _ => Ty::Any,
     }
 }
@@ -148,7 +183,7 @@ pub(crate) fn successors(f: &Function, instr: &Instr, block: usize) -> Vec<usize
 
 /// Infers the types from the seed: the block starting at instruction `seed`, with the
 /// registers' tags `tags`.
-pub fn infer(program: &Program, f: &Function, seeds: &[(u32, Vec<Ty>)]) -> Result<Types, String> {
+pub fn infer(program: &Program, f: &Function, seeds: &[(u32, Vec<Ty>)], unspeculated: &[u32]) -> Result<Types, String> {
     let n = f.num_regs as usize;
     let mut entry: Vec<Option<Vec<Ty>>> = vec![None; f.blocks.len()];
     let mut work = vec![];
@@ -190,7 +225,10 @@ pub fn infer(program: &Program, f: &Function, seeds: &[(u32, Vec<Ty>)]) -> Resul
                 }
             };
             if let Some(d) = instr.def() {
-                t[d.index()] = result_type(program, f, &instr, &t);
+                t[d.index()] = match instr {
+                    Instr::TapePop { .. } if unspeculated.contains(&(pc as u32)) => Ty::Any,
+                    _ => result_type(program, f, &instr, &t),
+                };
             }
             match instr {
                 Instr::Jump { target, args } | Instr::JumpPar { target, args } => {
@@ -218,7 +256,7 @@ pub fn infer(program: &Program, f: &Function, seeds: &[(u32, Vec<Ty>)]) -> Resul
             }
         }
     }
-    Ok(Types { before })
+    Ok(Types { before, unspeculated: unspeculated.to_vec() })
 }
 
 /// The types at a function's first instruction, guessed while it runs elsewhere (`tags` are

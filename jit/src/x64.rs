@@ -19,10 +19,10 @@
 //! QWORD addr; call rax`): a rel32 call cannot reach the binary from mapped memory.
 
 use crate::loops::{CachedLoop, Home};
-use crate::types::{Ty, Types};
+use crate::types::{float_pull, Ty, Types};
 use dynasmrt::x64::Assembler;
 use dynasmrt::{dynasm, AssemblyOffset, DynamicLabel, DynasmApi, DynasmLabelApi};
-use zygvm_vm::bytecode::{BlockId, FuncId, Instr, Reg};
+use zygvm_vm::bytecode::{BlockId, FuncId, Instr, ListId, Reg};
 use zygvm_vm::native::{self, status, tag, NativeCode};
 use zygvm_vm::program::{Const, Function, Program};
 
@@ -39,7 +39,9 @@ pub enum Class {
 
 /// Operand types this file lowers to machine code, per instruction; everything the shared
 /// semantics can run is `Step`; the rest (calls, returns) `Exit`.
-pub fn classify(f: &Function, instr: &Instr, t: &[Ty]) -> Class {
+pub fn classify(program: &Program, f: &Function, types: &Types, pc: usize) -> Class {
+    let Some(t) = types.before[pc].as_deref() else { return Class::Exit };
+    let instr = &f.code[pc];
     let ty = |r: &Reg| t[r.index()];
     let num2 = |a: &Reg, b: &Reg| ty(a).numeric() && ty(b).numeric();
     let same_plain = |a: &Reg, b: &Reg| ty(a) == ty(b) && matches!(ty(a), Ty::Int | Ty::Float);
@@ -75,10 +77,18 @@ pub fn classify(f: &Function, instr: &Instr, t: &[Ty]) -> Class {
         Instr::TapeSave { src } | Instr::TapePush { src } if ty(src).numeric() => Class::Native,
         Instr::TapePushCtl { .. } => Class::Native,
         Instr::AdjAdd { a, b, .. } => match (ty(a), ty(b)) {
-            (Ty::Float, Ty::Float) => Class::Native,
+            (Ty::Float, Ty::Float) | (Ty::Plain, Ty::Float) | (Ty::Float, Ty::Plain) => Class::Native,
             (Ty::Nil, t) | (t, Ty::Nil) if t.plain() => Class::Native,
             _ => Class::Step,
         },
+        // Speculated float (`types.rs`), unless that failed here before.
+        Instr::TapePop { .. } if types.speculates(pc) => Class::Native,
+        Instr::Pull { rule, args, .. } if float_pull(program, *rule, f.list(*args), t) => Class::Native,
+        Instr::PullAdd { dst, rule, args }
+            if float_pull(program, *rule, f.list(*args), t) && matches!(ty(dst), Ty::Float | Ty::Nil | Ty::Plain) =>
+        {
+            Class::Native
+        }
         // Terminators.
         Instr::Jump { .. } | Instr::JumpPar { .. } | Instr::BranchCtl { .. } => Class::Native,
         Instr::Branch { cond, .. } if ty(cond) == Ty::Bool => Class::Native,
@@ -144,13 +154,18 @@ pub fn classify(f: &Function, instr: &Instr, t: &[Ty]) -> Class {
 
 /// The stack offset of view `i` of a cached loop: data pointer, length or rows, columns
 /// (`[rsp]` is the helpers' scratch word; the prologue reserves the views after it).
-fn view_offset(i: usize) -> i32 {
+const fn view_offset(i: usize) -> i32 {
     8 + 32 * i as i32
 }
 
-/// Stack bytes below the saved registers: the scratch word and the views, keeping `rsp`
-/// 16-byte aligned at calls (return address + 6 pushes = 56 bytes, + 8 + 128).
-const FRAME_BYTES: i32 = 8 + 32 * crate::loops::MAX_VIEWS as i32;
+/// The stack offset of hoisted value `i` of a cached loop (after the views).
+const fn hoist_offset(i: usize) -> i32 {
+    view_offset(crate::loops::MAX_VIEWS) + 8 * i as i32
+}
+
+/// Stack bytes below the saved registers: the scratch word, the views and the hoisted
+/// values, keeping `rsp` 16-byte aligned at calls (return address + 6 pushes = 56 bytes).
+const FRAME_BYTES: i32 = hoist_offset(crate::loops::MAX_HOISTS);
 const _: () = assert!(FRAME_BYTES % 16 == 8, "the native frame would misalign calls");
 
 /// The byte offset of register `r`'s tag word (payload at `+ 8`).
@@ -357,9 +372,12 @@ impl<'a> Emitter<'a> {
         self.cur = None;
     }
 
-    /// Calls a runtime function whose address is `addr` (arguments already in place).
+    /// Calls a runtime function whose address is `addr` (arguments already in place). Inside
+    /// a cached loop, the homes in caller-saved registers are reloaded from the frame after
+    /// (write-through keeps it exact); `rax`, `xmm0` and `xmm1` (results) are not homes.
     fn call(&mut self, addr: *const ()) {
         dynasm!(self.ops ; .arch x64 ; mov rax, QWORD addr as i64 ; call rax);
+        self.load_homes();
     }
 
     /// Before a plain value is stored into `d`: drops what `d` holds unless it is known plain.
@@ -521,12 +539,16 @@ impl<'a> Emitter<'a> {
 
     fn lower(&mut self, pc: usize) {
         let instr = self.f.code[pc];
-        if self.cur.is_some_and(|l| self.loops[l].hoisted.contains(&pc)) {
-            // Computed by the loop's entry stubs (`loops.rs`).
+        if let Some(i) = self.cur.and_then(|l| self.loops[l].hoisted.iter().position(|&h| h == pc)) {
+            // Computed by the loop's entry stubs (`loops.rs`): copied into place here.
+            let (Instr::Math1 { dst, .. }, h) = (instr, hoist_offset(i)) else { unreachable!("only Math1 is hoisted") };
+            dynasm!(self.ops ; .arch x64 ; movsd xmm0, QWORD [rsp + h]);
+            self.prepare_def(pc, dst);
+            self.store_float(dst);
             return;
         }
         let t = self.types.before[pc].clone().expect("reached");
-        let class = classify(self.f, &instr, &t);
+        let class = classify(self.program, self.f, self.types, pc);
         match class {
             Class::Exit => {
                 self.exit_here(pc);
@@ -614,8 +636,6 @@ impl<'a> Emitter<'a> {
                 self.load_float(pc, src, false);
                 dynasm!(self.ops ; .arch x64 ; mov rdi, QWORD native::scalar_address(f) as i64);
                 self.call(native::call_scalar as *const ());
-                // The call may have clobbered caller-saved homes; the frame has their values.
-                self.load_homes();
                 self.store_float(dst);
             }
             Instr::MulAdd { dst, a, b } => {
@@ -632,6 +652,19 @@ impl<'a> Emitter<'a> {
                 self.store_float(dst);
             }
             Instr::AdjAdd { dst, a, b } => match (ty(a), ty(b)) {
+                (Ty::Plain, Ty::Float) => {
+                    // `a` is `nil` (no adjoint yet) or a float: check which.
+                    self.prepare_def(pc, dst);
+                    self.load_float(pc, b, true);
+                    self.maybe_nil_plus_xmm1(pc, a);
+                    self.store_float(dst);
+                }
+                (Ty::Float, Ty::Plain) => {
+                    self.prepare_def(pc, dst);
+                    self.load_float(pc, a, false);
+                    self.add_unless_nil(pc, b);
+                    self.store_float(dst);
+                }
                 (Ty::Float, Ty::Float) => {
                     self.prepare_def(pc, dst);
                     self.load_float(pc, a, false);
@@ -794,6 +827,41 @@ impl<'a> Emitter<'a> {
                 self.call(native::set_index2_float as *const ());
                 self.exit_unless_al(pc);
             }
+            Instr::TapePop { dst } => {
+                dynasm!(self.ops ; .arch x64 ; mov rdi, r12 ; lea rsi, [rsp]);
+                self.call(native::tape_pop_float as *const ());
+                // No float on top: the speculation failed (the interpreter pops whatever it
+                // is, and the next compilation of this function does not speculate here).
+                let ok = self.ops.new_dynamic_label();
+                dynasm!(self.ops ; .arch x64 ; test al, al ; jnz =>ok);
+                self.leave(pc - self.run_start, status::encode(status::GUARD, pc as u32, status::SPECULATION));
+                dynasm!(self.ops ; .arch x64 ; =>ok);
+                self.prepare_def(pc, dst);
+                dynasm!(self.ops ; .arch x64 ; movsd xmm0, QWORD [rsp]);
+                self.store_float(dst);
+            }
+            Instr::Pull { dst, rule, args } => {
+                self.pull_float(pc, rule, args);
+                self.prepare_def(pc, dst);
+                self.store_float(dst);
+            }
+            Instr::PullAdd { dst, rule, args } => {
+                self.pull_float(pc, rule, args);
+                // `dst (+) v`, in that order (a NaN's payload comes from the first operand).
+                match ty(dst) {
+                    Ty::Float => {
+                        dynasm!(self.ops ; .arch x64 ; movapd xmm1, xmm0);
+                        self.load_float(pc, dst, false);
+                        dynasm!(self.ops ; .arch x64 ; addsd xmm0, xmm1);
+                    }
+                    Ty::Plain => {
+                        dynasm!(self.ops ; .arch x64 ; movapd xmm1, xmm0);
+                        self.maybe_nil_plus_xmm1(pc, dst);
+                    }
+                    _ => {}
+                }
+                self.store_float(dst);
+            }
             Instr::TapeSave { src } | Instr::TapePush { src } => {
                 let s = slot(src) + 8;
                 if ty(src) == Ty::Float {
@@ -810,6 +878,100 @@ impl<'a> Emitter<'a> {
             }
             other => unreachable!("{} classified native but not lowered", other.name()),
         }
+    }
+
+    /// `xmm0 := xmm0 + r` when `r` holds a float, `xmm0` when it holds `nil` (no adjoint
+    /// yet), else leaves to the interpreter at `pc` (the general sum).
+    fn add_unless_nil(&mut self, pc: usize, r: Reg) {
+        let s = slot(r);
+        let other = self.cold_exit(pc);
+        let done = self.ops.new_dynamic_label();
+        dynasm!(self.ops ; .arch x64
+            ; cmp QWORD [rbx + s], tag::NIL as i32 ; je =>done
+            ; cmp QWORD [rbx + s], tag::FLOAT as i32 ; jne =>other
+            ; addsd xmm0, QWORD [rbx + s + 8]
+            ; =>done);
+    }
+
+    /// `xmm0 := r + xmm1` when `r` holds a float, `xmm1` when it holds `nil` (no adjoint
+    /// yet), else leaves to the interpreter at `pc` (the general sum).
+    fn maybe_nil_plus_xmm1(&mut self, pc: usize, r: Reg) {
+        let s = slot(r);
+        let other = self.cold_exit(pc);
+        let nil = self.ops.new_dynamic_label();
+        let done = self.ops.new_dynamic_label();
+        dynasm!(self.ops ; .arch x64
+            ; cmp QWORD [rbx + s], tag::NIL as i32 ; je =>nil
+            ; cmp QWORD [rbx + s], tag::FLOAT as i32 ; jne =>other
+            ; movsd xmm0, QWORD [rbx + s + 8]
+            ; addsd xmm0, xmm1
+            ; jmp =>done
+            ; =>nil
+            ; movapd xmm0, xmm1
+            ; =>done);
+    }
+
+    /// `xmm0 :=` the pullback rule `rule` on float arguments: the float fast path of
+    /// `ad::rules::fast` (`types::float_pull` says when), with `chain::times`'s strong zero.
+    fn pull_float(&mut self, pc: usize, rule: u32, args: ListId) {
+        use zygvm_vm::ad::rules::Rule;
+        let l = self.f.list(args).to_vec();
+        let (r, payload) = Rule::decode(rule);
+        match r {
+            Rule::AddA | Rule::AddB | Rule::SubA => self.load_float(pc, l[0], false),
+            Rule::SubB | Rule::Neg => {
+                self.load_float(pc, l[0], false);
+                dynasm!(self.ops ; .arch x64 ; movq rax, xmm0 ; btc rax, 63 ; movq xmm0, rax);
+            }
+            Rule::MulA | Rule::MulB => {
+                self.load_float(pc, l[0], false);
+                self.load_float(pc, if r == Rule::MulA { l[2] } else { l[1] }, true);
+                self.times();
+            }
+            Rule::DivA => {
+                // g = 1 / b
+                self.load_float(pc, l[2], false);
+                dynasm!(self.ops ; .arch x64
+                    ; mov rax, QWORD 1.0f64.to_bits() as i64 ; movq xmm1, rax ; divsd xmm1, xmm0);
+                self.load_float(pc, l[0], false);
+                self.times();
+            }
+            Rule::DivB => {
+                // g = -a / (b * b), as `(-a) / (b * b)`
+                self.load_float(pc, l[2], true);
+                dynasm!(self.ops ; .arch x64 ; mulsd xmm1, xmm1);
+                self.load_float(pc, l[1], false);
+                dynasm!(self.ops ; .arch x64
+                    ; movq rax, xmm0 ; btc rax, 63 ; movq xmm0, rax
+                    ; divsd xmm0, xmm1 ; movapd xmm1, xmm0);
+                self.load_float(pc, l[0], false);
+                self.times();
+            }
+            Rule::Math1 => {
+                let deriv = self.program.builtins[payload as usize].scalar_deriv.expect("float_pull checked scalar_deriv");
+                self.load_float(pc, l[1], false);
+                dynasm!(self.ops ; .arch x64 ; mov rdi, QWORD native::scalar_address(deriv) as i64);
+                self.call(native::call_scalar as *const ());
+                dynasm!(self.ops ; .arch x64 ; movapd xmm1, xmm0);
+                self.load_float(pc, l[0], false);
+                self.times();
+            }
+            other => unreachable!("{} is not a float pull (types::float_pull)", other.name()),
+        }
+    }
+
+    /// `xmm0 := times(xmm0, xmm1)` (`ad::chain::times`): zero when either factor is ±0 (an
+    /// infinite or NaN factor then gives 0, not NaN), else the product.
+    fn times(&mut self) {
+        let zero = self.ops.new_dynamic_label();
+        let done = self.ops.new_dynamic_label();
+        dynasm!(self.ops ; .arch x64
+            ; movq rax, xmm0 ; add rax, rax ; jz =>zero
+            ; movq rax, xmm1 ; add rax, rax ; jz =>zero
+            ; mulsd xmm0, xmm1 ; jmp =>done
+            ; =>zero
+            ; xorpd xmm0, xmm0
+            ; =>done);
     }
 
     /// Leaves to the interpreter at `pc` unless the helper just called returned true in `al`
@@ -986,13 +1148,14 @@ impl<'a> Emitter<'a> {
             self.cur = None;
             dynasm!(self.ops ; .arch x64 ; =>label ; mov r15, QWORD [r12 + steps]);
             let first = self.loops[l].first;
-            for pc in self.loops[l].hoisted.clone() {
-                let Instr::Math1 { dst, src, builtin } = self.f.code[pc] else { unreachable!("only Math1 is hoisted") };
+            for (i, pc) in self.loops[l].hoisted.clone().into_iter().enumerate() {
+                let Instr::Math1 { src, builtin, .. } = self.f.code[pc] else { unreachable!("only Math1 is hoisted") };
                 let f = self.program.builtins[builtin.index()].scalar.expect("Math1 names a scalar built-in");
                 self.load_float(first, src, false);
                 dynasm!(self.ops ; .arch x64 ; mov rdi, QWORD native::scalar_address(f) as i64);
                 self.call(native::call_scalar as *const ());
-                self.store_float(dst);
+                let h = hoist_offset(i);
+                dynasm!(self.ops ; .arch x64 ; movsd QWORD [rsp + h], xmm0);
             }
             for (i, obj) in self.loops[l].views.clone().into_iter().enumerate() {
                 let (so, v) = (slot(obj), view_offset(i));
@@ -1039,11 +1202,11 @@ impl<'a> Emitter<'a> {
 
 /// Whether every instruction that `narrow` lowers to machine code, `wide` (types from more
 /// seeds) lowers to machine code too.
-pub fn no_worse(f: &Function, narrow: &Types, wide: &Types) -> bool {
-    (0..f.code.len()).all(|pc| match (&narrow.before[pc], &wide.before[pc]) {
-        (Some(n), Some(w)) => classify(f, &f.code[pc], n) != Class::Native || classify(f, &f.code[pc], w) == Class::Native,
-        (Some(_), None) => false,
-        _ => true,
+pub fn no_worse(program: &Program, f: &Function, narrow: &Types, wide: &Types) -> bool {
+    (0..f.code.len()).all(|pc| {
+        narrow.before[pc].is_none()
+            || (wide.before[pc].is_some()
+                && (classify(program, f, narrow, pc) != Class::Native || classify(program, f, wide, pc) == Class::Native))
     })
 }
 
@@ -1051,7 +1214,7 @@ pub fn no_worse(f: &Function, narrow: &Types, wide: &Types) -> bool {
 /// mostly as machine code: no call or other exit inside it (each iteration would leave to the
 /// interpreter and come back, costlier than interpreting), and more typed instructions than
 /// helper calls.
-pub fn check_profitable(f: &Function, seed: u32, types: &Types) -> Result<(), String> {
+pub fn check_profitable(program: &Program, f: &Function, seed: u32, types: &Types) -> Result<(), String> {
     let nb = f.blocks.len();
     let end_of = |b: usize| f.blocks.get(b + 1).map_or(f.code.len(), |n| n.start as usize);
     let block_of_start = |pc: usize| f.blocks.iter().position(|b| b.start as usize == pc);
@@ -1089,8 +1252,10 @@ pub fn check_profitable(f: &Function, seed: u32, types: &Types) -> Result<(), St
     let (mut native_n, mut step_n) = (0, 0);
     for b in (0..nb).filter(|&b| in_loop[b]) {
         for pc in f.blocks[b].start as usize..end_of(b) {
-            let Some(t) = &types.before[pc] else { break };
-            match classify(f, &f.code[pc], t) {
+            if types.before[pc].is_none() {
+                break;
+            }
+            match classify(program, f, types, pc) {
                 Class::Native => native_n += 1,
                 Class::Step => step_n += 1,
                 Class::Exit => return Err(format!("the loop leaves to the interpreter at instruction {pc}")),
@@ -1120,12 +1285,12 @@ pub fn compile(program: &Program, func: FuncId, types: &Types) -> Result<NativeC
     let live = crate::types::live_before(f);
     // Cached loops whose every instruction lowers to machine code (a `step` or an exit would
     // call out with homes in caller-saved registers).
-    let loops: Vec<CachedLoop> = crate::loops::find(program, f, types, &live)
+    let loops: Vec<CachedLoop> = crate::loops::find(program, f, types)
         .into_iter()
         .filter(|l| {
             (l.first..=l.last).all(|pc| {
                 l.hoisted.contains(&pc)
-                    || types.before[pc].as_ref().is_some_and(|t| classify(f, &f.code[pc], t) == Class::Native)
+                    || classify(program, f, types, pc) == Class::Native
             })
         })
         .collect();

@@ -46,6 +46,9 @@ pub enum JitMode {
 pub const AUTO_BACK_EDGES: u32 = 128;
 /// Entries refused by a guard before a function's native code is dropped.
 pub const MAX_GUARD_FAILURES: u32 = 200;
+/// Failed speculations (`status::SPECULATION`) before a function's code is dropped and
+/// compiled again without them.
+pub const MAX_SPECULATION_FAILURES: u32 = 16;
 /// Compilations of one function (the first, and re-specialisations after drops).
 pub const MAX_ATTEMPTS: u8 = 3;
 
@@ -95,6 +98,10 @@ pub mod status {
     pub const ERROR: u64 = 1;
     pub const LIMIT: u64 = 2;
     pub const GUARD: u64 = 3;
+    /// `next` of a `GUARD` status when a speculation inside the code failed (a `TapePop`
+    /// that found no float), not an entry's tag check: the instruction at `pc` did not run,
+    /// and a recompilation does not speculate there again (`Tier::compile`'s `unspeculated`).
+    pub const SPECULATION: u32 = 1;
 
     pub fn encode(kind: u64, pc: u32, next: u32) -> u64 {
         kind | (pc as u64) << 2 | (next as u64) << 33
@@ -143,7 +150,16 @@ pub trait Tier: Send {
     /// `seed` (0, or a loop header) when compiling was triggered. With `profitable_only`
     /// (`JitMode::Auto`) it declines code that would spend its time leaving to the
     /// interpreter. An error says why not (the function then stays interpreted).
-    fn compile(&mut self, program: &Program, func: FuncId, seed: u32, tags: &[u64], profitable_only: bool) -> Result<NativeCode, String>;
+    /// `unspeculated`: instructions where earlier code of this function speculated wrongly.
+    fn compile(
+        &mut self,
+        program: &Program,
+        func: FuncId,
+        seed: u32,
+        tags: &[u64],
+        unspeculated: &[u32],
+        profitable_only: bool,
+    ) -> Result<NativeCode, String>;
 
     /// The machine code of `code` (compiled by this tier for `func`) beside the bytecode it
     /// implements, for `--dump asm`; `None` when the tier cannot show it.
@@ -178,6 +194,8 @@ pub struct NativeState {
     code: Vec<Option<NativeCode>>,
     attempts: Vec<u8>,
     guard_failures: Vec<u32>,
+    /// Per function: instructions where a speculation failed (`status::SPECULATION`).
+    unspeculated: Vec<Vec<u32>>,
     /// The error an `ERROR` exit carries.
     pending: Option<VmError>,
     pub stats: JitStats,
@@ -195,6 +213,7 @@ impl Default for NativeState {
             code: vec![],
             attempts: vec![],
             guard_failures: vec![],
+            unspeculated: vec![],
             pending: None,
             stats: JitStats::default(),
         }
@@ -292,7 +311,8 @@ impl Vm {
         let n = self.program.functions[func.index()].num_regs as usize;
         let tags: Vec<u64> = self.stack[base..base + n].iter().map(tag_of).collect();
         let started = std::time::Instant::now();
-        let result = tier.compile(&self.program, func, seed, &tags, self.native.mode == JitMode::Auto);
+        let unspeculated = NativeState::slot(&mut self.native.unspeculated, func).clone();
+        let result = tier.compile(&self.program, func, seed, &tags, &unspeculated, self.native.mode == JitMode::Auto);
         self.native.stats.compile_time += started.elapsed();
         self.native.tier = Some(tier);
         match result {
@@ -339,9 +359,19 @@ impl Vm {
         match status::kind(s) {
             status::GUARD => {
                 self.native.stats.guard_failures += 1;
+                let mut limit = MAX_GUARD_FAILURES;
+                if status::next(s) == status::SPECULATION {
+                    // Remembered for the next compilation, which comes soon: code that
+                    // speculates wrongly in a loop would leave at every iteration.
+                    let pcs = NativeState::slot(&mut self.native.unspeculated, func);
+                    if !pcs.contains(&status::pc(s)) {
+                        pcs.push(status::pc(s));
+                    }
+                    limit = MAX_SPECULATION_FAILURES;
+                }
                 let fails = NativeState::slot(&mut self.native.guard_failures, func);
                 *fails += 1;
-                if *fails >= MAX_GUARD_FAILURES {
+                if *fails >= limit {
                     // Specialised on types this function no longer sees: drop it (it may be
                     // compiled again from what it sees next, up to `MAX_ATTEMPTS` times).
                     self.native.code[func.index()] = None;
@@ -595,6 +625,25 @@ pub unsafe extern "C" fn set_index2_float(obj: *const Value, i: i64, j: i64, x: 
         true
     } else {
         false
+    }
+}
+
+/// `TapePop` of a float into `*out`; false (nothing popped) when the top entry is not a float
+/// or the tape is empty (native code then leaves to the interpreter, which pops it or raises
+/// the underflow).
+///
+/// # Safety
+/// As for `pop_control`; `out` is writable.
+pub unsafe extern "C" fn tape_pop_float(vm: *mut Vm, out: *mut f64) -> bool {
+    // SAFETY: the caller's contract.
+    let vm = unsafe { &mut *vm };
+    match vm.tape.pop_float() {
+        Some(x) => {
+            // SAFETY: the caller's contract.
+            unsafe { *out = x };
+            true
+        }
+        None => false,
     }
 }
 

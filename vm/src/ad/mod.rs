@@ -85,6 +85,12 @@ impl Runs {
         Some(sym)
     }
 
+    /// The symbol `pop` would return.
+    #[inline(always)]
+    pub fn peek(&self) -> Option<u8> {
+        self.runs.last().map(|r| r.0)
+    }
+
     /// Entries (not runs).
     pub fn len(&self) -> usize {
         self.len
@@ -159,6 +165,17 @@ impl Tape {
             INT => Some(Value::Int(self.words.pop()? as i64)),
             _ => self.objects.pop(),
         }
+    }
+
+    /// Pops the top entry if it is a float (else leaves the tape as it is).
+    #[inline(always)]
+    pub fn pop_float(&mut self) -> Option<f64> {
+        if self.kinds.peek()? != FLOAT {
+            return None;
+        }
+        let bits = self.words.pop()?;
+        self.kinds.pop();
+        Some(f64::from_bits(bits))
     }
 
     /// Entries on the value stack.
