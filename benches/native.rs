@@ -63,6 +63,60 @@ pub fn logreg(w: &[f64], b: &[f64], x: &[f64]) -> f64 {
         .sum()
 }
 
+/// The scalar `_loops` workloads written as their Zy code is: plain loops, one accumulator,
+/// summing in the same order, so that equal results are possible (and the JIT's ratio to
+/// them measures code, not summation order or vectorisation).
+pub mod plain {
+    pub fn logsumexp_loops(x: &[f64]) -> f64 {
+        let mut s = 0.0;
+        for v in x {
+            s += v.exp();
+        }
+        s.ln()
+    }
+
+    /// `w` is `m x k`, row-major.
+    pub fn logreg_loops(w: &[f64], b: &[f64], x: &[f64]) -> f64 {
+        let (m, k) = (b.len(), x.len());
+        let mut total = 0.0;
+        for i in 0..m {
+            let mut z = b[i];
+            for j in 0..k {
+                z += w[i * k + j] * x[j];
+            }
+            total += 1.0 / (1.0 + (-z).exp());
+        }
+        total
+    }
+
+    /// `mlp_loops.zy` (128 hidden units, 10 outputs, the naive log-sum-exp), with its
+    /// scratch vectors allocated per call as `zeros` does.
+    pub fn mlp_loops(m: &super::Mlp) -> f64 {
+        let (m1, k1, m2, k2) = (128, 784, 10, 128);
+        let mut h = vec![0.0; m1];
+        for i in 0..m1 {
+            let mut z = m.b1[i];
+            for j in 0..k1 {
+                z += m.w1[i * k1 + j] * m.x[j];
+            }
+            h[i] = f64::tanh(z);
+        }
+        let mut o = vec![0.0; m2];
+        for i in 0..m2 {
+            let mut z = m.b2[i];
+            for j in 0..k2 {
+                z += m.w2[i * k2 + j] * h[j];
+            }
+            o[i] = z;
+        }
+        let mut s = 0.0;
+        for v in &o {
+            s += v.exp();
+        }
+        s.ln() - o[3]
+    }
+}
+
 pub struct Mlp {
     pub w1: Vec<f64>,
     pub b1: Vec<f64>,

@@ -151,6 +151,10 @@ fn sanity(_: &mut Criterion) {
     assert!(close(zy("mlp"), mlp), "{} vs {mlp}", zy("mlp"));
     // mlp_loops uses the naive logsumexp: equal in value up to rounding.
     assert!((zy("mlp_loops") - mlp).abs() < 1e-9);
+    // The plain-loop references sum in the Zy code's order: equal bit for bit.
+    assert_eq!(zy("logsumexp_loops"), native::plain::logsumexp_loops(&x));
+    assert_eq!(zy("logreg_loops"), native::plain::logreg_loops(&w, &b, &xr));
+    assert_eq!(zy("mlp_loops"), native::plain::mlp_loops(&native::Mlp::new()));
 }
 
 fn flat(v: &Value) -> Vec<f64> {
@@ -307,6 +311,12 @@ fn native_forward(c: &mut Criterion) {
     g.bench_function("logreg/native", |b| b.iter(|| native::logreg(black_box(&w), black_box(&bias), black_box(&xr))));
     let mut mlp = native::Mlp::new();
     g.bench_function("mlp/native", |b| b.iter(|| black_box(&mut mlp).forward()));
+    // The `_loops` workloads as plain Rust loops in the Zy code's order (`native::plain`).
+    g.bench_function("logsumexp_loops/native", |b| b.iter(|| native::plain::logsumexp_loops(black_box(&x))));
+    g.bench_function("logreg_loops/native", |b| {
+        b.iter(|| native::plain::logreg_loops(black_box(&w), black_box(&bias), black_box(&xr)))
+    });
+    g.bench_function("mlp_loops/native", |b| b.iter(|| native::plain::mlp_loops(black_box(&mlp))));
     g.finish();
 }
 

@@ -1,0 +1,252 @@
+//! Arithmetic, comparisons and the float pullback rules, on numbers in registers, homes or
+//! slots.
+
+use super::*;
+
+impl<'a> Emitter<'a> {
+    /// `xmm0 := xmm0 + r` when `r` holds a float, `xmm0` when it holds `nil` (no adjoint
+    /// yet), else leaves to the interpreter at `pc` (the general sum).
+    pub(super) fn add_unless_nil(&mut self, pc: usize, r: Reg) {
+        let s = slot(r);
+        let other = self.cold_exit(pc);
+        let done = self.ops.new_dynamic_label();
+        dynasm!(self.ops ; .arch x64
+            ; cmp QWORD [rbx + s], tag::NIL as i32 ; je =>done
+            ; cmp QWORD [rbx + s], tag::FLOAT as i32 ; jne =>other
+            ; addsd xmm0, QWORD [rbx + s + 8]
+            ; =>done);
+    }
+
+    /// `xmm0 := r + xmm1` when `r` holds a float, `xmm1` when it holds `nil` (no adjoint
+    /// yet), else leaves to the interpreter at `pc` (the general sum).
+    pub(super) fn maybe_nil_plus_xmm1(&mut self, pc: usize, r: Reg) {
+        let s = slot(r);
+        let other = self.cold_exit(pc);
+        let nil = self.ops.new_dynamic_label();
+        let done = self.ops.new_dynamic_label();
+        dynasm!(self.ops ; .arch x64
+            ; cmp QWORD [rbx + s], tag::NIL as i32 ; je =>nil
+            ; cmp QWORD [rbx + s], tag::FLOAT as i32 ; jne =>other
+            ; movsd xmm0, QWORD [rbx + s + 8]
+            ; addsd xmm0, xmm1
+            ; jmp =>done
+            ; =>nil
+            ; movapd xmm0, xmm1
+            ; =>done);
+    }
+
+    /// `xmm0 :=` the pullback rule `rule` on float arguments: the float fast path of
+    /// `ad::rules::fast` (`types::float_pull` says when), with `chain::times`'s strong zero.
+    pub(super) fn pull_float(&mut self, pc: usize, rule: u32, args: ListId) {
+        use zygvm_vm::ad::rules::Rule;
+        let l = self.f.list(args).to_vec();
+        let (r, payload) = Rule::decode(rule);
+        match r {
+            Rule::AddA | Rule::AddB | Rule::SubA => self.load_float(pc, l[0], false),
+            Rule::SubB | Rule::Neg => {
+                self.load_float(pc, l[0], false);
+                dynasm!(self.ops ; .arch x64 ; movq rax, xmm0 ; btc rax, 63 ; movq xmm0, rax);
+            }
+            Rule::MulA | Rule::MulB => {
+                self.load_float(pc, l[0], false);
+                self.load_float(pc, if r == Rule::MulA { l[2] } else { l[1] }, true);
+                self.times();
+            }
+            Rule::DivA => {
+                // g = 1 / b
+                self.load_float(pc, l[2], false);
+                dynasm!(self.ops ; .arch x64
+                    ; mov rax, QWORD 1.0f64.to_bits() as i64 ; movq xmm1, rax ; divsd xmm1, xmm0);
+                self.load_float(pc, l[0], false);
+                self.times();
+            }
+            Rule::DivB => {
+                // g = -a / (b * b), as `(-a) / (b * b)`
+                self.load_float(pc, l[2], true);
+                dynasm!(self.ops ; .arch x64 ; mulsd xmm1, xmm1);
+                self.load_float(pc, l[1], false);
+                dynasm!(self.ops ; .arch x64
+                    ; movq rax, xmm0 ; btc rax, 63 ; movq xmm0, rax
+                    ; divsd xmm0, xmm1 ; movapd xmm1, xmm0);
+                self.load_float(pc, l[0], false);
+                self.times();
+            }
+            Rule::Math1 => {
+                let deriv = self.program.builtins[payload as usize].scalar_deriv.expect("float_pull checked scalar_deriv");
+                self.load_float(pc, l[1], false);
+                dynasm!(self.ops ; .arch x64 ; mov rdi, QWORD native::scalar_address(deriv) as i64);
+                self.call(native::call_scalar as *const ());
+                dynasm!(self.ops ; .arch x64 ; movapd xmm1, xmm0);
+                self.load_float(pc, l[0], false);
+                self.times();
+            }
+            other => unreachable!("{} is not a float pull (types::float_pull)", other.name()),
+        }
+    }
+
+    /// `xmm0 := times(xmm0, xmm1)` (`ad::chain::times`): zero when either factor is ±0 (an
+    /// infinite or NaN factor then gives 0, not NaN), else the product.
+    pub(super) fn times(&mut self) {
+        let zero = self.ops.new_dynamic_label();
+        let done = self.ops.new_dynamic_label();
+        dynasm!(self.ops ; .arch x64
+            ; movq rax, xmm0 ; add rax, rax ; jz =>zero
+            ; movq rax, xmm1 ; add rax, rax ; jz =>zero
+            ; mulsd xmm0, xmm1 ; jmp =>done
+            ; =>zero
+            ; xorpd xmm0, xmm0
+            ; =>done);
+    }
+
+    /// Leaves to the interpreter at `pc` unless the helper just called returned true in `al`
+    /// (it then did nothing: the interpreter runs the general semantics).
+    pub(super) fn exit_unless_al(&mut self, pc: usize) {
+        let ok = self.ops.new_dynamic_label();
+        dynasm!(self.ops ; .arch x64 ; test al, al ; jnz =>ok);
+        self.exit_here(pc);
+        dynasm!(self.ops ; .arch x64 ; =>ok);
+    }
+
+    /// After a typed read helper (`al`: it succeeded; the float in the scratch word at
+    /// `[rsp]`): leaves to the interpreter on failure, else stores the float into `dst`.
+    pub(super) fn float_from_scratch(&mut self, pc: usize, dst: Reg) {
+        self.exit_unless_al(pc);
+        self.prepare_def(pc, dst);
+        dynasm!(self.ops ; .arch x64 ; movsd xmm0, QWORD [rsp]);
+        self.store_float(dst);
+    }
+
+    /// `rax := a OP b` for two ints (`+ - * % ^` that stay ints), leaving at `pc` on
+    /// overflow, a zero divisor or anything else the shared semantics treat specially.
+    pub(super) fn int_arith(&mut self, pc: usize, instr: Instr, a: Reg, b: Reg) {
+        let bad = self.cold_exit(pc);
+        self.load_int(a, false);
+        self.load_int(b, true);
+        match instr {
+            Instr::Add { .. } => dynasm!(self.ops ; .arch x64 ; add rax, rcx ; jo =>bad),
+            Instr::Sub { .. } => dynasm!(self.ops ; .arch x64 ; sub rax, rcx ; jo =>bad),
+            Instr::Mul { .. } => dynasm!(self.ops ; .arch x64 ; imul rax, rcx ; jo =>bad),
+            _ => unreachable!("int Mod and Pow are not classified native"),
+        }
+    }
+
+    /// `xmm0 := a OP b` with ints converted (the semantics of mixed operands).
+    pub(super) fn float_arith(&mut self, pc: usize, instr: Instr, a: Reg, b: Reg) {
+        self.load_float(pc, a, false);
+        match instr {
+            Instr::Pow { .. } if self.ty(pc, b) == Ty::Int && self.ty(pc, a) == Ty::Float => {
+                let sb = slot(b) + 8;
+                dynasm!(self.ops ; .arch x64 ; mov rdi, QWORD [rbx + sb]);
+                self.call(native::pow_int as *const ());
+                return;
+            }
+            _ => {}
+        }
+        if let (Some(Home::Xmm(k)), Ty::Float, Instr::Add { .. } | Instr::Sub { .. } | Instr::Mul { .. } | Instr::Div { .. }) =
+            (self.home(b), self.ty(pc, b), instr)
+        {
+            match instr {
+                Instr::Add { .. } => dynasm!(self.ops ; .arch x64 ; addsd xmm0, Rx(k)),
+                Instr::Sub { .. } => dynasm!(self.ops ; .arch x64 ; subsd xmm0, Rx(k)),
+                Instr::Mul { .. } => dynasm!(self.ops ; .arch x64 ; mulsd xmm0, Rx(k)),
+                _ => dynasm!(self.ops ; .arch x64 ; divsd xmm0, Rx(k)),
+            }
+            return;
+        }
+        self.load_float(pc, b, true);
+        match instr {
+            Instr::Add { .. } => dynasm!(self.ops ; .arch x64 ; addsd xmm0, xmm1),
+            Instr::Sub { .. } => dynasm!(self.ops ; .arch x64 ; subsd xmm0, xmm1),
+            Instr::Mul { .. } => dynasm!(self.ops ; .arch x64 ; mulsd xmm0, xmm1),
+            Instr::Div { .. } => dynasm!(self.ops ; .arch x64 ; divsd xmm0, xmm1),
+            Instr::Mod { .. } => self.call(native::rem_float as *const ()),
+            Instr::Pow { .. } => self.call(native::pow_float as *const ()),
+            _ => unreachable!(),
+        }
+    }
+
+    /// Jumps to `to` when `a CMP b` (`<`, `<=`, `>`, `>=` of two ints or two floats; an
+    /// unordered float comparison is false), or when not (`negate`): the flags straight into
+    /// the branch.
+    pub(super) fn compare_jump(&mut self, pc: usize, instr: Instr, t: Ty, a: Reg, b: Reg, to: DynamicLabel, negate: bool) {
+        if t == Ty::Int {
+            self.int_cmp(a, b);
+            match (instr, negate) {
+                (Instr::Lt { .. }, false) | (Instr::Ge { .. }, true) => dynasm!(self.ops ; .arch x64 ; jl =>to),
+                (Instr::Le { .. }, false) | (Instr::Gt { .. }, true) => dynasm!(self.ops ; .arch x64 ; jle =>to),
+                (Instr::Gt { .. }, false) | (Instr::Le { .. }, true) => dynasm!(self.ops ; .arch x64 ; jg =>to),
+                _ => dynasm!(self.ops ; .arch x64 ; jge =>to),
+            }
+            return;
+        }
+        // `a < b` is `b > a`: "above" (CF = ZF = 0) is false when unordered, and its
+        // negation "below or equal" (CF = 1 or ZF = 1) true.
+        let (x, y) = if matches!(instr, Instr::Lt { .. } | Instr::Le { .. }) { (b, a) } else { (a, b) };
+        self.load_float(pc, x, false);
+        match (self.home(y), self.ty(pc, y)) {
+            (Some(Home::Xmm(k)), Ty::Float) => dynasm!(self.ops ; .arch x64 ; ucomisd xmm0, Rx(k)),
+            _ => {
+                self.load_float(pc, y, true);
+                dynasm!(self.ops ; .arch x64 ; ucomisd xmm0, xmm1);
+            }
+        }
+        match (instr, negate) {
+            (Instr::Lt { .. } | Instr::Gt { .. }, false) => dynasm!(self.ops ; .arch x64 ; ja =>to),
+            (Instr::Lt { .. } | Instr::Gt { .. }, true) => dynasm!(self.ops ; .arch x64 ; jbe =>to),
+            (_, false) => dynasm!(self.ops ; .arch x64 ; jae =>to),
+            (_, true) => dynasm!(self.ops ; .arch x64 ; jb =>to),
+        }
+    }
+
+    /// Sets the flags of `cmp a, b` for two int registers, from their homes where they have.
+    pub(super) fn int_cmp(&mut self, a: Reg, b: Reg) {
+        let sb = slot(b) + 8;
+        match (self.home(a), self.home(b)) {
+            (Some(Home::Gp(x)), Some(Home::Gp(y))) => dynasm!(self.ops ; .arch x64 ; cmp Rq(x), Rq(y)),
+            (Some(Home::Gp(x)), _) => dynasm!(self.ops ; .arch x64 ; cmp Rq(x), QWORD [rbx + sb]),
+            _ => {
+                self.load_int(a, false);
+                self.load_int(b, true);
+                dynasm!(self.ops ; .arch x64 ; cmp rax, rcx);
+            }
+        }
+    }
+
+    /// `al := a CMP b` for two ints, two floats (unordered: false except `!=`) or two bools.
+    pub(super) fn compare_to_al(&mut self, pc: usize, instr: Instr, t: Ty, a: Reg, b: Reg) {
+        let (sa, sb) = (slot(a) + 8, slot(b) + 8);
+        match t {
+            Ty::Int => {
+                self.int_cmp(a, b);
+                match instr {
+                    Instr::Lt { .. } => dynasm!(self.ops ; .arch x64 ; setl al),
+                    Instr::Le { .. } => dynasm!(self.ops ; .arch x64 ; setle al),
+                    Instr::Gt { .. } => dynasm!(self.ops ; .arch x64 ; setg al),
+                    Instr::Ge { .. } => dynasm!(self.ops ; .arch x64 ; setge al),
+                    Instr::Eq { .. } => dynasm!(self.ops ; .arch x64 ; sete al),
+                    _ => dynasm!(self.ops ; .arch x64 ; setne al),
+                }
+            }
+            Ty::Bool => {
+                dynasm!(self.ops ; .arch x64 ; movzx eax, BYTE [rbx + sa] ; cmp al, BYTE [rbx + sb]);
+                match instr {
+                    Instr::Eq { .. } => dynasm!(self.ops ; .arch x64 ; sete al),
+                    _ => dynasm!(self.ops ; .arch x64 ; setne al),
+                }
+            }
+            _ => {
+                // `a < b` is `b > a`: "above" is false when unordered.
+                let (x, y) = if matches!(instr, Instr::Lt { .. } | Instr::Le { .. }) { (b, a) } else { (a, b) };
+                self.load_float(pc, x, false);
+                self.load_float(pc, y, true);
+                dynasm!(self.ops ; .arch x64 ; ucomisd xmm0, xmm1);
+                match instr {
+                    Instr::Lt { .. } | Instr::Gt { .. } => dynasm!(self.ops ; .arch x64 ; seta al),
+                    Instr::Le { .. } | Instr::Ge { .. } => dynasm!(self.ops ; .arch x64 ; setae al),
+                    Instr::Eq { .. } => dynasm!(self.ops ; .arch x64 ; sete al ; setnp cl ; and al, cl),
+                    _ => dynasm!(self.ops ; .arch x64 ; setne al ; setp cl ; or al, cl),
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,199 @@
+//! What each instruction lowers to (`Class`), and whether a hot loop is worth compiling.
+
+use crate::types::{float_pull, Ty, Types};
+use zygvm_vm::bytecode::{Instr, Reg};
+use zygvm_vm::program::{Function, Program};
+
+/// How one instruction is lowered.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Class {
+    /// Typed machine code.
+    Native,
+    /// A call of the VM's `step` helper.
+    Step,
+    /// Leave to the interpreter at this instruction.
+    Exit,
+}
+
+/// Operand types this file lowers to machine code, per instruction; everything the shared
+/// semantics can run is `Step`; the rest (calls, returns) `Exit`.
+pub fn classify(program: &Program, f: &Function, types: &Types, pc: usize) -> Class {
+    let Some(t) = types.before[pc].as_deref() else { return Class::Exit };
+    let instr = &f.code[pc];
+    let ty = |r: &Reg| t[r.index()];
+    let num2 = |a: &Reg, b: &Reg| ty(a).numeric() && ty(b).numeric();
+    let same_plain = |a: &Reg, b: &Reg| ty(a) == ty(b) && matches!(ty(a), Ty::Int | Ty::Float);
+    match instr {
+        Instr::LoadNil { .. } | Instr::LoadBool { .. } => Class::Native,
+        // Numbers inline; a string constant is lowered as a `step` (the VM's runtime string).
+        Instr::LoadK { .. } => Class::Native,
+        Instr::Add { a, b, .. } | Instr::Sub { a, b, .. } | Instr::Mul { a, b, .. } | Instr::Div { a, b, .. }
+            if num2(a, b) =>
+        {
+            Class::Native
+        }
+        Instr::Mod { a, b, .. } if num2(a, b) && !(ty(a) == Ty::Int && ty(b) == Ty::Int) => Class::Native,
+        Instr::Pow { a, b, .. } if num2(a, b) && !(ty(a) == Ty::Int && ty(b) == Ty::Int) => Class::Native,
+        Instr::Neg { src, .. } if ty(src).numeric() => Class::Native,
+        Instr::Not { src, .. } if ty(src) == Ty::Bool => Class::Native,
+        Instr::CheckBool { src } if ty(src) == Ty::Bool => Class::Native,
+        Instr::CheckInt { src } if ty(src) == Ty::Int => Class::Native,
+        Instr::Lt { a, b, .. } | Instr::Le { a, b, .. } | Instr::Gt { a, b, .. } | Instr::Ge { a, b, .. }
+            if same_plain(a, b) =>
+        {
+            Class::Native
+        }
+        Instr::Eq { a, b, .. } | Instr::Ne { a, b, .. } if same_plain(a, b) || (ty(a) == Ty::Bool && ty(b) == Ty::Bool) => {
+            Class::Native
+        }
+        Instr::Math1 { src, .. } if ty(src).numeric() => Class::Native,
+        Instr::MulAdd { dst, a, b } if [ty(dst), ty(a), ty(b)] == [Ty::Float; 3] => Class::Native,
+        Instr::Index { idx, .. } if ty(idx) == Ty::Int => Class::Native,
+        Instr::Index2 { ij, .. } if f.list(*ij).iter().all(|r| ty(r) == Ty::Int) => Class::Native,
+        Instr::SetIndex { idx, src, .. } if ty(idx) == Ty::Int && ty(src) == Ty::Float => Class::Native,
+        Instr::SetIndex2 { ijv, .. } if f.list(*ijv).iter().map(|r| ty(r)).eq([Ty::Int, Ty::Int, Ty::Float]) => Class::Native,
+        Instr::TapeSave { src } | Instr::TapePush { src } if ty(src).numeric() => Class::Native,
+        Instr::TapePushCtl { .. } => Class::Native,
+        Instr::AdjAdd { a, b, .. } => match (ty(a), ty(b)) {
+            (Ty::Float, Ty::Float) | (Ty::Plain, Ty::Float) | (Ty::Float, Ty::Plain) => Class::Native,
+            (Ty::Nil, t) | (t, Ty::Nil) if t.plain() => Class::Native,
+            _ => Class::Step,
+        },
+        // Speculated float (`types.rs`), unless that failed here before.
+        Instr::TapePop { .. } if types.speculates(pc) => Class::Native,
+        Instr::Pull { rule, args, .. } if float_pull(program, *rule, f.list(*args), t) => Class::Native,
+        Instr::PullAdd { dst, rule, args }
+            if float_pull(program, *rule, f.list(*args), t) && matches!(ty(dst), Ty::Float | Ty::Nil | Ty::Plain) =>
+        {
+            Class::Native
+        }
+        // Terminators.
+        Instr::Jump { .. } | Instr::JumpPar { .. } | Instr::BranchCtl { .. } => Class::Native,
+        Instr::Branch { cond, .. } if ty(cond) == Ty::Bool => Class::Native,
+        Instr::BranchNotLt { a, b, .. }
+        | Instr::BranchNotLe { a, b, .. }
+        | Instr::BranchNotGt { a, b, .. }
+        | Instr::BranchNotGe { a, b, .. }
+            if same_plain(a, b) =>
+        {
+            Class::Native
+        }
+        Instr::AddJump { dst, k, .. } | Instr::SubJump { dst, k, .. } if same_plain(dst, k) => Class::Native,
+        i if i.is_terminator() => Class::Exit,
+        // What the shared semantics run without calling out.
+        Instr::LoadFunc { .. }
+        | Instr::LoadBuiltin { .. }
+        | Instr::LoadStruct { .. }
+        | Instr::GetGlobal { .. }
+        | Instr::SetGlobal { .. }
+        | Instr::Add { .. }
+        | Instr::Sub { .. }
+        | Instr::Mul { .. }
+        | Instr::Div { .. }
+        | Instr::Mod { .. }
+        | Instr::Pow { .. }
+        | Instr::MatMul { .. }
+        | Instr::Neg { .. }
+        | Instr::Not { .. }
+        | Instr::CheckBool { .. }
+        | Instr::CheckInt { .. }
+        | Instr::Eq { .. }
+        | Instr::Ne { .. }
+        | Instr::Lt { .. }
+        | Instr::Le { .. }
+        | Instr::Gt { .. }
+        | Instr::Ge { .. }
+        | Instr::Math1 { .. }
+        | Instr::NewArray { .. }
+        | Instr::NewTuple { .. }
+        | Instr::Index { .. }
+        | Instr::Index2 { .. }
+        | Instr::SetIndex { .. }
+        | Instr::SetIndex2 { .. }
+        | Instr::GetField { .. }
+        | Instr::TupleGet { .. }
+        | Instr::Unpack { .. }
+        | Instr::IterPrep { .. }
+        | Instr::Len { .. }
+        | Instr::MakeClosure { .. }
+        | Instr::NewStruct { .. }
+        | Instr::TapePush { .. }
+        | Instr::TapeSave { .. }
+        | Instr::TapeShape { .. }
+        | Instr::TapePop { .. }
+        | Instr::TapePopIf { .. }
+        | Instr::TapePopCtl { .. }
+        | Instr::Pull { .. }
+        | Instr::PullAdd { .. }
+        | Instr::MulAdd { .. } => Class::Step,
+        _ => Class::Exit,
+    }
+}
+
+/// Whether every instruction that `narrow` lowers to machine code, `wide` (types from more
+/// seeds) lowers to machine code too.
+pub fn no_worse(program: &Program, f: &Function, narrow: &Types, wide: &Types) -> bool {
+    (0..f.code.len()).all(|pc| {
+        narrow.before[pc].is_none()
+            || (wide.before[pc].is_some()
+                && (classify(program, f, narrow, pc) != Class::Native || classify(program, f, wide, pc) == Class::Native))
+    })
+}
+
+/// Whether the loop at `seed` (the blocks reached from it that lead back to it) would run
+/// mostly as machine code: no call or other exit inside it (each iteration would leave to the
+/// interpreter and come back, costlier than interpreting), and more typed instructions than
+/// helper calls.
+pub fn check_profitable(program: &Program, f: &Function, seed: u32, types: &Types) -> Result<(), String> {
+    let nb = f.blocks.len();
+    let end_of = |b: usize| f.blocks.get(b + 1).map_or(f.code.len(), |n| n.start as usize);
+    let block_of_start = |pc: usize| f.blocks.iter().position(|b| b.start as usize == pc);
+    let seed_block = block_of_start(seed as usize).ok_or("seed is not a block start")?;
+    // Predecessors, from each reached block's terminator.
+    let mut preds = vec![vec![]; nb];
+    for b in 0..nb {
+        let end = end_of(b);
+        if end == f.blocks[b].start as usize || types.before[end - 1].is_none() {
+            continue;
+        }
+        for s in crate::types::successors(f, &f.code[end - 1], b) {
+            preds[s].push(b);
+        }
+    }
+    // The loop: blocks reachable from the header that lead back to it (not the way in).
+    let mut from_seed = vec![false; nb];
+    let mut work = vec![seed_block];
+    while let Some(b) = work.pop() {
+        let end = end_of(b);
+        if from_seed[b] || end == f.blocks[b].start as usize || types.before[end - 1].is_none() {
+            continue;
+        }
+        from_seed[b] = true;
+        work.extend(crate::types::successors(f, &f.code[end - 1], b));
+    }
+    let mut in_loop = vec![false; nb];
+    let mut work = preds[seed_block].clone();
+    while let Some(b) = work.pop() {
+        if !in_loop[b] && from_seed[b] {
+            in_loop[b] = true;
+            work.extend(preds[b].iter().copied());
+        }
+    }
+    let (mut native_n, mut step_n) = (0, 0);
+    for b in (0..nb).filter(|&b| in_loop[b]) {
+        for pc in f.blocks[b].start as usize..end_of(b) {
+            if types.before[pc].is_none() {
+                break;
+            }
+            match classify(program, f, types, pc) {
+                Class::Native => native_n += 1,
+                Class::Step => step_n += 1,
+                Class::Exit => return Err(format!("the loop leaves to the interpreter at instruction {pc}")),
+            }
+        }
+    }
+    if step_n > native_n {
+        return Err(format!("the loop is mostly helper calls ({step_n} of {})", step_n + native_n));
+    }
+    Ok(())
+}

@@ -1,0 +1,349 @@
+//! Lowering one instruction: typed machine code, a `step` call, or an exit.
+
+use super::*;
+
+impl<'a> Emitter<'a> {
+
+    pub(super) fn lower(&mut self, pc: usize) {
+        let instr = self.f.code[pc];
+        if let Some(i) = self.cur.and_then(|l| self.loops[l].hoisted.iter().position(|&h| h == pc)) {
+            // Computed by the loop's entry stubs (`loops.rs`): copied into place here.
+            let (Instr::Math1 { dst, .. }, h) = (instr, hoist_offset(i)) else { unreachable!("only Math1 is hoisted") };
+            dynasm!(self.ops ; .arch x64 ; movsd xmm0, QWORD [rsp + h]);
+            self.prepare_def(pc, dst);
+            self.store_float(dst);
+            return;
+        }
+        let t = self.types.before[pc].clone().expect("reached");
+        let class = classify(self.program, self.f, self.types, pc);
+        match class {
+            Class::Exit => {
+                self.exit_here(pc);
+                // The interpreter comes back after it (an entry point), a new run.
+                self.run_start = pc + 1;
+                return;
+            }
+            Class::Step => {
+                self.step(pc);
+                return;
+            }
+            Class::Native => {}
+        }
+        let ty = |r: Reg| t[r.index()];
+        match instr {
+            Instr::LoadNil { dst } => {
+                self.prepare_def(pc, dst);
+                let s = slot(dst);
+                dynasm!(self.ops ; .arch x64 ; mov QWORD [rbx + s], tag::NIL as i32);
+            }
+            Instr::LoadBool { dst, value } => {
+                self.prepare_def(pc, dst);
+                dynasm!(self.ops ; .arch x64 ; mov eax, (value != 0) as i32);
+                self.store_bool(dst);
+            }
+            Instr::LoadK { dst, k } => match self.program.consts[k.index()] {
+                Const::Int(i) => {
+                    self.prepare_def(pc, dst);
+                    dynasm!(self.ops ; .arch x64 ; mov rax, QWORD i);
+                    self.store_int(dst);
+                }
+                Const::Float(x) => {
+                    self.prepare_def(pc, dst);
+                    let s = slot(dst);
+                    dynasm!(self.ops ; .arch x64
+                        ; mov rax, QWORD x.to_bits() as i64
+                        ; mov QWORD [rbx + s], tag::FLOAT as i32
+                        ; mov QWORD [rbx + s + 8], rax);
+                    self.home_from_rax(dst);
+                }
+                Const::Str(_) => self.step(pc),
+            },
+            Instr::Add { dst, a, b } | Instr::Sub { dst, a, b } | Instr::Mul { dst, a, b } | Instr::Div { dst, a, b }
+            | Instr::Mod { dst, a, b } | Instr::Pow { dst, a, b } => {
+                self.prepare_def(pc, dst);
+                let int = ty(a) == Ty::Int && ty(b) == Ty::Int;
+                if int && !matches!(instr, Instr::Div { .. }) {
+                    self.int_arith(pc, instr, a, b);
+                    self.store_int(dst);
+                } else {
+                    self.float_arith(pc, instr, a, b);
+                    self.store_float(dst);
+                }
+            }
+            Instr::Neg { dst, src } => {
+                self.prepare_def(pc, dst);
+                let s = slot(src) + 8;
+                if ty(src) == Ty::Int {
+                    let overflow = self.cold_exit(pc);
+                    dynasm!(self.ops ; .arch x64 ; mov rax, QWORD [rbx + s] ; neg rax ; jo =>overflow);
+                    self.store_int(dst);
+                } else {
+                    dynasm!(self.ops ; .arch x64
+                        ; mov rax, QWORD [rbx + s]
+                        ; btc rax, 63
+                        ; movq xmm0, rax);
+                    self.store_float(dst);
+                }
+            }
+            Instr::Not { dst, src } => {
+                let s = slot(src) + 8;
+                dynasm!(self.ops ; .arch x64 ; movzx eax, BYTE [rbx + s] ; xor eax, 1);
+                self.store_bool(dst);
+            }
+            Instr::CheckBool { .. } | Instr::CheckInt { .. } => {}
+            Instr::Lt { dst, a, b } | Instr::Le { dst, a, b } | Instr::Gt { dst, a, b } | Instr::Ge { dst, a, b }
+            | Instr::Eq { dst, a, b } | Instr::Ne { dst, a, b } => {
+                self.prepare_def(pc, dst);
+                self.compare_to_al(pc, instr, ty(a), a, b);
+                self.store_bool(dst);
+            }
+            Instr::Math1 { dst, src, builtin } => {
+                self.prepare_def(pc, dst);
+                let f = self.program.builtins[builtin.index()].scalar.expect("Math1 names a scalar built-in");
+                self.load_float(pc, src, false);
+                dynasm!(self.ops ; .arch x64 ; mov rdi, QWORD native::scalar_address(f) as i64);
+                self.call(native::call_scalar as *const ());
+                self.store_float(dst);
+            }
+            Instr::MulAdd { dst, a, b } => {
+                self.load_float(pc, a, true);
+                match self.home(b) {
+                    Some(Home::Xmm(k)) => dynasm!(self.ops ; .arch x64 ; mulsd xmm1, Rx(k)),
+                    _ => {
+                        let sb = slot(b) + 8;
+                        dynasm!(self.ops ; .arch x64 ; mulsd xmm1, QWORD [rbx + sb]);
+                    }
+                }
+                self.load_float(pc, dst, false);
+                dynasm!(self.ops ; .arch x64 ; addsd xmm0, xmm1);
+                self.store_float(dst);
+            }
+            Instr::AdjAdd { dst, a, b } => match (ty(a), ty(b)) {
+                (Ty::Plain, Ty::Float) => {
+                    // `a` is `nil` (no adjoint yet) or a float: check which.
+                    self.prepare_def(pc, dst);
+                    self.load_float(pc, b, true);
+                    self.maybe_nil_plus_xmm1(pc, a);
+                    self.store_float(dst);
+                }
+                (Ty::Float, Ty::Plain) => {
+                    self.prepare_def(pc, dst);
+                    self.load_float(pc, a, false);
+                    self.add_unless_nil(pc, b);
+                    self.store_float(dst);
+                }
+                (Ty::Float, Ty::Float) => {
+                    self.prepare_def(pc, dst);
+                    self.load_float(pc, a, false);
+                    self.load_float(pc, b, true);
+                    dynasm!(self.ops ; .arch x64 ; addsd xmm0, xmm1);
+                    self.store_float(dst);
+                }
+                (Ty::Nil, t2) => self.copy(dst, ty(dst), b, t2),
+                (t1, _) => self.copy(dst, ty(dst), a, t1),
+            },
+            Instr::Jump { target, args } => {
+                let params = self.f.list(self.f.blocks[target.index()].params).to_vec();
+                let mut cur = t.clone();
+                for (p, a) in params.iter().zip(self.f.list(args).to_vec()) {
+                    self.copy(*p, cur[p.index()], a, cur[a.index()]);
+                    cur[p.index()] = cur[a.index()];
+                }
+                self.jump_edge(pc, target);
+            }
+            Instr::JumpPar { target, .. } => {
+                let (func, pcu) = (self.func.0 as i32, pc as i32);
+                dynasm!(self.ops ; .arch x64 ; mov rdi, r12 ; mov rsi, rbx ; mov edx, func ; mov ecx, pcu);
+                self.call(native::parallel_copy as *const ());
+                self.jump_edge(pc, target);
+            }
+            Instr::AddJump { dst, k, target } | Instr::SubJump { dst, k, target } => {
+                let add = matches!(instr, Instr::AddJump { .. });
+                let sd = slot(dst) + 8;
+                if ty(dst) == Ty::Int {
+                    let overflow = self.cold_exit(pc);
+                    if let Some(Home::Gp(g)) = self.home(dst) {
+                        // In place: on overflow the home is dead (native code leaves).
+                        let sk = slot(k) + 8;
+                        match (self.home(k), add) {
+                            (Some(Home::Gp(h)), true) => dynasm!(self.ops ; .arch x64 ; add Rq(g), Rq(h)),
+                            (Some(Home::Gp(h)), false) => dynasm!(self.ops ; .arch x64 ; sub Rq(g), Rq(h)),
+                            (_, true) => dynasm!(self.ops ; .arch x64 ; add Rq(g), QWORD [rbx + sk]),
+                            (_, false) => dynasm!(self.ops ; .arch x64 ; sub Rq(g), QWORD [rbx + sk]),
+                        }
+                        dynasm!(self.ops ; .arch x64 ; jo =>overflow ; mov QWORD [rbx + sd], Rq(g));
+                        self.jump_edge(pc, target);
+                        return;
+                    }
+                    self.load_int(dst, false);
+                    self.load_int(k, true);
+                    if add {
+                        dynasm!(self.ops ; .arch x64 ; add rax, rcx);
+                    } else {
+                        dynasm!(self.ops ; .arch x64 ; sub rax, rcx);
+                    }
+                    dynasm!(self.ops ; .arch x64 ; jo =>overflow ; mov QWORD [rbx + sd], rax);
+                    self.home_from_rax(dst);
+                } else {
+                    self.load_float(pc, dst, false);
+                    self.load_float(pc, k, true);
+                    if add {
+                        dynasm!(self.ops ; .arch x64 ; addsd xmm0, xmm1);
+                    } else {
+                        dynasm!(self.ops ; .arch x64 ; subsd xmm0, xmm1);
+                    }
+                    dynasm!(self.ops ; .arch x64 ; movsd QWORD [rbx + sd], xmm0);
+                    self.home_from_xmm0(dst);
+                }
+                self.jump_edge(pc, target);
+            }
+            Instr::Branch { cond, then_blk, else_blk } => {
+                let s = slot(cond) + 8;
+                let taken = self.ops.new_dynamic_label();
+                dynasm!(self.ops ; .arch x64 ; cmp BYTE [rbx + s], 0 ; jne =>taken);
+                self.branch_edge(pc, else_blk);
+                dynasm!(self.ops ; .arch x64 ; =>taken);
+                self.branch_edge(pc, then_blk);
+            }
+            Instr::BranchCtl { then_blk, else_blk } => {
+                dynasm!(self.ops ; .arch x64 ; mov rdi, r12);
+                self.call(native::pop_control as *const ());
+                let empty = self.ops.new_dynamic_label();
+                let taken = self.ops.new_dynamic_label();
+                dynasm!(self.ops ; .arch x64 ; test rax, rax ; js =>empty ; jnz =>taken);
+                self.branch_edge(pc, else_blk);
+                dynasm!(self.ops ; .arch x64 ; =>taken);
+                self.branch_edge(pc, then_blk);
+                dynasm!(self.ops ; .arch x64 ; =>empty);
+                // Nothing was popped: the interpreter raises the underflow.
+                self.exit_here(pc);
+            }
+            Instr::BranchNotLt { a, b, else_blk }
+            | Instr::BranchNotLe { a, b, else_blk }
+            | Instr::BranchNotGt { a, b, else_blk }
+            | Instr::BranchNotGe { a, b, else_blk } => {
+                let compare = match instr {
+                    Instr::BranchNotLt { .. } => Instr::Lt { dst: a, a, b },
+                    Instr::BranchNotLe { .. } => Instr::Le { dst: a, a, b },
+                    Instr::BranchNotGt { .. } => Instr::Gt { dst: a, a, b },
+                    _ => Instr::Ge { dst: a, a, b },
+                };
+                let else_edge = self.cold_edge(pc, else_blk);
+                self.compare_jump(pc, compare, ty(a), a, b, else_edge, true);
+                // Falling through into the next block continues the run.
+                self.count(pc + 1 - self.run_start);
+                let next = pc + 1;
+                let label = self.target(next);
+                // The next block's code follows directly (blocks are emitted in order).
+                if label != self.labels[next] {
+                    dynasm!(self.ops ; .arch x64 ; jmp =>label);
+                }
+            }
+            Instr::Index { dst, obj, idx } if self.view_slot(obj).is_some() => {
+                let v = self.view_slot(obj).unwrap_or_default();
+                let out = self.cold_exit(pc);
+                self.load_int(idx, false);
+                dynasm!(self.ops ; .arch x64
+                    ; cmp rax, QWORD [rsp + v + 8] ; jae =>out
+                    ; mov rcx, QWORD [rsp + v]
+                    ; movsd xmm0, QWORD [rcx + rax * 8]);
+                self.prepare_def(pc, dst);
+                self.store_float(dst);
+            }
+            Instr::Index2 { dst, obj, ij } if self.view_slot(obj).is_some() => {
+                let v = self.view_slot(obj).unwrap_or_default();
+                let out = self.cold_exit(pc);
+                let l = self.f.list(ij);
+                let (i, j) = (l[0], l[1]);
+                self.load_int(i, false);
+                self.load_int(j, true);
+                dynasm!(self.ops ; .arch x64
+                    ; cmp rax, QWORD [rsp + v + 8] ; jae =>out
+                    ; cmp rcx, QWORD [rsp + v + 16] ; jae =>out
+                    ; imul rax, QWORD [rsp + v + 16]
+                    ; add rax, rcx
+                    ; mov rdx, QWORD [rsp + v]
+                    ; movsd xmm0, QWORD [rdx + rax * 8]);
+                self.prepare_def(pc, dst);
+                self.store_float(dst);
+            }
+            Instr::Index { dst, obj, idx } => {
+                let (so, sx) = (slot(obj), slot(idx) + 8);
+                dynasm!(self.ops ; .arch x64 ; lea rdi, [rbx + so] ; mov rsi, QWORD [rbx + sx] ; lea rdx, [rsp]);
+                self.call(native::index_float as *const ());
+                self.float_from_scratch(pc, dst);
+            }
+            Instr::Index2 { dst, obj, ij } => {
+                let l = self.f.list(ij);
+                let (so, sx, sy) = (slot(obj), slot(l[0]) + 8, slot(l[1]) + 8);
+                dynasm!(self.ops ; .arch x64 ; lea rdi, [rbx + so] ; mov rsi, QWORD [rbx + sx] ; mov rdx, QWORD [rbx + sy] ; lea rcx, [rsp]);
+                self.call(native::index2_float as *const ());
+                self.float_from_scratch(pc, dst);
+            }
+            Instr::SetIndex { obj, idx, src } => {
+                let (so, sx, sv) = (slot(obj), slot(idx) + 8, slot(src) + 8);
+                dynasm!(self.ops ; .arch x64 ; lea rdi, [rbx + so] ; mov rsi, QWORD [rbx + sx] ; movsd xmm0, QWORD [rbx + sv]);
+                self.call(native::set_index_float as *const ());
+                self.exit_unless_al(pc);
+            }
+            Instr::SetIndex2 { obj, ijv } => {
+                let l = self.f.list(ijv);
+                let (so, sx, sy, sv) = (slot(obj), slot(l[0]) + 8, slot(l[1]) + 8, slot(l[2]) + 8);
+                dynasm!(self.ops ; .arch x64
+                    ; lea rdi, [rbx + so] ; mov rsi, QWORD [rbx + sx] ; mov rdx, QWORD [rbx + sy] ; movsd xmm0, QWORD [rbx + sv]);
+                self.call(native::set_index2_float as *const ());
+                self.exit_unless_al(pc);
+            }
+            Instr::TapePop { dst } => {
+                dynasm!(self.ops ; .arch x64 ; mov rdi, r12 ; lea rsi, [rsp]);
+                self.call(native::tape_pop_float as *const ());
+                // No float on top: the speculation failed (the interpreter pops whatever it
+                // is, and the next compilation of this function does not speculate here).
+                let ok = self.ops.new_dynamic_label();
+                dynasm!(self.ops ; .arch x64 ; test al, al ; jnz =>ok);
+                self.leave(pc - self.run_start, status::encode(status::GUARD, pc as u32, status::SPECULATION));
+                dynasm!(self.ops ; .arch x64 ; =>ok);
+                self.prepare_def(pc, dst);
+                dynasm!(self.ops ; .arch x64 ; movsd xmm0, QWORD [rsp]);
+                self.store_float(dst);
+            }
+            Instr::Pull { dst, rule, args } => {
+                self.pull_float(pc, rule, args);
+                self.prepare_def(pc, dst);
+                self.store_float(dst);
+            }
+            Instr::PullAdd { dst, rule, args } => {
+                self.pull_float(pc, rule, args);
+                // `dst (+) v`, in that order (a NaN's payload comes from the first operand).
+                match ty(dst) {
+                    Ty::Float => {
+                        dynasm!(self.ops ; .arch x64 ; movapd xmm1, xmm0);
+                        self.load_float(pc, dst, false);
+                        dynasm!(self.ops ; .arch x64 ; addsd xmm0, xmm1);
+                    }
+                    Ty::Plain => {
+                        dynasm!(self.ops ; .arch x64 ; movapd xmm1, xmm0);
+                        self.maybe_nil_plus_xmm1(pc, dst);
+                    }
+                    _ => {}
+                }
+                self.store_float(dst);
+            }
+            Instr::TapeSave { src } | Instr::TapePush { src } => {
+                let s = slot(src) + 8;
+                if ty(src) == Ty::Float {
+                    dynasm!(self.ops ; .arch x64 ; mov rdi, r12 ; movsd xmm0, QWORD [rbx + s]);
+                    self.call(native::tape_push_float as *const ());
+                } else {
+                    dynasm!(self.ops ; .arch x64 ; mov rdi, r12 ; mov rsi, QWORD [rbx + s]);
+                    self.call(native::tape_push_int as *const ());
+                }
+            }
+            Instr::TapePushCtl { bit } => {
+                dynasm!(self.ops ; .arch x64 ; mov rdi, r12 ; mov esi, bit as i32);
+                self.call(native::tape_push_control as *const ());
+            }
+            other => unreachable!("{} classified native but not lowered", other.name()),
+        }
+    }
+}

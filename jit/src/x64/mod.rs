@@ -1,0 +1,510 @@
+//! The x86-64 emitter: typed machine code over the interpreter's frame (`native.rs` in the VM
+//! describes the contract).
+//!
+//! Pinned registers while native code runs (all callee-saved, so helper calls keep them):
+//!
+//! | register | holds |
+//! | --- | --- |
+//! | `rbx` | the frame's registers: Zy register `r` is the 16 bytes at `[rbx + 16 r]` (tag word, payload word) |
+//! | `r12` | the `Vm` (helpers' first argument; `steps` and `next_check` at fixed offsets) |
+//!
+//! `rax`, `rcx`, `rdx`, `rsi`, `rdi`, `xmm0` and `xmm1` are scratch within one instruction.
+//! Outside cached loops no value lives in a machine register across instructions; inside one
+//! (`loops.rs`), `xmm2`-`xmm15`, `r8`-`r11`, `r13` and `r14` hold copies of slots (homes,
+//! written through) and `r15` the instruction count. Either way every instruction boundary
+//! is a point where the frame is exactly the interpreter's and native code may leave.
+//!
+//! The native stack frame below the saved registers: `[rsp]` a helper's scratch word, then
+//! the cached loop's views and hoisted values (`view_offset`, `hoist_offset`).
+//!
+//! Each instruction is lowered one of three ways (`Class`): typed machine code; a call of the
+//! VM's `step` (the shared semantics of `semantics.rs`), which may decline or fail and then
+//! leaves; or an exit to the interpreter at that instruction (calls, returns, and operand
+//! types this file does not specialise). Calls into the runtime go through `rax` (`mov rax,
+//! QWORD addr; call rax`): a rel32 call cannot reach the binary from mapped memory.
+//!
+//! Files: `classify.rs` (what each instruction lowers to, and whether a loop is worth it),
+//! this file (the emitter's state, its primitives: counting, homes, loads and stores, edges),
+//! `lower.rs` (one instruction), `arith.rs` (arithmetic, comparisons, pullback rules),
+//! `ways.rs` (the ways in and out: entries, loop stubs, rare exits), and `compile` below.
+
+mod arith;
+mod classify;
+mod lower;
+mod ways;
+
+pub use classify::{check_profitable, classify, no_worse, Class};
+
+
+use crate::loops::{CachedLoop, Home};
+use crate::types::{Ty, Types};
+use dynasmrt::x64::Assembler;
+use dynasmrt::{dynasm, AssemblyOffset, DynamicLabel, DynasmApi, DynasmLabelApi};
+use zygvm_vm::bytecode::{BlockId, FuncId, Instr, ListId, Reg};
+use zygvm_vm::native::{self, status, tag, NativeCode};
+use zygvm_vm::program::{Const, Function, Program};
+
+/// The stack offset of view `i` of a cached loop: data pointer, length or rows, columns
+/// (`[rsp]` is the helpers' scratch word; the prologue reserves the views after it).
+const fn view_offset(i: usize) -> i32 {
+    8 + 32 * i as i32
+}
+
+/// The stack offset of hoisted value `i` of a cached loop (after the views).
+const fn hoist_offset(i: usize) -> i32 {
+    view_offset(crate::loops::MAX_VIEWS) + 8 * i as i32
+}
+
+/// Stack bytes below the saved registers: the scratch word, the views and the hoisted
+/// values, keeping `rsp` 16-byte aligned at calls (return address + 6 pushes = 56 bytes).
+const FRAME_BYTES: i32 = hoist_offset(crate::loops::MAX_HOISTS);
+const _: () = assert!(FRAME_BYTES % 16 == 8, "the native frame would misalign calls");
+
+/// The byte offset of register `r`'s tag word (payload at `+ 8`).
+fn slot(r: Reg) -> i32 {
+    16 * r.0 as i32
+}
+
+struct Emitter<'a> {
+    ops: Assembler,
+    program: &'a Program,
+    f: &'a Function,
+    func: FuncId,
+    types: &'a Types,
+    /// The registers live before each instruction (`types::live_before`).
+    live: Vec<Vec<bool>>,
+    /// One label per instruction (the start of its code).
+    labels: Vec<DynamicLabel>,
+    epilogue: DynamicLabel,
+    steps: i32,
+    next_check: i32,
+    /// Where the current straight-line run began (the interpreter counts instructions per
+    /// run; native code adds the same counts at the same points).
+    run_start: usize,
+    /// The cached loops (`loops.rs`), the loop each instruction belongs to, and the one being
+    /// lowered now (its homes are in use; `r15` holds the instruction count).
+    loops: Vec<CachedLoop>,
+    loop_of: Vec<Option<usize>>,
+    cur: Option<usize>,
+    /// The instruction being lowered (`None` in stubs and cold code).
+    pc: Option<usize>,
+    /// Where each lowered instruction's code starts (for `--dump asm`).
+    pc_offsets: Vec<(u32, u32)>,
+    /// Stubs into and out of cached loops still to emit: (kind, instruction, label).
+    stubs: Vec<(Stub, usize, DynamicLabel)>,
+    /// Rare exits still to emit (`cold_exit`).
+    cold: Vec<Cold>,
+}
+
+/// A way into or out of the cached loop with the given index.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Stub {
+    Enter(usize),
+    Leave(usize),
+}
+
+/// An exit placed after the function's code: its label, the instructions of the run it
+/// counts, the instruction it leaves at, and the loop it was in (where the count lives).
+struct Cold {
+    label: DynamicLabel,
+    counted: usize,
+    pc: usize,
+    cur: Option<usize>,
+    /// `None`: leave to the interpreter at `pc`; `Some(b)`: the taken edge to block `b` of
+    /// the branch at `pc`.
+    edge: Option<BlockId>,
+}
+
+/// The first instruction of a block.
+fn start(f: &Function, b: BlockId) -> usize {
+    f.blocks[b.index()].start as usize
+}
+
+impl<'a> Emitter<'a> {
+    pub(super) fn ty(&self, pc: usize, r: Reg) -> Ty {
+        self.types.before[pc].as_ref().expect("reached")[r.index()]
+    }
+
+    /// Adds `n` to the instruction count.
+    pub(super) fn count(&mut self, n: usize) {
+        if n > 0 {
+            let (s, n) = (self.steps, n as i32);
+            if self.cur.is_some() {
+                // Inside a cached loop the count lives in `r15` (stored on the way out).
+                let _ = s;
+                dynasm!(self.ops ; .arch x64 ; add r15, n);
+            } else {
+                dynasm!(self.ops ; .arch x64 ; add QWORD [r12 + s], n);
+            }
+        }
+    }
+
+    /// Loads every home of the current loop from its slot (write-through keeps the slots
+    /// exact): on the way in, and after a call that may have clobbered caller-saved ones.
+    pub(super) fn load_homes(&mut self) {
+        let Some(l) = self.cur else { return };
+        for (r, home) in self.loops[l].homes.clone().iter().enumerate() {
+            let s = 16 * r as i32 + 8;
+            match home {
+                Some(Home::Xmm(k)) => dynasm!(self.ops ; .arch x64 ; movsd Rx(*k), QWORD [rbx + s]),
+                Some(Home::Gp(g)) => dynasm!(self.ops ; .arch x64 ; mov Rq(*g), QWORD [rbx + s]),
+                None => {}
+            }
+        }
+    }
+
+    /// The stack offset of the view of container register `obj` in the current loop.
+    pub(super) fn view_slot(&self, obj: Reg) -> Option<i32> {
+        let l = self.cur?;
+        self.loops[l].views.iter().position(|&r| r == obj).map(view_offset)
+    }
+
+    /// Where `r` lives besides its slot while the current loop runs.
+    pub(super) fn home(&self, r: Reg) -> Option<Home> {
+        self.cur.and_then(|l| self.loops[l].homes[r.index()])
+    }
+
+    /// The label to jump to for instruction `to` from the code being lowered: out of a cached
+    /// loop, a stub that stores the count; into one from outside it, its entry stub (which
+    /// loads the homes); otherwise `to` itself.
+    pub(super) fn target(&mut self, to: usize) -> DynamicLabel {
+        let stub = match (self.cur, self.loop_of[to]) {
+            (Some(l), dest) if dest != Some(l) => Stub::Leave(l),
+            (_, Some(l)) if self.cur != Some(l) => Stub::Enter(l),
+            _ => return self.labels[to],
+        };
+        if let Some(&(_, _, label)) = self.stubs.iter().find(|s| s.0 == stub && s.1 == to) {
+            return label;
+        }
+        let label = self.ops.new_dynamic_label();
+        self.stubs.push((stub, to, label));
+        label
+    }
+
+    /// After the payload word of `d` was written from `rax`: the same bits into its home.
+    pub(super) fn home_from_rax(&mut self, d: Reg) {
+        match self.home(d) {
+            Some(Home::Gp(g)) => dynasm!(self.ops ; .arch x64 ; mov Rq(g), rax),
+            Some(Home::Xmm(k)) => dynasm!(self.ops ; .arch x64 ; movq Rx(k), rax),
+            None => {}
+        }
+    }
+
+    /// After the payload word of `d` was written from `xmm0`: the same bits into its home.
+    pub(super) fn home_from_xmm0(&mut self, d: Reg) {
+        match self.home(d) {
+            Some(Home::Gp(g)) => dynasm!(self.ops ; .arch x64 ; movq Rq(g), xmm0),
+            Some(Home::Xmm(k)) => dynasm!(self.ops ; .arch x64 ; movapd Rx(k), xmm0),
+            None => {}
+        }
+    }
+
+    /// `rax` (`second`: `rcx`) := the payload word of an int register.
+    pub(super) fn load_int(&mut self, r: Reg, second: bool) {
+        let s = slot(r) + 8;
+        match (self.home(r), second) {
+            (Some(Home::Gp(g)), false) => dynasm!(self.ops ; .arch x64 ; mov rax, Rq(g)),
+            (Some(Home::Gp(g)), true) => dynasm!(self.ops ; .arch x64 ; mov rcx, Rq(g)),
+            (_, false) => dynasm!(self.ops ; .arch x64 ; mov rax, QWORD [rbx + s]),
+            (_, true) => dynasm!(self.ops ; .arch x64 ; mov rcx, QWORD [rbx + s]),
+        }
+    }
+
+    /// Leaves with `status` in `rax` after counting `counted` instructions.
+    pub(super) fn leave(&mut self, counted: usize, st: u64) {
+        self.count(counted);
+        if self.cur.is_some() {
+            let steps = self.steps;
+            dynasm!(self.ops ; .arch x64 ; mov QWORD [r12 + steps], r15);
+        }
+        let ep = self.epilogue;
+        dynasm!(self.ops ; .arch x64 ; mov rax, QWORD st as i64 ; jmp =>ep);
+    }
+
+    /// Leaves to the interpreter at `pc` (the instruction not run).
+    pub(super) fn exit_here(&mut self, pc: usize) {
+        self.leave(pc - self.run_start, status::encode(status::EXIT, pc as u32, 0));
+    }
+
+    /// A label that leaves to the interpreter at `pc`, its code placed after the function's
+    /// (a rare exit, such as an int overflow, kept off the straight-line path).
+    pub(super) fn cold_exit(&mut self, pc: usize) -> DynamicLabel {
+        let label = self.ops.new_dynamic_label();
+        self.cold.push(Cold { label, counted: pc - self.run_start, pc, cur: self.cur, edge: None });
+        label
+    }
+
+    /// A label for the taken edge of the branch at `pc` to `target`, its code placed after
+    /// the function's (the edge a loop leaves by, kept off the loop's straight line).
+    pub(super) fn cold_edge(&mut self, pc: usize, target: BlockId) -> DynamicLabel {
+        let label = self.ops.new_dynamic_label();
+        self.cold.push(Cold { label, counted: pc + 1 - self.run_start, pc, cur: self.cur, edge: Some(target) });
+        label
+    }
+
+    /// Calls a runtime function whose address is `addr` (arguments already in place). Inside
+    /// a cached loop, the homes in caller-saved registers are reloaded from the frame after
+    /// (write-through keeps it exact); `rax`, `xmm0` and `xmm1` (results) are not homes.
+    pub(super) fn call(&mut self, addr: *const ()) {
+        dynasm!(self.ops ; .arch x64 ; mov rax, QWORD addr as i64 ; call rax);
+        self.load_homes();
+    }
+
+    /// Before a plain value is stored into `d`: drops what `d` holds unless it is known plain.
+    pub(super) fn prepare_def(&mut self, pc: usize, d: Reg) {
+        if !self.ty(pc, d).plain() {
+            self.clear_if_heap(d);
+        }
+    }
+
+    /// Drops the value in `d` if its tag says it has a heap part (checked at run time: a
+    /// register whose type merges two kinds is most often a number all the same).
+    pub(super) fn clear_if_heap(&mut self, d: Reg) {
+        let s = slot(d);
+        let skip = self.ops.new_dynamic_label();
+        dynasm!(self.ops ; .arch x64 ; cmp QWORD [rbx + s], tag::LAST_PLAIN as i32 ; jbe =>skip ; lea rdi, [rbx + s]);
+        self.call(native::clear_slot as *const ());
+        dynasm!(self.ops ; .arch x64 ; =>skip);
+    }
+
+    /// Whether `d` is known to hold a value of type `t` before the instruction being lowered
+    /// (its tag word then needs no store). Only for a live register: an entry point checks a
+    /// dead register for "no heap value", not for its inferred type.
+    pub(super) fn tag_known(&self, d: Reg, t: Ty) -> bool {
+        self.pc.is_some_and(|pc| self.live[pc][d.index()] && self.ty(pc, d) == t)
+    }
+
+    pub(super) fn store_float(&mut self, d: Reg) {
+        let s = slot(d);
+        if !self.tag_known(d, Ty::Float) {
+            dynasm!(self.ops ; .arch x64 ; mov QWORD [rbx + s], tag::FLOAT as i32);
+        }
+        dynasm!(self.ops ; .arch x64 ; movsd QWORD [rbx + s + 8], xmm0);
+        self.home_from_xmm0(d);
+    }
+
+    pub(super) fn store_int(&mut self, d: Reg) {
+        let s = slot(d);
+        if !self.tag_known(d, Ty::Int) {
+            dynasm!(self.ops ; .arch x64 ; mov QWORD [rbx + s], tag::INT as i32);
+        }
+        dynasm!(self.ops ; .arch x64 ; mov QWORD [rbx + s + 8], rax);
+        self.home_from_rax(d);
+    }
+
+    /// Stores the bool in `al`.
+    pub(super) fn store_bool(&mut self, d: Reg) {
+        let s = slot(d);
+        dynasm!(self.ops ; .arch x64 ; movzx eax, al ; mov QWORD [rbx + s], tag::BOOL as i32 ; mov QWORD [rbx + s + 8], rax);
+        self.home_from_rax(d);
+    }
+
+    /// Loads a number register as a float into `xmm0` (`second`: `xmm1`).
+    pub(super) fn load_float(&mut self, pc: usize, r: Reg, second: bool) {
+        let s = slot(r) + 8;
+        match (self.home(r), self.ty(pc, r), second) {
+            (Some(Home::Xmm(k)), Ty::Float, false) => return dynasm!(self.ops ; .arch x64 ; movapd xmm0, Rx(k)),
+            (Some(Home::Xmm(k)), Ty::Float, true) => return dynasm!(self.ops ; .arch x64 ; movapd xmm1, Rx(k)),
+            (Some(Home::Gp(g)), Ty::Int, false) => return dynasm!(self.ops ; .arch x64 ; cvtsi2sd xmm0, Rq(g)),
+            (Some(Home::Gp(g)), Ty::Int, true) => return dynasm!(self.ops ; .arch x64 ; cvtsi2sd xmm1, Rq(g)),
+            _ => {}
+        }
+        match (self.ty(pc, r), second) {
+            (Ty::Int, false) => dynasm!(self.ops ; .arch x64 ; cvtsi2sd xmm0, QWORD [rbx + s]),
+            (Ty::Int, true) => dynasm!(self.ops ; .arch x64 ; cvtsi2sd xmm1, QWORD [rbx + s]),
+            (_, false) => dynasm!(self.ops ; .arch x64 ; movsd xmm0, QWORD [rbx + s]),
+            (_, true) => dynasm!(self.ops ; .arch x64 ; movsd xmm1, QWORD [rbx + s]),
+        }
+    }
+
+    /// The taken edge of a `Jump`: counts the run, then checks the limits the interpreter
+    /// would check (after the jump, at the target) before going on there.
+    pub(super) fn jump_edge(&mut self, pc: usize, target: BlockId) {
+        self.count(pc + 1 - self.run_start);
+        let to = start(self.f, target);
+        self.check_then_go(to, to as u32);
+    }
+
+    /// Goes to instruction `to` unless the instruction count reached its next check; then
+    /// leaves with `LIMIT(trace, to)` (the interpreter checks with its pc at `trace`).
+    pub(super) fn check_then_go(&mut self, to: usize, trace: u32) {
+        let (steps, next) = (self.steps, self.next_check);
+        let label = self.target(to);
+        if self.cur.is_some() {
+            dynasm!(self.ops ; .arch x64 ; cmp r15, QWORD [r12 + next] ; jb =>label);
+        } else {
+            dynasm!(self.ops ; .arch x64
+                ; mov rax, QWORD [r12 + steps]
+                ; cmp rax, QWORD [r12 + next]
+                ; jb =>label
+            );
+        }
+        self.leave(0, status::encode(status::LIMIT, trace, to as u32));
+    }
+
+    /// The taken edge of a conditional branch: backward ones check the limits first.
+    pub(super) fn branch_edge(&mut self, pc: usize, target: BlockId) {
+        self.count(pc + 1 - self.run_start);
+        let to = start(self.f, target);
+        if to < pc + 1 {
+            self.check_then_go(to, pc as u32 + 1);
+        } else {
+            let label = self.target(to);
+            dynasm!(self.ops ; .arch x64 ; jmp =>label);
+        }
+    }
+
+    /// A call of `step` for the instruction at `pc`; on anything but `STEP_DONE` it leaves
+    /// with the status `step` returned.
+    pub(super) fn step(&mut self, pc: usize) {
+        let (func, pcu) = (self.func.0 as i32, pc as i32);
+        dynasm!(self.ops ; .arch x64 ; mov rdi, r12 ; mov rsi, rbx ; mov edx, func ; mov ecx, pcu);
+        self.call(native::step as *const ());
+        let done = self.ops.new_dynamic_label();
+        let failed = self.ops.new_dynamic_label();
+        let ep = self.epilogue;
+        dynasm!(self.ops ; .arch x64 ; cmp rax, -1 ; je =>done);
+        // Declined (EXIT: the instruction did not run) or failed (ERROR: it counts).
+        self.count(pc - self.run_start);
+        dynasm!(self.ops ; .arch x64
+            ; mov rcx, rax
+            ; and rcx, 3
+            ; cmp rcx, status::ERROR as i32
+            ; je =>failed
+            ; jmp =>ep
+            ; =>failed
+        );
+        self.count(1);
+        dynasm!(self.ops ; .arch x64 ; jmp =>ep ; =>done);
+    }
+
+    /// Copies register `src` into `dst` (a block argument), types before the copy given.
+    pub(super) fn copy(&mut self, dst: Reg, dst_ty: Ty, src: Reg, src_ty: Ty) {
+        if dst == src {
+            return;
+        }
+        let (d, s) = (slot(dst), slot(src));
+        if src_ty.plain() {
+            if !dst_ty.plain() {
+                self.clear_if_heap(dst);
+            }
+            match src_ty.tag() {
+                Some(tg) => dynasm!(self.ops ; .arch x64 ; mov QWORD [rbx + d], tg as i32),
+                None => dynasm!(self.ops ; .arch x64 ; mov rax, QWORD [rbx + s] ; mov QWORD [rbx + d], rax),
+            }
+            // The payload from the source's home when it has one (no store-to-load chain
+            // through the frame for a loop-carried value).
+            match (self.home(src), src_ty) {
+                (Some(Home::Xmm(k)), Ty::Float) => dynasm!(self.ops ; .arch x64 ; movq rax, Rx(k)),
+                (Some(Home::Gp(g)), Ty::Int) => dynasm!(self.ops ; .arch x64 ; mov rax, Rq(g)),
+                _ => dynasm!(self.ops ; .arch x64 ; mov rax, QWORD [rbx + s + 8]),
+            }
+            dynasm!(self.ops ; .arch x64 ; mov QWORD [rbx + d + 8], rax);
+            self.home_from_rax(dst);
+        } else {
+            dynasm!(self.ops ; .arch x64 ; lea rdi, [rbx + d] ; lea rsi, [rbx + s]);
+            self.call(native::copy_slot as *const ());
+        }
+    }
+}
+
+/// Compiles `func` from its inferred types into one finalised code buffer.
+pub fn compile(program: &Program, func: FuncId, types: &Types) -> Result<NativeCode, String> {
+    let f = &program.functions[func.index()];
+    let mut ops = Assembler::new().map_err(|e| format!("cannot map code memory: {e}"))?;
+    let labels: Vec<DynamicLabel> = (0..f.code.len()).map(|_| ops.new_dynamic_label()).collect();
+    let epilogue = ops.new_dynamic_label();
+    // The way in: save the callee-saved registers, pin `rbx` and `r12`, jump to the target.
+    let enter = ops.offset();
+    dynasm!(ops ; .arch x64
+        ; push rbp ; mov rbp, rsp ; push rbx ; push r12 ; push r13 ; push r14 ; push r15 ; sub rsp, FRAME_BYTES
+        ; mov r12, rdi ; mov rbx, rsi ; jmp rdx
+        ; =>epilogue
+        ; add rsp, FRAME_BYTES ; pop r15 ; pop r14 ; pop r13 ; pop r12 ; pop rbx ; pop rbp ; ret
+    );
+    let live = crate::types::live_before(f);
+    // Cached loops whose every instruction lowers to machine code (a `step` or an exit would
+    // call out with homes in caller-saved registers).
+    let loops: Vec<CachedLoop> = crate::loops::find(program, f, types)
+        .into_iter()
+        .filter(|l| {
+            (l.first..=l.last).all(|pc| {
+                l.hoisted.contains(&pc)
+                    || classify(program, f, types, pc) == Class::Native
+            })
+        })
+        .collect();
+    let mut loop_of = vec![None; f.code.len()];
+    for (i, l) in loops.iter().enumerate() {
+        loop_of[l.first..=l.last].iter_mut().for_each(|x| *x = Some(i));
+    }
+    let mut e = Emitter {
+        ops,
+        program,
+        f,
+        func,
+        types,
+        live,
+        labels,
+        epilogue,
+        steps: native::steps_offset() as i32,
+        next_check: native::next_check_offset() as i32,
+        run_start: 0,
+        loops,
+        loop_of,
+        cur: None,
+        stubs: vec![],
+        cold: vec![],
+        pc: None,
+        pc_offsets: vec![],
+    };
+    // Entry points: reached block starts, and the instruction after each exit to the
+    // interpreter (where it comes back after a call).
+    let mut entry_pcs = vec![];
+    for (b, info) in f.blocks.iter().enumerate() {
+        let first = info.start as usize;
+        let end = f.blocks.get(b + 1).map_or(f.code.len(), |n| n.start as usize);
+        if types.before[first].is_none() {
+            continue;
+        }
+        entry_pcs.push(first);
+        e.run_start = first;
+        for pc in first..end {
+            if types.before[pc].is_none() {
+                break;
+            }
+            let label = e.labels[pc];
+            dynasm!(e.ops ; .arch x64 ; =>label);
+            if pc > first && e.run_start == pc {
+                entry_pcs.push(pc);
+            }
+            e.cur = e.loop_of[pc];
+            e.pc = Some(pc);
+            e.pc_offsets.push((pc as u32, e.ops.offset().0 as u32));
+            e.lower(pc);
+        }
+    }
+    e.cur = None;
+    e.pc = None;
+    e.pc_offsets.push((u32::MAX, e.ops.offset().0 as u32));
+    let mut entries = vec![std::ptr::null(); f.code.len()];
+    let mut offsets = vec![];
+    for &pc in &entry_pcs {
+        offsets.push((pc, e.entry(pc)));
+    }
+    e.emit_cold();
+    e.emit_stubs();
+    let size = e.ops.offset().0;
+    let pc_offsets = std::mem::take(&mut e.pc_offsets);
+    let cached_loops = e.loops.len();
+    let buf = e.ops.finalize().map_err(|_| "cannot finalise the code buffer".to_string())?;
+    for (pc, off) in offsets {
+        entries[pc] = buf.ptr(off);
+    }
+    // SAFETY: `enter` is the code emitted first above, with the `Enter` signature: it saves
+    // and restores every callee-saved register it uses, keeps the stack 16-byte aligned at
+    // calls (return address + 6 pushes + `FRAME_BYTES`, which the assertion by its
+    // definition keeps a multiple of 16 plus 8), and returns a status in `rax`.
+    let enter: native::Enter = unsafe { std::mem::transmute::<*const u8, native::Enter>(buf.ptr(enter)) };
+    Ok(NativeCode { enter, entries, owner: Box::new(buf), size, cached_loops, pc_offsets })
+}

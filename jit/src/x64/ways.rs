@@ -1,0 +1,102 @@
+//! The ways into and out of native code: entry points with their tag guards, the stubs into
+//! and out of cached loops, and the rare exits placed after the function's code.
+
+use super::*;
+
+impl<'a> Emitter<'a> {
+    /// The ways into cached loops (`loops.rs`): the instruction count into `r15`, hoisted math
+    /// computed into its slot, every home loaded from its slot; then on to the instruction.
+    pub(super) fn emit_stubs(&mut self) {
+        let mut done = 0;
+        // A stub out of a loop may lead into another (a new stub, emitted in turn).
+        while done < self.stubs.len() {
+            let (stub, to, label) = self.stubs[done];
+            done += 1;
+            let steps = self.steps;
+            let l = match stub {
+                Stub::Leave(_) => {
+                    dynasm!(self.ops ; .arch x64 ; =>label ; mov QWORD [r12 + steps], r15);
+                    self.cur = None;
+                    let next = self.target(to);
+                    dynasm!(self.ops ; .arch x64 ; jmp =>next);
+                    continue;
+                }
+                Stub::Enter(l) => l,
+            };
+            self.cur = None;
+            dynasm!(self.ops ; .arch x64 ; =>label ; mov r15, QWORD [r12 + steps]);
+            let first = self.loops[l].first;
+            for (i, pc) in self.loops[l].hoisted.clone().into_iter().enumerate() {
+                let Instr::Math1 { src, builtin, .. } = self.f.code[pc] else { unreachable!("only Math1 is hoisted") };
+                let f = self.program.builtins[builtin.index()].scalar.expect("Math1 names a scalar built-in");
+                self.load_float(first, src, false);
+                dynasm!(self.ops ; .arch x64 ; mov rdi, QWORD native::scalar_address(f) as i64);
+                self.call(native::call_scalar as *const ());
+                let h = hoist_offset(i);
+                dynasm!(self.ops ; .arch x64 ; movsd QWORD [rsp + h], xmm0);
+            }
+            for (i, obj) in self.loops[l].views.clone().into_iter().enumerate() {
+                let (so, v) = (slot(obj), view_offset(i));
+                dynasm!(self.ops ; .arch x64 ; lea rdi, [rbx + so] ; lea rsi, [rsp + v]);
+                self.call(native::float_view as *const ());
+            }
+            self.cur = Some(l);
+            self.load_homes();
+            self.cur = None;
+            let target = self.labels[to];
+            dynasm!(self.ops ; .arch x64 ; jmp =>target);
+        }
+    }
+
+    /// An entry point at `pc`: checks the tags the code from `pc` relies on, then goes there.
+    pub(super) fn entry(&mut self, pc: usize) -> AssemblyOffset {
+        let at = self.ops.offset();
+        let t = self.types.before[pc].clone().expect("reached");
+        let refuse = self.ops.new_dynamic_label();
+        for (r, ty) in t.iter().enumerate() {
+            let s = 16 * r as i32;
+            if *ty == Ty::Plain {
+                // Some plain value: the code stores over it without a drop.
+                dynasm!(self.ops ; .arch x64 ; cmp QWORD [rbx + s], tag::LAST_PLAIN as i32 ; ja =>refuse);
+                continue;
+            }
+            let Some(tg) = ty.tag() else { continue };
+            if self.live[pc][r] {
+                dynasm!(self.ops ; .arch x64 ; cmp QWORD [rbx + s], tg as i32 ; jne =>refuse);
+            } else {
+                // Dead here: whatever number it holds is overwritten before it is read, but
+                // native code stores over it without a drop, so it must hold no heap value.
+                dynasm!(self.ops ; .arch x64 ; cmp QWORD [rbx + s], tag::LAST_PLAIN as i32 ; ja =>refuse);
+            }
+        }
+        let label = self.target(pc);
+        dynasm!(self.ops ; .arch x64 ; jmp =>label ; =>refuse);
+        let ep = self.epilogue;
+        let st = status::encode(status::GUARD, pc as u32, 0);
+        dynasm!(self.ops ; .arch x64 ; mov rax, QWORD st as i64 ; jmp =>ep);
+        at
+    }
+
+    /// The rare exits and out-of-line edges (`cold_exit`, `cold_edge`), after the code.
+    pub(super) fn emit_cold(&mut self) {
+        for c in std::mem::take(&mut self.cold) {
+            self.cur = c.cur;
+            let label = c.label;
+            dynasm!(self.ops ; .arch x64 ; =>label);
+            match c.edge {
+                None => self.leave(c.counted, status::encode(status::EXIT, c.pc as u32, 0)),
+                Some(b) => {
+                    self.count(c.counted);
+                    let to = start(self.f, b);
+                    if to < c.pc + 1 {
+                        self.check_then_go(to, c.pc as u32 + 1);
+                    } else {
+                        let label = self.target(to);
+                        dynasm!(self.ops ; .arch x64 ; jmp =>label);
+                    }
+                }
+            }
+        }
+        self.cur = None;
+    }
+}
