@@ -57,6 +57,8 @@ pub struct CachedLoop {
     /// Float arrays and matrices the loop reads in place: the register holding each (never
     /// written in the loop), its view's stack slot being its position here.
     pub views: Vec<Reg>,
+    /// The registers some instruction of the loop writes (indexed by register).
+    pub written: Vec<bool>,
 }
 
 /// Views a loop may hold (stack slots reserved by the prologue in `x64.rs`).
@@ -248,5 +250,6 @@ fn qualify(program: &Program, f: &Function, types: &Types, first: usize, last: u
             _ => {}
         }
     }
-    Some(CachedLoop { first, last, hoisted, homes, views })
+    let written = written.iter().map(|&n| n > 0).collect();
+    Some(CachedLoop { first, last, hoisted, homes, views, written })
 }

@@ -40,6 +40,16 @@ impl<'a> Emitter<'a> {
                 dynasm!(self.ops ; .arch x64 ; lea rdi, [rbx + so] ; lea rsi, [rsp + v]);
                 self.call(native::float_view as *const ());
             }
+            // The tags of the registers the loop writes, as inferred at `to`: exact for live
+            // ones already, and for dead ones what lets the loop skip storing a tag it
+            // knows (`tag_known`). A dead register's slot holds no heap value (entry guard).
+            let t = self.types.before[to].clone().expect("a loop entry is reached");
+            for (r, ty) in t.iter().enumerate() {
+                if let (Some(tg), true, false) = (ty.tag(), self.loops[l].written[r], self.live[to][r]) {
+                    let s = 16 * r as i32;
+                    dynasm!(self.ops ; .arch x64 ; mov QWORD [rbx + s], tg as i32);
+                }
+            }
             self.cur = Some(l);
             self.load_homes();
             self.cur = None;
