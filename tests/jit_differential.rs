@@ -72,6 +72,9 @@ fn errors_and_traces_agree_on_every_tier() {
         "let i = 0\n  let s = 0.0\n  while i < 1000 {\n s = s + x * 1.5\n i += 1\n }\n  s",
         "let s = 0\n  let t = 0.0\n  for i in 0..100 {\n s = s + i\n t = t + s * x - exp(y)\n }\n  t",
         "let t = 0.0\n  while t < 10.0 {\n t = t + 0.5 * y * y + 0.01\n }\n  t * x",
+        // Found by the 100,000-program run: a pullback computed into xmm0 before the drop of
+        // the destination's old value (a string here), whose call clobbered it.
+        "let v0 = x\n  let v1 = y\n  if x > -100.0 {\n let arr1 = [v1, v1, v0]\n v0 = tanh(arr1[0] * arr1[1] + arr1[2])\n } else {\n let d2 = dict()\n d2[\"b\"] = tanh(softplus(-2.25) / (1.0 + (v0 * 18.25) * (v0 * 18.25)))\n let t3 = 0.0\n while t3 < 2.0 {\n }\n }\n  v0 + v1",
         // Containers read in place through views.
         "let a = [1, 2, 3]\n  let s = 0.0\n  for i in 0..3 {\n s += a[i] * x\n }\n  s",
         "let a = [1.0, 2.0, 3.0]\n  let s = 0.0\n  let i = 2\n  while i > -2 {\n s += a[i] * x\n i -= 1\n }\n  s",

@@ -9,8 +9,8 @@ impl<'a> Emitter<'a> {
         if let Some(i) = self.cur.and_then(|l| self.loops[l].hoisted.iter().position(|&h| h == pc)) {
             // Computed by the loop's entry stubs (`loops.rs`): copied into place here.
             let (Instr::Math1 { dst, .. }, h) = (instr, hoist_offset(i)) else { unreachable!("only Math1 is hoisted") };
-            dynasm!(self.ops ; .arch x64 ; movsd xmm0, QWORD [rsp + h]);
             self.prepare_def(pc, dst);
+            dynasm!(self.ops ; .arch x64 ; movsd xmm0, QWORD [rsp + h]);
             self.store_float(dst);
             return;
         }
@@ -242,12 +242,12 @@ impl<'a> Emitter<'a> {
             Instr::Index { dst, obj, idx } if self.view_slot(obj).is_some() => {
                 let v = self.view_slot(obj).unwrap_or_default();
                 let out = self.cold_exit(pc);
+                self.prepare_def(pc, dst);
                 self.load_int(idx, false);
                 dynasm!(self.ops ; .arch x64
                     ; cmp rax, QWORD [rsp + v + 8] ; jae =>out
                     ; mov rcx, QWORD [rsp + v]
                     ; movsd xmm0, QWORD [rcx + rax * 8]);
-                self.prepare_def(pc, dst);
                 self.store_float(dst);
             }
             Instr::Index2 { dst, obj, ij } if self.view_slot(obj).is_some() => {
@@ -255,6 +255,7 @@ impl<'a> Emitter<'a> {
                 let out = self.cold_exit(pc);
                 let l = self.f.list(ij);
                 let (i, j) = (l[0], l[1]);
+                self.prepare_def(pc, dst);
                 self.load_int(i, false);
                 self.load_int(j, true);
                 dynasm!(self.ops ; .arch x64
@@ -264,7 +265,6 @@ impl<'a> Emitter<'a> {
                     ; add rax, rcx
                     ; mov rdx, QWORD [rsp + v]
                     ; movsd xmm0, QWORD [rdx + rax * 8]);
-                self.prepare_def(pc, dst);
                 self.store_float(dst);
             }
             Instr::Index { dst, obj, idx } => {
@@ -308,8 +308,10 @@ impl<'a> Emitter<'a> {
                 self.store_float(dst);
             }
             Instr::Pull { dst, rule, args } => {
-                self.pull_float(pc, rule, args);
+                // Before computing: dropping the old value is a call, which clobbers `xmm0`.
+                // (A `dst` that is also an operand is a float: nothing to drop.)
                 self.prepare_def(pc, dst);
+                self.pull_float(pc, rule, args);
                 self.store_float(dst);
             }
             Instr::PullAdd { dst, rule, args } => {
