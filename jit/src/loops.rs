@@ -11,7 +11,7 @@
 //!   home (bools get none: see `qualify`). So the frame is exact at every instruction boundary, as everywhere else in native
 //!   code, and leaving the loop (an exit, a guard, a limit, an edge out) needs no write-back.
 //!   The invariant "home == the slot's payload word" is established on every way *into* the
-//!   loop (an entry stub loads the homes) and kept by every definition (`x64.rs`).
+//!   loop (an entry stub loads the homes) and kept by every definition (`x64/`).
 //! - **The instruction count in `r15`.** Counting in memory would put a store-to-load chain
 //!   through `Vm::steps` in every iteration; inside the loop the count is kept in `r15` and
 //!   stored after each update (a store, not a dependency).
@@ -61,7 +61,7 @@ pub struct CachedLoop {
     pub written: Vec<bool>,
 }
 
-/// Views a loop may hold (stack slots reserved by the prologue in `x64.rs`).
+/// Views a loop may hold (stack slots reserved by the prologue in `x64/mod.rs`).
 pub const MAX_VIEWS: usize = 4;
 /// Hoisted values a loop may hold (stack slots, likewise).
 pub const MAX_HOISTS: usize = 4;

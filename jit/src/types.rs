@@ -4,7 +4,7 @@
 //! (the *seed*: the function's entry, or a loop header). From the seed's types this pass
 //! finds, for every instruction reachable from it, the type each register holds before the
 //! instruction runs. A type is a tag the register is certain to carry (`Nil`, `Bool`, `Int`,
-//! `Float`) or `Any`. The result types below are exactly what the lowering (`x64.rs`) and the
+//! `Float`) or `Any`. The result types below are exactly what the lowering (`x64/`) and the
 //! shared semantics (`semantics.rs`) produce when the instruction completes in native code;
 //! where native code leaves to the interpreter, the interpreter may produce other types, and
 //! every entry back into native code checks the tags it relies on (`lower`'s entry guards).
