@@ -28,6 +28,10 @@
 //! `lower.rs` (one instruction), `arith.rs` (arithmetic, comparisons, pullback rules),
 //! `ways.rs` (the ways in and out: entries, loop stubs, rare exits), and `compile` below.
 
+// dynasm's expansion of a dynamic register (`Rq(g)`, `Rx(k)`) converts the `u8` it is given
+// into a `u8`.
+#![allow(clippy::useless_conversion)]
+
 mod arith;
 mod classify;
 mod lower;
