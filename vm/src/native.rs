@@ -653,7 +653,7 @@ pub unsafe extern "C" fn tape_pop_float(vm: *mut Vm, out: *mut f64) -> bool {
 /// As for `pop_control`.
 pub unsafe extern "C" fn tape_push_float(vm: *mut Vm, x: f64) {
     // SAFETY: the caller's contract.
-    unsafe { &mut *vm }.tape.push(Value::Float(x));
+    unsafe { &mut *vm }.tape.push_float(x);
 }
 
 /// `TapeSave`/`TapePush` of an int.
@@ -662,7 +662,7 @@ pub unsafe extern "C" fn tape_push_float(vm: *mut Vm, x: f64) {
 /// As for `pop_control`.
 pub unsafe extern "C" fn tape_push_int(vm: *mut Vm, i: i64) {
     // SAFETY: the caller's contract.
-    unsafe { &mut *vm }.tape.push(Value::Int(i));
+    unsafe { &mut *vm }.tape.push_int(i);
 }
 
 /// `TapePushCtl bit`.

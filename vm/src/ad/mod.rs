@@ -143,19 +143,27 @@ impl Tape {
     #[inline(always)]
     pub fn push(&mut self, v: Value) {
         match v {
-            Value::Float(x) => {
-                self.words.push(x.to_bits());
-                self.kinds.push(FLOAT);
-            }
-            Value::Int(i) => {
-                self.words.push(i as u64);
-                self.kinds.push(INT);
-            }
+            Value::Float(x) => self.push_float(x),
+            Value::Int(i) => self.push_int(i),
             other => {
                 self.objects.push(other);
                 self.kinds.push(OBJECT);
             }
         }
+    }
+
+    /// `push(Value::Float(x))` without a `Value` (native code's helper: no drop to call).
+    #[inline(always)]
+    pub fn push_float(&mut self, x: f64) {
+        self.words.push(x.to_bits());
+        self.kinds.push(FLOAT);
+    }
+
+    /// `push(Value::Int(i))` without a `Value`.
+    #[inline(always)]
+    pub fn push_int(&mut self, i: i64) {
+        self.words.push(i as u64);
+        self.kinds.push(INT);
     }
 
     #[inline(always)]
