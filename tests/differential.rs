@@ -5,19 +5,9 @@
 
 use zygvm::{Program, Value, Vm};
 
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
+#[path = "generators/rng.rs"]
+mod rng;
+use rng::Rng;
 
 const VARS: usize = 4;
 

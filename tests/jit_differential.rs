@@ -12,16 +12,9 @@ include!("generators/tiers.rs");
 
 use arbitrary::{Arbitrary, Unstructured};
 
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-}
+#[path = "generators/rng.rs"]
+mod rng;
+use rng::Rng;
 
 /// How many programs: `ZYGVM_JIT_CASES` (default 3000: seconds in a release build, a few minutes in a debug one).
 fn cases() -> usize {

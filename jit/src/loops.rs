@@ -21,7 +21,7 @@
 //!   can resize or free the buffer (it calls nothing but scalar math).
 //! - **Helper calls.** A `Math1` that cannot be hoisted calls the built-in's scalar function;
 //!   the tape's pushes and pops (primal-with-tape and adjoint loops) call small helpers. All
-//!   `xmm` registers and some homes are caller-saved, so the homes are reloaded from the frame
+//!   `xmm` registers and some homes are caller-saved, so those homes are reloaded from the frame
 //!   after each call (write-through makes the frame exact: no spill).
 //! - **Hoisted math.** A `Math1` whose operand the loop never writes is computed once by the
 //!   entry stub into a stack slot; the instruction itself, in the loop, copies that value into
@@ -30,8 +30,8 @@
 //!   where and when it always was, and the instruction count is unchanged (counts are per
 //!   straight-line run, by position).
 
-use crate::types::{float_pull, successors, Ty, Types};
-use zygvm_vm::bytecode::{Instr, Operand, Reg};
+use crate::types::{float_pull, reads, successors, writes, Ty, Types};
+use zygvm_vm::bytecode::{Instr, Reg};
 use zygvm_vm::program::{Const, Function, Program};
 
 /// Where a register lives inside a cached loop besides its frame slot.
@@ -102,25 +102,6 @@ pub fn find(program: &Program, f: &Function, types: &Types) -> Vec<CachedLoop> {
         }
     }
     found
-}
-
-/// The registers an instruction reads (a `Jump` reads its arguments).
-fn reads(f: &Function, instr: &Instr, mut each: impl FnMut(Reg)) {
-    instr.for_each_operand(|o| match o {
-        Operand::Use(r) | Operand::Acc(r) => each(r),
-        Operand::List(l) => f.list(l).iter().for_each(|&r| each(r)),
-        _ => {}
-    });
-}
-
-/// The registers an instruction writes (a `Jump` writes its target's parameters).
-fn writes(f: &Function, instr: &Instr, mut each: impl FnMut(Reg)) {
-    if let Instr::Jump { target, .. } | Instr::JumpPar { target, .. } = instr {
-        f.list(f.blocks[target.index()].params).iter().for_each(|&r| each(r));
-    }
-    if let Some(d) = instr.def() {
-        each(d);
-    }
 }
 
 fn qualify(program: &Program, f: &Function, types: &Types, first: usize, last: usize) -> Option<CachedLoop> {

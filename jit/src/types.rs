@@ -267,14 +267,7 @@ pub fn infer(program: &Program, f: &Function, seeds: &[(u32, Vec<Ty>)], unspecul
 pub fn entry_seed(f: &Function, tags: &[u64]) -> Vec<Ty> {
     let mut written = vec![false; f.num_regs as usize];
     for instr in &f.code {
-        if let Some(d) = instr.def() {
-            written[d.index()] = true;
-        }
-        if let Instr::Jump { target, .. } | Instr::JumpPar { target, .. } = instr {
-            for p in f.list(f.blocks[target.index()].params) {
-                written[p.index()] = true;
-            }
-        }
+        writes(f, instr, |r| written[r.index()] = true);
     }
     (0..f.num_regs as usize)
         .map(|r| match r < (f.arity + f.num_captures) as usize {
@@ -283,6 +276,26 @@ pub fn entry_seed(f: &Function, tags: &[u64]) -> Vec<Ty> {
             false => Ty::Nil,
         })
         .collect()
+}
+
+/// The registers an instruction reads (a `Jump` reads its arguments; an accumulator `Acc`
+/// is read and written).
+pub(crate) fn reads(f: &Function, instr: &Instr, mut each: impl FnMut(Reg)) {
+    instr.for_each_operand(|o| match o {
+        Operand::Use(r) | Operand::Acc(r) => each(r),
+        Operand::List(l) => f.list(l).iter().for_each(|&r| each(r)),
+        _ => {}
+    });
+}
+
+/// The registers an instruction writes (a `Jump` writes its target's parameters).
+pub(crate) fn writes(f: &Function, instr: &Instr, mut each: impl FnMut(Reg)) {
+    if let Instr::Jump { target, .. } | Instr::JumpPar { target, .. } = instr {
+        f.list(f.blocks[target.index()].params).iter().for_each(|&r| each(r));
+    }
+    if let Some(d) = instr.def() {
+        each(d);
+    }
 }
 
 /// The registers each instruction's code may read before writing (live before it), by
@@ -294,29 +307,10 @@ pub fn live_before(f: &Function) -> Vec<Vec<bool>> {
     let end_of = |b: usize| f.blocks.get(b + 1).map_or(f.code.len(), |n| n.start as usize);
     let mut live_in: Vec<Vec<bool>> = vec![vec![false; n]; nb];
     let mut before: Vec<Vec<bool>> = vec![vec![false; n]; f.code.len()];
-    // One instruction, backwards: kill its defs, then add its uses.
+    // One instruction, backwards: kill what it writes, then add what it reads.
     let transfer = |instr: &Instr, live: &mut Vec<bool>| {
-        if let Instr::Jump { target, args } | Instr::JumpPar { target, args } = instr {
-            for p in f.list(f.blocks[target.index()].params) {
-                live[p.index()] = false;
-            }
-            for a in f.list(*args) {
-                live[a.index()] = true;
-            }
-            return;
-        }
-        if let Some(d) = instr.def() {
-            live[d.index()] = false;
-        }
-        instr.for_each_operand(|o| match o {
-            Operand::Use(r) | Operand::Acc(r) => live[r.index()] = true,
-            Operand::List(l) => {
-                for r in f.list(l) {
-                    live[r.index()] = true;
-                }
-            }
-            _ => {}
-        });
+        writes(f, instr, |r| live[r.index()] = false);
+        reads(f, instr, |r| live[r.index()] = true);
     };
     let mut changed = true;
     while changed {

@@ -131,28 +131,28 @@ impl<'a> Emitter<'a> {
 
     /// Adds `n` to the instruction count.
     pub(super) fn count(&mut self, n: usize) {
-        if n > 0 {
-            let (s, n) = (self.steps, n as i32);
-            if self.cur.is_some() {
-                // Inside a cached loop the count lives in `r15` (stored on the way out).
-                let _ = s;
-                dynasm!(self.ops ; .arch x64 ; add r15, n);
-            } else {
-                dynasm!(self.ops ; .arch x64 ; add QWORD [r12 + s], n);
-            }
+        let (s, n) = (self.steps, n as i32);
+        match (n, self.cur) {
+            (0, _) => {}
+            // Inside a cached loop the count lives in `r15` (stored on the way out).
+            (_, Some(_)) => dynasm!(self.ops ; .arch x64 ; add r15, n),
+            (_, None) => dynasm!(self.ops ; .arch x64 ; add QWORD [r12 + s], n),
         }
     }
 
-    /// Loads every home of the current loop from its slot (write-through keeps the slots
-    /// exact): on the way in, and after a call that may have clobbered caller-saved ones.
-    pub(super) fn load_homes(&mut self) {
+    /// Loads the homes of the current loop from their slots (write-through keeps the slots
+    /// exact): all of them on the way in, and after a call (`after_call`) only those in
+    /// caller-saved registers (every `xmm`, `r8`-`r11`; `r13` and `r14` survive a call).
+    pub(super) fn load_homes(&mut self, after_call: bool) {
         let Some(l) = self.cur else { return };
         for (r, home) in self.loops[l].homes.clone().iter().enumerate() {
             let s = 16 * r as i32 + 8;
             match home {
                 Some(Home::Xmm(k)) => dynasm!(self.ops ; .arch x64 ; movsd Rx(*k), QWORD [rbx + s]),
-                Some(Home::Gp(g)) => dynasm!(self.ops ; .arch x64 ; mov Rq(*g), QWORD [rbx + s]),
-                None => {}
+                Some(Home::Gp(g)) if !(after_call && matches!(g, 13 | 14)) => {
+                    dynasm!(self.ops ; .arch x64 ; mov Rq(*g), QWORD [rbx + s])
+                }
+                _ => {}
             }
         }
     }
@@ -251,7 +251,7 @@ impl<'a> Emitter<'a> {
     /// (write-through keeps it exact); `rax`, `xmm0` and `xmm1` (results) are not homes.
     pub(super) fn call(&mut self, addr: *const ()) {
         dynasm!(self.ops ; .arch x64 ; mov rax, QWORD addr as i64 ; call rax);
-        self.load_homes();
+        self.load_homes(true);
     }
 
     /// Before a plain value is stored into `d`: drops what `d` holds unless it is known plain.

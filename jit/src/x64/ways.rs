@@ -51,7 +51,7 @@ impl<'a> Emitter<'a> {
                 }
             }
             self.cur = Some(l);
-            self.load_homes();
+            self.load_homes(false);
             self.cur = None;
             let target = self.labels[to];
             dynasm!(self.ops ; .arch x64 ; jmp =>target);
