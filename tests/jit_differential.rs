@@ -133,3 +133,52 @@ fn failed_tape_speculation_recompiles_without_it() {
         assert!(stats.guard_failures < 100, "--jit {mode:?}: speculation kept failing: {stats:?}");
     }
 }
+
+/// Native calls (`jit/src/x64/calls.rs`): recursion, mutual recursion, heap arguments and
+/// results, a result whose type changes (a failed return-type speculation), errors raised
+/// several calls deep, calls nested deeper than the native nesting bound (`MAX_NESTING`),
+/// and closures' frames (returned from by the interpreter).
+#[test]
+fn native_calls_agree_on_every_tier() {
+    let dfx = "fn dfx(x, y) { derivative(fn(t) { f(t, y) }, x) }\n";
+    for prog in [
+        "fn fib(n) { if n < 2 { n } else { fib(n - 1) + fib(n - 2) } }\nfn f(x, y) { fib(12) * x + y }\n",
+        "fn p(x, n) { if n == 0 { 1.0 } else { x * p(x, n - 1) } }\nfn f(x, y) { p(x, 7) - p(y, 3) }\n",
+        "fn ev(n) { if n == 0 { true } else { od(n - 1) } }\nfn od(n) { if n == 0 { false } else { ev(n - 1) } }\nfn f(x, y) { if ev(301) { x } else { y } }\n",
+        "fn sq(a) { let s = 0.0\n for i in 0..len(a) { s += a[i] * a[i] }\n s }\nfn f(x, y) { let a = [x, y, x * y]\n sq(a) + sq([y, 1.0]) }\n",
+        "fn mk(x, n) { let a = zeros(n)\n for i in 0..n { a[i] = x * i }\n a }\nfn f(x, y) { let a = mk(x, 4)\n a[3] + mk(y, 2)[1] }\n",
+        "fn g(n) { if n > 150 { \"big\" } else { n * 2 } }\nfn f(x, y) { let c = 0\n for i in 0..300 { let v = g(i)\n if v == \"big\" { c += 1 } else { c += v } }\n c * x + y }\n",
+        "fn g(n, x) { if n == 3 { [1.0][n] } else { g(n + 1, x) * x } }\nfn f(x, y) { g(0, x) + y }\n",
+        "fn deep(n, x) { if n == 0 { x } else { deep(n - 1, x) + 0.001 } }\nfn f(x, y) { deep(2000, x) * y }\n",
+        "fn inf(n) { inf(n + 1) + 1 }\nfn f(x, y) { inf(0) + x }\n",
+        "fn h(x) { x * 3.0 }\nfn f(x, y) { let k = fn(t) { h(t) + y }\n k(x) + k(y) }\n",
+        "fn id(v) { v }\nfn f(x, y) { let s = 0.0\n for i in 0..50 { s += id(x) * id(i) }\n id(s) + id(y) }\n",
+    ] {
+        let src = format!("{prog}{dfx}");
+        assert_tiers_agree(&src, &[(0.5, 0.25), (-1.5, 2.0)]);
+    }
+}
+
+/// Fuel running out, and `hotness()`'s call counts, inside recursion that runs as native
+/// calls: the same on every tier.
+#[test]
+fn recursion_counts_and_fuel_agree_on_every_tier() {
+    let src = "fn fib(n) { if n < 2 { n } else { fib(n - 1) + fib(n - 2) } }\n";
+    let program = zygvm::Program::compile("fib.zy", src).unwrap();
+    let outcome = |mode: zygvm::JitMode, fuel: Option<u64>| {
+        let mut vm = zygvm::Vm::new(&program);
+        vm.set_jit(mode);
+        vm.set_limits(zygvm::Limits { fuel, ..zygvm::Limits::default() });
+        let r = vm.call_value("fib", vec![zygvm::Value::Int(22)]);
+        (format!("{r:?}"), vm.stats().instructions, vm.hotness().0, vm.jit_stats())
+    };
+    for fuel in [None, Some(50_000), Some(123_457)] {
+        let (want, steps, calls, _) = outcome(zygvm::JitMode::Off, fuel);
+        for mode in [zygvm::JitMode::Eager, zygvm::JitMode::Auto] {
+            let (got, got_steps, got_calls, stats) = outcome(mode, fuel);
+            assert_eq!(want, got, "--jit {mode:?}, fuel {fuel:?}");
+            assert_eq!((steps, &calls), (got_steps, &got_calls), "--jit {mode:?}, fuel {fuel:?}: counts");
+            assert!(stats.compiled > 0 && stats.entries > 0, "--jit {mode:?}: fib never ran natively: {stats:?}");
+        }
+    }
+}

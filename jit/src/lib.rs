@@ -12,6 +12,7 @@
 #[cfg(target_arch = "x86_64")]
 pub mod disasm;
 pub mod loops;
+pub mod returns;
 pub mod types;
 #[cfg(target_arch = "x86_64")]
 pub mod x64;

@@ -11,9 +11,10 @@
 
 use zygvm_vm::bytecode::{Instr, Operand, Reg};
 use zygvm_vm::native::tag;
+use crate::returns::Returns;
 use zygvm_vm::program::{Const, Function, Program};
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Ty {
     /// Not reached yet (the bottom of the lattice).
     Unreached,
@@ -181,9 +182,23 @@ pub(crate) fn successors(f: &Function, instr: &Instr, block: usize) -> Vec<usize
     }
 }
 
-/// Infers the types from the seed: the block starting at instruction `seed`, with the
-/// registers' tags `tags`.
+/// Infers the types from the seeds: each the block starting at an instruction, with the
+/// registers' types there.
 pub fn infer(program: &Program, f: &Function, seeds: &[(u32, Vec<Ty>)], unspeculated: &[u32]) -> Result<Types, String> {
+    infer_with(program, f, seeds, unspeculated, &mut Returns::new(program))
+}
+
+/// `infer`, finding the types calls return through `returns` (`returns.rs`). A call typed
+/// `Unreached` (no return known yet) ends its block's walk: what follows is not reached.
+/// The result of a direct call is speculated unless a speculation failed after it before
+/// (its next instruction is then in `unspeculated`).
+pub fn infer_with(
+    program: &Program,
+    f: &Function,
+    seeds: &[(u32, Vec<Ty>)],
+    unspeculated: &[u32],
+    returns: &mut Returns,
+) -> Result<Types, String> {
     let n = f.num_regs as usize;
     let mut entry: Vec<Option<Vec<Ty>>> = vec![None; f.blocks.len()];
     let mut work = vec![];
@@ -227,8 +242,15 @@ pub fn infer(program: &Program, f: &Function, seeds: &[(u32, Vec<Ty>)], unspecul
             if let Some(d) = instr.def() {
                 t[d.index()] = match instr {
                     Instr::TapePop { .. } if unspeculated.contains(&(pc as u32)) => Ty::Any,
+                    Instr::CallDirect { func, args, .. } if !unspeculated.contains(&(pc as u32 + 1)) => {
+                        let args: Vec<Ty> = f.list(args).iter().map(|a| t[a.index()]).collect();
+                        returns.of(func, &args)
+                    }
                     _ => result_type(program, f, &instr, &t),
                 };
+                if t[d.index()] == Ty::Unreached {
+                    break;
+                }
             }
             match instr {
                 Instr::Jump { target, args } | Instr::JumpPar { target, args } => {

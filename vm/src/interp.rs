@@ -14,6 +14,7 @@ use crate::ops::{self, BinOp};
 use crate::program::{Const, Program};
 use crate::native::{self, NativeState};
 use crate::semantics::{store, truncate_registers, Simple};
+use crate::stack::Stack;
 use crate::value::{Closure, StructObj, Value};
 use std::io::Write;
 use std::rc::Rc;
@@ -51,21 +52,23 @@ impl InterruptHandle {
 }
 
 /// The value `ret` takes when a frame's result is discarded (imported modules' mains).
-const DISCARD: u32 = u32::MAX;
+pub(crate) const DISCARD: u32 = u32::MAX;
 /// How many instructions run between two checks of the time, interrupt and memory limits.
 const CHECK_INTERVAL: u64 = 1 << 14;
 
-struct Frame {
-    func: FuncId,
+/// One Zy activation. `repr(C)`: native code pushes and pops frames itself (`native::layout`).
+#[repr(C)]
+pub(crate) struct Frame {
+    pub(crate) func: FuncId,
     /// The next instruction to execute.
-    pc: u32,
-    base: u32,
+    pub(crate) pc: u32,
+    pub(crate) base: u32,
     /// The caller's register that receives the result (`DISCARD` for none).
-    ret: u32,
+    pub(crate) ret: u32,
     /// The closure being run, for `LoadSelf`.
-    closure: Option<Rc<Closure>>,
+    pub(crate) closure: Option<Rc<Closure>>,
     /// Returning from this frame returns from `execute` to Rust.
-    boundary: bool,
+    pub(crate) boundary: bool,
 }
 
 /// Statistics reported by `--stats`.
@@ -90,8 +93,8 @@ pub struct Vm {
     pub(crate) consts: Vec<Value>,
     pub(crate) globals: Vec<Option<Value>>,
     modules_run: Vec<bool>,
-    pub(crate) stack: Vec<Value>,
-    frames: Vec<Frame>,
+    pub(crate) stack: Stack<Value>,
+    pub(crate) frames: Stack<Frame>,
     out: Box<dyn Write + Send>,
     args: Vec<String>,
     pub limits: Limits,
@@ -105,7 +108,7 @@ pub struct Vm {
     memory_probe: Option<fn() -> usize>,
     pub(crate) scratch: Vec<Value>,
     /// Calls of each function (the JIT's trigger for compiling a function).
-    calls: Vec<u32>,
+    pub(crate) calls: Vec<u32>,
     /// Backward jumps taken into each block (`loop_base[f] + block`): loop-header hotness, the
     /// JIT's trigger for compiling a hot loop.
     back_edges: Vec<u32>,
@@ -172,8 +175,8 @@ impl Vm {
             modules_run: vec![false; program.functions.len()],
             consts,
             program,
-            stack: Vec::with_capacity(1024),
-            frames: Vec::with_capacity(64),
+            stack: Stack::with_capacity(1024),
+            frames: Stack::with_capacity(64),
             out: Box::new(std::io::stdout()),
             args: vec![],
             limits: Limits::default(),
@@ -328,7 +331,7 @@ impl Vm {
         self.reserve(0)
     }
 
-    fn check_limits(&mut self) -> VmResult<()> {
+    pub(crate) fn check_limits(&mut self) -> VmResult<()> {
         self.next_check = self.steps + CHECK_INTERVAL;
         if let Some(fuel) = self.limits.fuel {
             if self.steps >= fuel {
@@ -745,7 +748,16 @@ impl Vm {
             macro_rules! native {
                 ($pc:expr) => {
                     if native_here {
+                        let frames_before = self.frames.len();
                         if let Some(s) = self.run_native(func_id, $pc as u32, base) {
+                            if self.frames.len() != frames_before {
+                                // Native code called into other functions and left inside
+                                // one, or returned from this frame: go on with the frame on top.
+                                if let Err(e) = self.resume_after_native(s) {
+                                    return Err(self.unwind(e, depth));
+                                }
+                                continue 'frames;
+                            }
                             native_here = self.native.has_code(func_id);
                             match native::status::kind(s) {
                                 native::status::EXIT | native::status::GUARD => goto!(native::status::pc(s)),
@@ -858,7 +870,7 @@ impl Vm {
             // Entering a frame or coming back to it after a call: native code, if any.
             if self.native.on() {
                 let pc = pc!() as u32;
-                if pc == 0 && self.native.mode == native::JitMode::Eager && !native_here {
+                if pc == 0 && !native_here && self.calls[func_id.index()] & self.native.call_mask == 0 {
                     self.consider_compiling(func_id, 0, self.calls[func_id.index()], base, false);
                     native_here = self.native.has_code(func_id);
                 }

@@ -20,6 +20,7 @@ pub mod native;
 pub mod ops;
 pub mod program;
 pub(crate) mod semantics;
+pub mod stack;
 pub mod value;
 pub(crate) mod value_drop;
 pub mod verify;

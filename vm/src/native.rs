@@ -1,28 +1,43 @@
 //! The interface between the interpreter and a native tier (the JIT, `jit/`).
 //!
-//! The VM owns every frame; native code runs *inside* an interpreter frame, reading and
-//! writing its registers in place (`Value` slots: a tag word, then the payload word). So the
-//! two tiers share one frame layout and every transfer between them is a jump:
+//! The VM owns every frame; native code runs *inside* interpreter frames, reading and writing
+//! their registers in place (`Value` slots: a tag word, then the payload word). So the two
+//! tiers share one frame layout and every transfer between them is a jump:
 //!
 //! - the interpreter enters native code at an *entry point* of a function (a block start or
 //!   the instruction after a call), through `NativeCode::enter`; the entry checks the tags of
 //!   the registers its code was specialised on and leaves at once (`GUARD`) when one differs;
 //! - native code leaves with a `Status`: `EXIT(pc)`, resume interpreting at `pc` (an
-//!   instruction it does not compile: calls, returns, anything unusual; the frame is exactly as
-//!   the interpreter would have left it there); `ERROR(pc)`, the instruction at `pc` failed in a
-//!   helper and the error waits in `NativeState::pending` (the interpreter raises it as its own,
-//!   with the same span and stack); `LIMIT(trace, next)`, the instruction budget reached its
-//!   next check at a jump (the interpreter runs the same check it would have run, then goes on
-//!   at `next`).
+//!   instruction it does not compile, or an unusual case of one it does; the frame is exactly
+//!   as the interpreter would have left it there); `ERROR(pc)`, the instruction at `pc` failed
+//!   in a helper and the error waits in `NativeState::pending` (the interpreter raises it as
+//!   its own, with the same span and stack); `LIMIT(trace, next)`, the instruction budget
+//!   reached its next check at a jump (the interpreter runs the same check it would have run,
+//!   then goes on at `next`); `RETURNED`, the frame returned (popped, its value stored in the
+//!   caller's register).
+//!
+//! **Calls.** Native code calls Zy functions that have native code itself: it pushes the
+//! callee's `Frame` and registers onto the VM's two stacks in place (their layout is fixed:
+//! `stack::Stack`, `Frame` is `repr(C)`, offsets in `layout()`), sets its own frame's `pc` to
+//! the instruction after the call as the interpreter does, and enters the callee's entry at
+//! instruction 0 (`NativeCtx::entries`) through the same `Enter` convention on the machine
+//! stack. The callee's `Return` pops its frame and stores the value into the caller's
+//! register, as the interpreter's does. So the VM's frames are always exact: when a callee
+//! leaves with anything but `RETURNED`, every native activation below it leaves with the
+//! same status, and the interpreter resumes at whatever frame is now on top
+//! (`Vm::resume_after_native`). Native code never *grows* a stack: when either lacks room,
+//! or the depth limit, the nesting bound (`MAX_NESTING`, which bounds the machine stack) or
+//! the budget check is due, it leaves to the interpreter at the call, which does it.
 //!
 //! Native code counts instructions exactly as the interpreter does (`Vm::steps`, at the same
-//! points), so fuel, `--stats` and the limit checks agree between tiers. It never pushes a
-//! frame, never calls back into Zy and never grows the value stack: so `regs` stays valid for
-//! its whole run. What it does not compile itself it runs through `step` (the shared
-//! semantics of `semantics.rs`) or leaves to the interpreter.
+//! points), so fuel, `--stats` and the limit checks agree between tiers. It never calls back
+//! into Zy except through those calls, and never reallocates the value stack: so the
+//! registers of every frame stay where they are for its whole run. What it does not compile
+//! itself it runs through `step` (the shared semantics of `semantics.rs`) or leaves to the
+//! interpreter.
 
 use crate::bytecode::FuncId;
-use crate::error::VmError;
+use crate::error::{VmError, VmResult};
 use crate::interp::Vm;
 use crate::program::Program;
 use crate::semantics::Simple;
@@ -30,13 +45,82 @@ use crate::value::Value;
 use std::any::Any;
 use std::time::Duration;
 
+/// Native calls nested on the machine stack before native code leaves the next call to the
+/// interpreter (which then enters the callee afresh, from its own loop: each native activation
+/// takes a few hundred bytes of the thread's stack, and Zy recursion may be 10,000 deep).
+pub const MAX_NESTING: u32 = 256;
+
+/// What native code reads through the `Vm` pointer to make calls, refreshed by the
+/// interpreter on every entry into native code (`run_native`): nothing it points into can
+/// change while native code runs (no compiling, no function added, no limit changed).
+#[repr(C)]
+pub struct NativeCtx {
+    /// `Vm::calls`: each function's call count (hotness, `Vm::hotness`).
+    pub calls: *mut u32,
+    /// Per function, its native entry at instruction 0, or null (`NativeState::call_entries`).
+    pub entries: *const *const u8,
+    /// `Limits::max_depth`.
+    pub max_depth: u64,
+    /// Native calls now nested on the machine stack.
+    pub nesting: u32,
+}
+
+impl Default for NativeCtx {
+    fn default() -> Self {
+        NativeCtx { calls: std::ptr::null_mut(), entries: std::ptr::null(), max_depth: 0, nesting: 0 }
+    }
+}
+
+/// Byte offsets native code uses to push and pop frames, from the `Vm` pointer.
+pub struct Layout {
+    /// `Vm::stack` and `Vm::frames` (`stack::Stack`: pointer, length, capacity words).
+    pub stack: usize,
+    pub frames: usize,
+    pub frame_size: usize,
+    pub frame_func: usize,
+    pub frame_pc: usize,
+    pub frame_base: usize,
+    pub frame_ret: usize,
+    pub frame_closure: usize,
+    pub frame_boundary: usize,
+    /// `NativeCtx`'s fields.
+    pub ctx_calls: usize,
+    pub ctx_entries: usize,
+    pub ctx_max_depth: usize,
+    pub ctx_nesting: usize,
+    /// `Frame::ret` of a frame whose result is discarded.
+    pub discard: u32,
+}
+
+pub fn layout() -> Layout {
+    use crate::interp::Frame;
+    use std::mem::offset_of;
+    let ctx = offset_of!(Vm, native) + offset_of!(NativeState, ctx);
+    Layout {
+        stack: offset_of!(Vm, stack),
+        frames: offset_of!(Vm, frames),
+        frame_size: std::mem::size_of::<Frame>(),
+        frame_func: offset_of!(Frame, func),
+        frame_pc: offset_of!(Frame, pc),
+        frame_base: offset_of!(Frame, base),
+        frame_ret: offset_of!(Frame, ret),
+        frame_closure: offset_of!(Frame, closure),
+        frame_boundary: offset_of!(Frame, boundary),
+        ctx_calls: ctx + offset_of!(NativeCtx, calls),
+        ctx_entries: ctx + offset_of!(NativeCtx, entries),
+        ctx_max_depth: ctx + offset_of!(NativeCtx, max_depth),
+        ctx_nesting: ctx + offset_of!(NativeCtx, nesting),
+        discard: crate::interp::DISCARD,
+    }
+}
+
 /// When the native tier compiles (`--jit`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum JitMode {
     /// Interpret everything.
     Off,
-    /// Compile a function at a loop header after `AUTO_BACK_EDGES` backward jumps (functions
-    /// without loops stay interpreted: see `consider_compiling`).
+    /// Compile a function at its entry after `AUTO_CALLS` calls, and at a loop header after
+    /// `AUTO_BACK_EDGES` backward jumps.
     #[default]
     Auto,
     /// Compile every function at its first entry and every loop at its first back edge.
@@ -44,6 +128,8 @@ pub enum JitMode {
 }
 
 pub const AUTO_BACK_EDGES: u32 = 128;
+/// Calls of a function before `auto` compiles it (a power of two: `call_mask`).
+pub const AUTO_CALLS: u32 = 1024;
 /// Entries refused by a guard before a function's native code is dropped.
 pub const MAX_GUARD_FAILURES: u32 = 200;
 /// Failed speculations (`status::SPECULATION`) before a function's code is dropped and
@@ -90,6 +176,20 @@ pub fn layout_ok() -> bool {
         && byte(&Value::Bool(true)) == 1
         && byte(&Value::Bool(false)) == 0
         && std::mem::size_of::<Value>() == 16
+        && frame_layout_ok()
+}
+
+/// Whether a frame's `closure` field is one word, null for `None` (native code pushes frames
+/// with a zero there and returns natively only from frames holding zero).
+fn frame_layout_ok() -> bool {
+    type Closure = Option<std::rc::Rc<crate::value::Closure>>;
+    std::mem::size_of::<Closure>() == 8 && {
+        let none: Closure = None;
+        // SAFETY: `Closure` is 8 bytes (checked just before), the size of the `Rc` pointer
+        // alone, so `None` is encoded as a value of that word (a niche), all 8 bytes
+        // initialised; this reads which value it is.
+        unsafe { std::mem::transmute::<Closure, usize>(none) == 0 }
+    }
 }
 
 /// How native code left: the low two bits are the kind, then one or two pcs.
@@ -102,6 +202,10 @@ pub mod status {
     /// that found no float), not an entry's tag check: the instruction at `pc` did not run,
     /// and a recompilation does not speculate there again (`Tier::compile`'s `unspeculated`).
     pub const SPECULATION: u32 = 1;
+
+    /// The frame native code was running returned (not an encoded status: its kind bits
+    /// are never looked at).
+    pub const RETURNED: u64 = u64::MAX - 1;
 
     pub fn encode(kind: u64, pc: u32, next: u32) -> u64 {
         kind | (pc as u64) << 2 | (next as u64) << 33
@@ -190,6 +294,12 @@ pub struct NativeState {
     pub mode: JitMode,
     /// `loop_mask_of(mode)`, kept so that the interpreter's back edge reads one field.
     pub(crate) loop_mask: u32,
+    /// The same for frame entries (`call_mask_of`).
+    pub(crate) call_mask: u32,
+    /// What native code reads to make calls (refreshed on each entry).
+    pub(crate) ctx: NativeCtx,
+    /// Per function, its code's entry at instruction 0 or null (what `ctx.entries` points at).
+    call_entries: Vec<*const u8>,
     tier: Option<Box<dyn Tier>>,
     code: Vec<Option<NativeCode>>,
     attempts: Vec<u8>,
@@ -209,6 +319,9 @@ impl Default for NativeState {
         NativeState {
             mode: JitMode::Off,
             loop_mask: NativeState::loop_mask_of(JitMode::Off),
+            call_mask: NativeState::call_mask_of(JitMode::Off),
+            ctx: NativeCtx::default(),
+            call_entries: vec![],
             tier: None,
             code: vec![],
             attempts: vec![],
@@ -247,6 +360,28 @@ impl NativeState {
         }
     }
 
+    /// As `loop_mask_of`, for the count of calls at a frame's entry.
+    fn call_mask_of(mode: JitMode) -> u32 {
+        match mode {
+            JitMode::Off => u32::MAX,
+            JitMode::Eager => 0,
+            JitMode::Auto => AUTO_CALLS - 1,
+        }
+    }
+
+    /// Installs or removes `func`'s code, keeping the call-entry table in step.
+    fn set_code(&mut self, func: FuncId, code: Option<NativeCode>, functions: usize) {
+        if self.code.len() <= func.index() {
+            self.code.resize_with(func.index() + 1, || None);
+        }
+        // Sized to every function of the program: a caller compiled now may name any of them.
+        if self.call_entries.len() < functions.max(func.index() + 1) {
+            self.call_entries.resize(functions.max(func.index() + 1), std::ptr::null());
+        }
+        self.call_entries[func.index()] = code.as_ref().and_then(|c| c.entry(0)).unwrap_or(std::ptr::null());
+        self.code[func.index()] = code;
+    }
+
     fn slot<T: Default + Clone>(v: &mut Vec<T>, f: FuncId) -> &mut T {
         if v.len() <= f.index() {
             v.resize(f.index() + 1, T::default());
@@ -262,6 +397,7 @@ impl Vm {
         self.native.tier = Some(tier);
         self.native.mode = if layout_ok() { mode } else { JitMode::Off };
         self.native.loop_mask = NativeState::loop_mask_of(self.native.mode);
+        self.native.call_mask = NativeState::call_mask_of(self.native.mode);
     }
 
     pub fn jit_stats(&self) -> JitStats {
@@ -295,10 +431,7 @@ impl Vm {
             JitMode::Off => return,
             JitMode::Eager => 1,
             JitMode::Auto if back_edge => AUTO_BACK_EDGES,
-            // Native code leaves to the interpreter at every call (there are no native-to-
-            // native calls yet), so a function without a loop gains less than entering and
-            // leaving costs (measured: `sincos` 7% slower): `auto` compiles loops only.
-            JitMode::Auto => return,
+            JitMode::Auto => AUTO_CALLS,
         };
         if count < threshold
             || self.native.code.get(func.index()).is_some_and(Option::is_some)
@@ -321,11 +454,8 @@ impl Vm {
                 self.native.stats.code_bytes += code.size;
                 self.native.stats.cached_loops += code.cached_loops;
                 *NativeState::slot(&mut self.native.guard_failures, func) = 0;
-                let slots = &mut self.native.code;
-                if slots.len() <= func.index() {
-                    slots.resize_with(func.index() + 1, || None);
-                }
-                slots[func.index()] = Some(code);
+                let functions = self.program.functions.len();
+                self.native.set_code(func, Some(code), functions);
             }
             Err(reason) => {
                 self.native.stats.refused += 1;
@@ -340,22 +470,39 @@ impl Vm {
     }
 
     /// Runs `func`'s native code from instruction `pc` on the frame at `base`, if it has an
-    /// entry there; returns the status it left with.
+    /// entry there; returns the status it left with. Native code may have called into other
+    /// functions and left inside one, or returned from this frame: the caller compares the
+    /// frame count (`resume_after_native`).
     #[inline]
     pub(crate) fn run_native(&mut self, func: FuncId, pc: u32, base: usize) -> Option<u64> {
         let code = self.native.code.get(func.index())?.as_ref()?;
         let target = code.entry(pc)?;
         let enter = code.enter;
+        self.native.ctx = NativeCtx {
+            calls: self.calls.as_mut_ptr(),
+            entries: self.native.call_entries.as_ptr(),
+            max_depth: self.limits.max_depth as u64,
+            nesting: 0,
+        };
         // SAFETY: `base` is the running frame's base, whose `num_regs` registers are live
         // below `stack.len()`; native code was compiled for this function from a verified
-        // program, reads and writes only those registers, never grows the stack (module
-        // docs), and its buffer lives in `self.native.code`, which nothing running inside
-        // native code (the helpers below) touches.
+        // program, reads and writes only the registers of the frames it runs (this one and
+        // those it pushes, within the stacks' capacity, never reallocating: module docs), and
+        // every code buffer lives in `self.native.code`, which nothing running inside native
+        // code (the helpers below) touches. `ctx` was just refreshed: `calls` and
+        // `call_entries` (the latter sized to every function when code was installed) stay
+        // put while native code runs, since nothing it calls compiles or adds functions.
         let s = unsafe {
             let regs = self.stack.as_mut_ptr().add(base);
             enter(self as *mut Vm, regs, target)
         };
         self.native.stats.entries += 1;
+        if s == status::RETURNED {
+            return Some(s);
+        }
+        // A guard or speculation that failed did so in the frame on top (a callee, if native
+        // code left inside one): that function's code is the one to blame.
+        let top = self.frames.last().map_or(func, |f| f.func);
         match status::kind(s) {
             status::GUARD => {
                 self.native.stats.guard_failures += 1;
@@ -363,18 +510,20 @@ impl Vm {
                 if status::next(s) == status::SPECULATION {
                     // Remembered for the next compilation, which comes soon: code that
                     // speculates wrongly in a loop would leave at every iteration.
-                    let pcs = NativeState::slot(&mut self.native.unspeculated, func);
+                    let pcs = NativeState::slot(&mut self.native.unspeculated, top);
                     if !pcs.contains(&status::pc(s)) {
                         pcs.push(status::pc(s));
                     }
                     limit = MAX_SPECULATION_FAILURES;
                 }
-                let fails = NativeState::slot(&mut self.native.guard_failures, func);
+                let fails = NativeState::slot(&mut self.native.guard_failures, top);
                 *fails += 1;
                 if *fails >= limit {
                     // Specialised on types this function no longer sees: drop it (it may be
                     // compiled again from what it sees next, up to `MAX_ATTEMPTS` times).
-                    self.native.code[func.index()] = None;
+                    // No native code is running now, so none of it is on the machine stack.
+                    let functions = self.program.functions.len();
+                    self.native.set_code(top, None, functions);
                     self.native.stats.dropped += 1;
                 }
             }
@@ -382,6 +531,31 @@ impl Vm {
             _ => {}
         }
         Some(s)
+    }
+
+    /// After native code that pushed or popped frames left with status `s`: sets the frame
+    /// now on top to go on where native code left it, as `execute`'s own handling of `s`
+    /// would in that frame; an error is returned for the caller to unwind.
+    pub(crate) fn resume_after_native(&mut self, s: u64) -> VmResult<()> {
+        if s == status::RETURNED {
+            return Ok(());
+        }
+        let (pc, next) = (status::pc(s), status::next(s));
+        let top = self.frames.last_mut().expect("native code leaves a frame");
+        match status::kind(s) {
+            status::EXIT | status::GUARD => top.pc = pc,
+            status::ERROR => {
+                top.pc = pc + 1;
+                return Err(self.take_native_error());
+            }
+            _ => {
+                // LIMIT: the check the interpreter would have made with its pc at `trace`.
+                top.pc = pc;
+                self.check_limits()?;
+                self.frames.last_mut().expect("native code leaves a frame").pc = next;
+            }
+        }
+        Ok(())
     }
 
     /// The error an `ERROR` status carries.
@@ -452,6 +626,16 @@ pub unsafe extern "C" fn copy_slot(dst: *mut Value, src: *const Value) {
         // SAFETY: the caller's contract; cloning and dropping run no Zy code.
         unsafe { *dst = (*src).clone() };
     }
+}
+
+/// Writes a clone of `*src` into the uninitialised slot `dst` (an argument of a frame that
+/// native code pushes).
+///
+/// # Safety
+/// `src` is a live register; `dst` is a slot of the value stack's spare capacity.
+pub unsafe extern "C" fn clone_into(dst: *mut Value, src: *const Value) {
+    // SAFETY: the caller's contract; cloning runs no Zy code.
+    unsafe { dst.write((*src).clone()) };
 }
 
 /// The parallel copy of a `JumpPar` at `pc` of `func` (the interpreter's semantics: every

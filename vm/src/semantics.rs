@@ -415,7 +415,7 @@ pub(crate) fn store(slot: &mut Value, v: Value) {
 /// (most registers: numbers, bools, nil) skipped instead of called: the generic slice drop
 /// calls `drop_in_place::<Value>` out of line per slot, measured at 4% of `fib`.
 #[inline(always)]
-pub(crate) fn truncate_registers(stack: &mut Vec<Value>, len: usize) {
+pub(crate) fn truncate_registers(stack: &mut crate::stack::Stack<Value>, len: usize) {
     if len >= stack.len() {
         return;
     }

@@ -79,6 +79,15 @@ pub fn classify(program: &Program, f: &Function, types: &Types, pc: usize) -> Cl
             Class::Native
         }
         Instr::AddJump { dst, k, .. } | Instr::SubJump { dst, k, .. } if same_plain(dst, k) => Class::Native,
+        // Native calls and returns (`calls.rs`); they check at run time what they need.
+        Instr::CallDirect { func, args, .. }
+            if program.functions.get(func.index()).is_some_and(|g| {
+                g.arity as usize == f.list(*args).len() && g.num_captures == 0
+            }) =>
+        {
+            Class::Native
+        }
+        Instr::Return { .. } => Class::Native,
         i if i.is_terminator() => Class::Exit,
         // What the shared semantics run without calling out.
         Instr::LoadFunc { .. }

@@ -345,6 +345,8 @@ impl<'a> Emitter<'a> {
                 dynasm!(self.ops ; .arch x64 ; mov rdi, r12 ; mov esi, bit as i32);
                 self.call(native::tape_push_control as *const ());
             }
+            Instr::CallDirect { dst, func, args } => self.call_direct(pc, dst, func, args),
+            Instr::Return { src } => self.ret(pc, src),
             other => unreachable!("{} classified native but not lowered", other.name()),
         }
     }

@@ -33,6 +33,7 @@
 #![allow(clippy::useless_conversion)]
 
 mod arith;
+mod calls;
 mod classify;
 mod lower;
 mod ways;
@@ -79,6 +80,8 @@ struct Emitter<'a> {
     live: Vec<Vec<bool>>,
     /// One label per instruction (the start of its code).
     labels: Vec<DynamicLabel>,
+    /// The buffer's `Enter` (native calls enter callees through it) and the way out of it.
+    enter: DynamicLabel,
     epilogue: DynamicLabel,
     steps: i32,
     next_check: i32,
@@ -421,9 +424,11 @@ pub fn compile(program: &Program, func: FuncId, types: &Types) -> Result<NativeC
     let mut ops = Assembler::new().map_err(|e| format!("cannot map code memory: {e}"))?;
     let labels: Vec<DynamicLabel> = (0..f.code.len()).map(|_| ops.new_dynamic_label()).collect();
     let epilogue = ops.new_dynamic_label();
+    let enter_label = ops.new_dynamic_label();
     // The way in: save the callee-saved registers, pin `rbx` and `r12`, jump to the target.
     let enter = ops.offset();
     dynasm!(ops ; .arch x64
+        ; =>enter_label
         ; push rbp ; mov rbp, rsp ; push rbx ; push r12 ; push r13 ; push r14 ; push r15 ; sub rsp, FRAME_BYTES
         ; mov r12, rdi ; mov rbx, rsi ; jmp rdx
         ; =>epilogue
@@ -453,6 +458,7 @@ pub fn compile(program: &Program, func: FuncId, types: &Types) -> Result<NativeC
         types,
         live,
         labels,
+        enter: enter_label,
         epilogue,
         steps: native::steps_offset() as i32,
         next_check: native::next_check_offset() as i32,

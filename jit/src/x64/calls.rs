@@ -1,0 +1,209 @@
+//! Zy calls and returns in native code (`native.rs` in the VM: "Calls").
+//!
+//! A direct call pushes the callee's frame onto the VM's stacks in place and enters the
+//! callee's native code at instruction 0 through this buffer's own `enter` (any buffer's
+//! `enter` serves any code: it only saves registers and jumps). Every case the interpreter
+//! handles differently or checks (no room on a stack, the depth limit, the nesting bound, the
+//! budget check due, a callee without native code) leaves to the interpreter *at the call*,
+//! before anything was done, so the interpreter performs it. While the callee runs, this
+//! frame's `pc` is the instruction after the call and `r13`-`r15` (callee-saved, free
+//! outside cached loops, which never contain a call) hold the callee's registers, its entry
+//! and its base.
+//!
+//! A return pops the frame and stores the value into the caller's register, as the
+//! interpreter's `Return` does, unless the frame is one the interpreter handles itself (a
+//! boundary to Rust, a closure's frame, a discarded result): then it leaves at the `Return`.
+
+use super::*;
+
+impl<'a> Emitter<'a> {
+    /// `dst = g(args)` for a function `g` without captures called with its arity.
+    pub(super) fn call_direct(&mut self, pc: usize, dst: Reg, g: FuncId, args: ListId) {
+        let l = native::layout();
+        let callee = &self.program.functions[g.index()];
+        let n = callee.num_regs as i32;
+        let arity = callee.arity as i32;
+        let (steps, next) = (self.steps, self.next_check);
+        let (s_ptr, s_len, s_cap) = stack_fields(l.stack);
+        let (f_ptr, f_len, f_cap) = stack_fields(l.frames);
+        let (depth, nesting, entries, calls) =
+            (l.ctx_max_depth as i32, l.ctx_nesting as i32, l.ctx_entries as i32, l.ctx_calls as i32);
+        let counted = (pc + 1 - self.run_start) as i32;
+        let slow = self.cold_exit(pc);
+        let entry = 8 * g.0 as i32;
+        let (enter, epilogue) = (self.enter, self.epilogue);
+        dynasm!(self.ops ; .arch x64
+            // What the interpreter would check or do itself: leave it to the interpreter.
+            ; mov rax, QWORD [r12 + steps]
+            ; add rax, counted
+            ; cmp rax, QWORD [r12 + next]
+            ; jae =>slow
+            ; mov rcx, QWORD [r12 + f_len]
+            ; cmp rcx, QWORD [r12 + depth]
+            ; jae =>slow
+            ; cmp rcx, QWORD [r12 + f_cap]
+            ; jae =>slow
+            ; cmp DWORD [r12 + nesting], native::MAX_NESTING as i32
+            ; jae =>slow
+            ; mov r14, QWORD [r12 + entries]
+            ; mov r14, QWORD [r14 + entry]
+            ; test r14, r14
+            ; jz =>slow
+            ; mov r15, QWORD [r12 + s_len]
+            ; lea rdx, [r15 + n]
+            ; cmp rdx, QWORD [r12 + s_cap]
+            ; ja =>slow
+            // The call happens: count it, and lay out the callee's registers in the stack's
+            // spare capacity (arguments, then `nil`).
+            ; mov QWORD [r12 + steps], rax
+            ; mov r13, r15
+            ; shl r13, 4
+            ; add r13, QWORD [r12 + s_ptr]
+        );
+        let t = self.types.before[pc].clone().expect("reached");
+        for (k, a) in self.f.list(args).to_vec().into_iter().enumerate() {
+            let (d, s) = (16 * k as i32, slot(a));
+            if t[a.index()].plain() {
+                dynasm!(self.ops ; .arch x64
+                    ; mov rax, QWORD [rbx + s] ; mov QWORD [r13 + d], rax
+                    ; mov rax, QWORD [rbx + s + 8] ; mov QWORD [r13 + d + 8], rax
+                );
+            } else {
+                dynasm!(self.ops ; .arch x64 ; lea rdi, [r13 + d] ; lea rsi, [rbx + s]);
+                self.call(native::clone_into as *const ());
+            }
+        }
+        for k in arity..n {
+            let d = 16 * k;
+            dynasm!(self.ops ; .arch x64 ; mov QWORD [r13 + d], tag::NIL as i32);
+        }
+        // The frame, written field by field; then both lengths; then the call count.
+        let size = l.frame_size as i32;
+        let (f_func, f_pc, f_base, f_ret, f_closure, f_boundary) = (
+            l.frame_func as i32,
+            l.frame_pc as i32,
+            l.frame_base as i32,
+            l.frame_ret as i32,
+            l.frame_closure as i32,
+            l.frame_boundary as i32,
+        );
+        let (after, g_i, dst_i, count) = (pc as i32 + 1, g.0 as i32, dst.0 as i32, 4 * g.0 as i32);
+        dynasm!(self.ops ; .arch x64
+            ; mov rcx, QWORD [r12 + f_len]
+            ; imul rax, rcx, size
+            ; add rax, QWORD [r12 + f_ptr]
+            ; mov DWORD [rax - size + f_pc], after
+            ; mov DWORD [rax + f_func], g_i
+            ; mov DWORD [rax + f_pc], 0
+            ; mov DWORD [rax + f_base], r15d
+            ; mov DWORD [rax + f_ret], dst_i
+            ; mov QWORD [rax + f_closure], 0
+            ; mov BYTE [rax + f_boundary], 0
+            ; add rcx, 1
+            ; mov QWORD [r12 + f_len], rcx
+            ; lea rcx, [r15 + n]
+            ; mov QWORD [r12 + s_len], rcx
+            ; mov rax, QWORD [r12 + calls]
+            ; add DWORD [rax + count], 1
+            ; sbb DWORD [rax + count], 0
+            // Enter the callee (the `Enter` convention), one level deeper.
+            ; add DWORD [r12 + nesting], 1
+            ; mov rdi, r12
+            ; mov rsi, r13
+            ; mov rdx, r14
+            ; call =>enter
+            ; sub DWORD [r12 + nesting], 1
+            ; mov rcx, QWORD status::RETURNED as i64
+            ; cmp rax, rcx
+            ; jne =>epilogue
+        );
+        // Returned: the value is in `dst`. The code after the call was typed with the type
+        // `returns.rs` found; check it (a failed speculation leaves after the call).
+        self.run_start = pc + 1;
+        let Some(after_types) = self.types.before.get(pc + 1).cloned().flatten() else {
+            // The inference saw no way for the callee to return: let the interpreter go on.
+            self.exit_here(pc + 1);
+            return;
+        };
+        let s = slot(dst);
+        let ok = self.ops.new_dynamic_label();
+        match after_types[dst.index()] {
+            Ty::Plain => dynasm!(self.ops ; .arch x64 ; cmp QWORD [rbx + s], tag::LAST_PLAIN as i32 ; jbe =>ok),
+            t => match t.tag() {
+                Some(tg) => dynasm!(self.ops ; .arch x64 ; cmp QWORD [rbx + s], tg as i32 ; je =>ok),
+                None => dynasm!(self.ops ; .arch x64 ; jmp =>ok),
+            },
+        }
+        self.leave(0, status::encode(status::GUARD, pc as u32 + 1, status::SPECULATION));
+        dynasm!(self.ops ; .arch x64 ; =>ok);
+    }
+
+    /// `Return src`.
+    pub(super) fn ret(&mut self, pc: usize, src: Reg) {
+        let l = native::layout();
+        let (s_ptr, s_len, _) = stack_fields(l.stack);
+        let (f_ptr, f_len, _) = stack_fields(l.frames);
+        let size = l.frame_size as i32;
+        let (f_base, f_ret, f_closure, f_boundary) =
+            (l.frame_base as i32, l.frame_ret as i32, l.frame_closure as i32, l.frame_boundary as i32);
+        let slow = self.cold_exit(pc);
+        let epilogue = self.epilogue;
+        dynasm!(self.ops ; .arch x64
+            ; mov rcx, QWORD [r12 + f_len]
+            ; imul rcx, rcx, size
+            ; add rcx, QWORD [r12 + f_ptr]
+            ; cmp QWORD [rcx - size + f_closure], 0
+            ; jne =>slow
+            ; cmp BYTE [rcx - size + f_boundary], 0
+            ; jne =>slow
+            ; cmp DWORD [rcx - size + f_ret], l.discard as i32
+            ; je =>slow
+        );
+        self.count(pc + 1 - self.run_start);
+        // The interpreter's `truncate_registers`: every other register's heap value dropped.
+        let t = self.types.before[pc].clone().expect("reached");
+        for r in 0..self.f.num_regs as usize {
+            if r != src.index() && !t[r].plain() {
+                self.clear_if_heap(Reg(r as u32));
+            }
+        }
+        let s = slot(src);
+        let store = self.ops.new_dynamic_label();
+        dynasm!(self.ops ; .arch x64
+            // Pop the frame: both lengths back.
+            ; mov rcx, QWORD [r12 + f_len]
+            ; sub rcx, 1
+            ; mov QWORD [r12 + f_len], rcx
+            ; imul rcx, rcx, size
+            ; add rcx, QWORD [r12 + f_ptr]
+            ; mov eax, DWORD [rcx + f_base]
+            ; mov QWORD [r12 + s_len], rax
+            // The caller's register: drop what it held, then move the value in.
+            ; mov eax, DWORD [rcx - size + f_base]
+            ; mov edx, DWORD [rcx + f_ret]
+            ; add rax, rdx
+            ; shl rax, 4
+            ; add rax, QWORD [r12 + s_ptr]
+            ; mov r13, rax
+            ; cmp QWORD [r13], tag::LAST_PLAIN as i32
+            ; jbe =>store
+            ; mov rdi, r13
+        );
+        self.call(native::clear_slot as *const ());
+        dynasm!(self.ops ; .arch x64
+            ; =>store
+            ; mov rax, QWORD [rbx + s]
+            ; mov QWORD [r13], rax
+            ; mov rax, QWORD [rbx + s + 8]
+            ; mov QWORD [r13 + 8], rax
+            ; mov rax, QWORD status::RETURNED as i64
+            ; jmp =>epilogue
+        );
+    }
+}
+
+/// The offsets of a `Stack`'s pointer, length and capacity words, from the `Vm` pointer.
+fn stack_fields(at: usize) -> (i32, i32, i32) {
+    use zygvm_vm::stack::{CAP_OFFSET, LEN_OFFSET, PTR_OFFSET};
+    ((at + PTR_OFFSET) as i32, (at + LEN_OFFSET) as i32, (at + CAP_OFFSET) as i32)
+}
