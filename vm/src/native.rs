@@ -26,8 +26,8 @@
 //! leaves with anything but `RETURNED`, every native activation below it leaves with the
 //! same status, and the interpreter resumes at whatever frame is now on top
 //! (`Vm::resume_after_native`). Native code never *grows* a stack: when either lacks room,
-//! or the depth limit, the nesting bound (`MAX_NESTING`, which bounds the machine stack) or
-//! the budget check is due, it leaves to the interpreter at the call, which does it.
+//! or at the depth limit, the machine stack bound (`NATIVE_STACK_BYTES`) or a budget check
+//! due, it leaves to the interpreter at the call, which does it.
 //!
 //! Native code counts instructions exactly as the interpreter does (`Vm::steps`, at the same
 //! points), so fuel, `--stats` and the limit checks agree between tiers. It never calls back
@@ -45,10 +45,11 @@ use crate::value::Value;
 use std::any::Any;
 use std::time::Duration;
 
-/// Native calls nested on the machine stack before native code leaves the next call to the
-/// interpreter (which then enters the callee afresh, from its own loop: each native activation
-/// takes a few hundred bytes of the thread's stack, and Zy recursion may be 10,000 deep).
-pub const MAX_NESTING: u32 = 256;
+/// Machine stack native calls may use below the interpreter's entry into native code before
+/// native code leaves the next call to the interpreter (which then enters the callee afresh,
+/// from its own loop): each native activation takes about two hundred bytes of the thread's
+/// stack, and Zy recursion may be 10,000 deep, on a host thread of any size.
+pub const NATIVE_STACK_BYTES: usize = 128 * 1024;
 
 /// What native code reads through the `Vm` pointer to make calls, refreshed by the
 /// interpreter on every entry into native code (`run_native`): nothing it points into can
@@ -61,13 +62,14 @@ pub struct NativeCtx {
     pub entries: *const *const u8,
     /// `Limits::max_depth`.
     pub max_depth: u64,
-    /// Native calls now nested on the machine stack.
-    pub nesting: u32,
+    /// The lowest machine stack address a native call may start from
+    /// (`NATIVE_STACK_BYTES` below where the interpreter entered native code).
+    pub stack_limit: usize,
 }
 
 impl Default for NativeCtx {
     fn default() -> Self {
-        NativeCtx { calls: std::ptr::null_mut(), entries: std::ptr::null(), max_depth: 0, nesting: 0 }
+        NativeCtx { calls: std::ptr::null_mut(), entries: std::ptr::null(), max_depth: 0, stack_limit: usize::MAX }
     }
 }
 
@@ -87,7 +89,7 @@ pub struct Layout {
     pub ctx_calls: usize,
     pub ctx_entries: usize,
     pub ctx_max_depth: usize,
-    pub ctx_nesting: usize,
+    pub ctx_stack_limit: usize,
     /// `Frame::ret` of a frame whose result is discarded.
     pub discard: u32,
 }
@@ -109,7 +111,7 @@ pub fn layout() -> Layout {
         ctx_calls: ctx + offset_of!(NativeCtx, calls),
         ctx_entries: ctx + offset_of!(NativeCtx, entries),
         ctx_max_depth: ctx + offset_of!(NativeCtx, max_depth),
-        ctx_nesting: ctx + offset_of!(NativeCtx, nesting),
+        ctx_stack_limit: ctx + offset_of!(NativeCtx, stack_limit),
         discard: crate::interp::DISCARD,
     }
 }
@@ -221,8 +223,8 @@ pub mod status {
     }
 }
 
-/// The one way into native code: `enter(vm, regs, target)` saves the caller's registers, jumps
-/// to `target` (an entry point of the same code) and returns a `status`.
+/// The one way into native code from Rust: `enter(vm, regs, target)` saves the caller's
+/// registers, calls `target` (an entry point of any function's code) and returns a `status`.
 pub type Enter = unsafe extern "C" fn(vm: *mut Vm, regs: *mut Value, target: *const u8) -> u64;
 
 /// One function's native code.
@@ -230,6 +232,8 @@ pub struct NativeCode {
     pub enter: Enter,
     /// The entry point of each instruction index (null where there is none).
     pub entries: Vec<*const u8>,
+    /// The entry native callers use: instruction 0 of a frame just pushed (null if none).
+    pub call_entry: *const u8,
     /// The machine code's owner: the code stays mapped, unmoved, while this value lives.
     pub owner: Box<dyn Any>,
     /// Machine-code bytes (for `--stats`).
@@ -378,7 +382,7 @@ impl NativeState {
         if self.call_entries.len() < functions.max(func.index() + 1) {
             self.call_entries.resize(functions.max(func.index() + 1), std::ptr::null());
         }
-        self.call_entries[func.index()] = code.as_ref().and_then(|c| c.entry(0)).unwrap_or(std::ptr::null());
+        self.call_entries[func.index()] = code.as_ref().map_or(std::ptr::null(), |c| c.call_entry);
         self.code[func.index()] = code;
     }
 
@@ -482,7 +486,8 @@ impl Vm {
             calls: self.calls.as_mut_ptr(),
             entries: self.native.call_entries.as_ptr(),
             max_depth: self.limits.max_depth as u64,
-            nesting: 0,
+            // Where this activation's locals are: the machine stack native code starts near.
+            stack_limit: (&code as *const _ as usize).saturating_sub(NATIVE_STACK_BYTES),
         };
         // SAFETY: `base` is the running frame's base, whose `num_regs` registers are live
         // below `stack.len()`; native code was compiled for this function from a verified

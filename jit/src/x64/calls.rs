@@ -1,14 +1,18 @@
 //! Zy calls and returns in native code (`native.rs` in the VM: "Calls").
 //!
-//! A direct call pushes the callee's frame onto the VM's stacks in place and enters the
-//! callee's native code at instruction 0 through this buffer's own `enter` (any buffer's
-//! `enter` serves any code: it only saves registers and jumps). Every case the interpreter
-//! handles differently or checks (no room on a stack, the depth limit, the nesting bound, the
-//! budget check due, a callee without native code) leaves to the interpreter *at the call*,
-//! before anything was done, so the interpreter performs it. While the callee runs, this
-//! frame's `pc` is the instruction after the call and `r13`-`r15` (callee-saved, free
-//! outside cached loops, which never contain a call) hold the callee's registers, its entry
-//! and its base.
+//! A direct call pushes the callee's frame onto the VM's stacks in place and calls the
+//! callee's *call entry* (instruction 0, checking the arguments' tags) with its registers
+//! in `rbx`; `r12` stays the VM. Every entry point is called this way (the `Enter`
+//! trampoline calls one too, after saving what Rust expects saved), reserves its own frame
+//! and returns a status in `rax`; the callee may clobber every other register, so the caller
+//! keeps its `rbx` in its frame (`SAVED_RBX`) and needs nothing else after the call (a call
+//! is never inside a cached loop, whose homes live in registers). Every case the interpreter
+//! handles differently or checks (no room on a stack, the depth limit, the machine stack
+//! bound `NativeCtx::stack_limit`, the budget check due, a callee without native code)
+//! leaves to the interpreter *at the call*, before anything was done, so the interpreter
+//! performs it. While the callee runs, this frame's `pc` is the instruction after the call;
+//! `r13` and `r14` hold the callee's registers and its entry while the call is set up, and
+//! `r15`, the instruction count, is shared: the callee adds to it.
 //!
 //! A return pops the frame and stores the value into the caller's register, as the
 //! interpreter's `Return` does, unless the frame is one the interpreter handles itself (a
@@ -23,19 +27,18 @@ impl<'a> Emitter<'a> {
         let callee = &self.program.functions[g.index()];
         let n = callee.num_regs as i32;
         let arity = callee.arity as i32;
-        let (steps, next) = (self.steps, self.next_check);
+        let next = self.next_check;
         let (s_ptr, s_len, s_cap) = stack_fields(l.stack);
         let (f_ptr, f_len, f_cap) = stack_fields(l.frames);
-        let (depth, nesting, entries, calls) =
-            (l.ctx_max_depth as i32, l.ctx_nesting as i32, l.ctx_entries as i32, l.ctx_calls as i32);
+        let (depth, stack_limit, entries, calls) =
+            (l.ctx_max_depth as i32, l.ctx_stack_limit as i32, l.ctx_entries as i32, l.ctx_calls as i32);
         let counted = (pc + 1 - self.run_start) as i32;
         let slow = self.cold_exit(pc);
         let entry = 8 * g.0 as i32;
-        let (enter, epilogue) = (self.enter, self.epilogue);
+        let epilogue = self.epilogue;
         dynasm!(self.ops ; .arch x64
             // What the interpreter would check or do itself: leave it to the interpreter.
-            ; mov rax, QWORD [r12 + steps]
-            ; add rax, counted
+            ; lea rax, [r15 + counted]
             ; cmp rax, QWORD [r12 + next]
             ; jae =>slow
             ; mov rcx, QWORD [r12 + f_len]
@@ -43,20 +46,19 @@ impl<'a> Emitter<'a> {
             ; jae =>slow
             ; cmp rcx, QWORD [r12 + f_cap]
             ; jae =>slow
-            ; cmp DWORD [r12 + nesting], native::MAX_NESTING as i32
-            ; jae =>slow
+            ; cmp rsp, QWORD [r12 + stack_limit]
+            ; jb =>slow
             ; mov r14, QWORD [r12 + entries]
             ; mov r14, QWORD [r14 + entry]
             ; test r14, r14
             ; jz =>slow
-            ; mov r15, QWORD [r12 + s_len]
-            ; lea rdx, [r15 + n]
+            ; mov r13, QWORD [r12 + s_len]
+            ; lea rdx, [r13 + n]
             ; cmp rdx, QWORD [r12 + s_cap]
             ; ja =>slow
             // The call happens: count it, and lay out the callee's registers in the stack's
             // spare capacity (arguments, then `nil`).
-            ; mov QWORD [r12 + steps], rax
-            ; mov r13, r15
+            ; mov r15, rax
             ; shl r13, 4
             ; add r13, QWORD [r12 + s_ptr]
         );
@@ -89,30 +91,29 @@ impl<'a> Emitter<'a> {
         );
         let (after, g_i, dst_i, count) = (pc as i32 + 1, g.0 as i32, dst.0 as i32, 4 * g.0 as i32);
         dynasm!(self.ops ; .arch x64
+            ; mov rdx, QWORD [r12 + s_len]
             ; mov rcx, QWORD [r12 + f_len]
             ; imul rax, rcx, size
             ; add rax, QWORD [r12 + f_ptr]
             ; mov DWORD [rax - size + f_pc], after
             ; mov DWORD [rax + f_func], g_i
             ; mov DWORD [rax + f_pc], 0
-            ; mov DWORD [rax + f_base], r15d
+            ; mov DWORD [rax + f_base], edx
             ; mov DWORD [rax + f_ret], dst_i
             ; mov QWORD [rax + f_closure], 0
             ; mov BYTE [rax + f_boundary], 0
             ; add rcx, 1
             ; mov QWORD [r12 + f_len], rcx
-            ; lea rcx, [r15 + n]
-            ; mov QWORD [r12 + s_len], rcx
+            ; add rdx, n
+            ; mov QWORD [r12 + s_len], rdx
             ; mov rax, QWORD [r12 + calls]
             ; add DWORD [rax + count], 1
             ; sbb DWORD [rax + count], 0
-            // Enter the callee (the `Enter` convention), one level deeper.
-            ; add DWORD [r12 + nesting], 1
-            ; mov rdi, r12
-            ; mov rsi, r13
-            ; mov rdx, r14
-            ; call =>enter
-            ; sub DWORD [r12 + nesting], 1
+            // Enter the callee with its registers pinned in `rbx` (ours kept in our frame).
+            ; mov QWORD [rsp + SAVED_RBX], rbx
+            ; mov rbx, r13
+            ; call r14
+            ; mov rbx, QWORD [rsp + SAVED_RBX]
             ; mov rcx, QWORD status::RETURNED as i64
             ; cmp rax, rcx
             ; jne =>epilogue

@@ -6,16 +6,19 @@
 //! | register | holds |
 //! | --- | --- |
 //! | `rbx` | the frame's registers: Zy register `r` is the 16 bytes at `[rbx + 16 r]` (tag word, payload word) |
-//! | `r12` | the `Vm` (helpers' first argument; `steps` and `next_check` at fixed offsets) |
+//! | `r12` | the `Vm` (helpers' first argument; `next_check` and the stacks at fixed offsets) |
+//! | `r15` | the instruction count, `Vm::steps` (loaded and stored by `Enter`: no helper reads it) |
 //!
 //! `rax`, `rcx`, `rdx`, `rsi`, `rdi`, `xmm0` and `xmm1` are scratch within one instruction.
 //! Outside cached loops no value lives in a machine register across instructions; inside one
 //! (`loops.rs`), `xmm2`-`xmm15`, `r8`-`r11`, `r13` and `r14` hold copies of slots (homes,
-//! written through) and `r15` the instruction count. Either way every instruction boundary
-//! is a point where the frame is exactly the interpreter's and native code may leave.
+//! written through). Either way every instruction boundary is a point where the frame is
+//! exactly the interpreter's and native code may leave. A native call (`calls.rs`) pins the
+//! callee's registers in `rbx` and restores the caller's from its frame after.
 //!
-//! The native stack frame below the saved registers: `[rsp]` a helper's scratch word, then
-//! the cached loop's views and hoisted values (`view_offset`, `hoist_offset`).
+//! Each activation's stack frame (`FRAME_BYTES`, reserved by the entry point it was called
+//! at): `[rsp]` a helper's scratch word, then the cached loop's views and hoisted values
+//! (`view_offset`, `hoist_offset`), then the caller's `rbx` during a native call.
 //!
 //! Each instruction is lowered one of three ways (`Class`): typed machine code; a call of the
 //! VM's `step` (the shared semantics of `semantics.rs`), which may decline or fail and then
@@ -60,9 +63,13 @@ const fn hoist_offset(i: usize) -> i32 {
     view_offset(crate::loops::MAX_VIEWS) + 8 * i as i32
 }
 
-/// Stack bytes below the saved registers: the scratch word, the views and the hoisted
-/// values, keeping `rsp` 16-byte aligned at calls (return address + 6 pushes = 56 bytes).
-const FRAME_BYTES: i32 = hoist_offset(crate::loops::MAX_HOISTS);
+/// Where a native call keeps the caller's `rbx` (the callee pins its own registers there).
+const SAVED_RBX: i32 = hoist_offset(crate::loops::MAX_HOISTS);
+
+/// Stack bytes each activation reserves below its return address: the scratch word, the
+/// views, the hoisted values and the saved `rbx`, keeping `rsp` 16-byte aligned at calls
+/// (entered by a `call`, so the return address leaves `rsp` at 8 modulo 16).
+const FRAME_BYTES: i32 = SAVED_RBX + 16;
 const _: () = assert!(FRAME_BYTES % 16 == 8, "the native frame would misalign calls");
 
 /// The byte offset of register `r`'s tag word (payload at `+ 8`).
@@ -80,10 +87,8 @@ struct Emitter<'a> {
     live: Vec<Vec<bool>>,
     /// One label per instruction (the start of its code).
     labels: Vec<DynamicLabel>,
-    /// The buffer's `Enter` (native calls enter callees through it) and the way out of it.
-    enter: DynamicLabel,
+    /// Where every exit goes: `add rsp, FRAME_BYTES ; ret` (status in `rax`).
     epilogue: DynamicLabel,
-    steps: i32,
     next_check: i32,
     /// Where the current straight-line run began (the interpreter counts instructions per
     /// run; native code adds the same counts at the same points).
@@ -132,14 +137,11 @@ impl<'a> Emitter<'a> {
         self.types.before[pc].as_ref().expect("reached")[r.index()]
     }
 
-    /// Adds `n` to the instruction count.
+    /// Adds `n` to the instruction count (`r15`).
     pub(super) fn count(&mut self, n: usize) {
-        let (s, n) = (self.steps, n as i32);
-        match (n, self.cur) {
-            (0, _) => {}
-            // Inside a cached loop the count lives in `r15` (stored on the way out).
-            (_, Some(_)) => dynasm!(self.ops ; .arch x64 ; add r15, n),
-            (_, None) => dynasm!(self.ops ; .arch x64 ; add QWORD [r12 + s], n),
+        if n != 0 {
+            let n = n as i32;
+            dynasm!(self.ops ; .arch x64 ; add r15, n);
         }
     }
 
@@ -220,10 +222,6 @@ impl<'a> Emitter<'a> {
     /// Leaves with `status` in `rax` after counting `counted` instructions.
     pub(super) fn leave(&mut self, counted: usize, st: u64) {
         self.count(counted);
-        if self.cur.is_some() {
-            let steps = self.steps;
-            dynasm!(self.ops ; .arch x64 ; mov QWORD [r12 + steps], r15);
-        }
         let ep = self.epilogue;
         dynasm!(self.ops ; .arch x64 ; mov rax, QWORD st as i64 ; jmp =>ep);
     }
@@ -338,17 +336,9 @@ impl<'a> Emitter<'a> {
     /// Goes to instruction `to` unless the instruction count reached its next check; then
     /// leaves with `LIMIT(trace, to)` (the interpreter checks with its pc at `trace`).
     pub(super) fn check_then_go(&mut self, to: usize, trace: u32) {
-        let (steps, next) = (self.steps, self.next_check);
+        let next = self.next_check;
         let label = self.target(to);
-        if self.cur.is_some() {
-            dynasm!(self.ops ; .arch x64 ; cmp r15, QWORD [r12 + next] ; jb =>label);
-        } else {
-            dynasm!(self.ops ; .arch x64
-                ; mov rax, QWORD [r12 + steps]
-                ; cmp rax, QWORD [r12 + next]
-                ; jb =>label
-            );
-        }
+        dynasm!(self.ops ; .arch x64 ; cmp r15, QWORD [r12 + next] ; jb =>label);
         self.leave(0, status::encode(status::LIMIT, trace, to as u32));
     }
 
@@ -424,15 +414,18 @@ pub fn compile(program: &Program, func: FuncId, types: &Types) -> Result<NativeC
     let mut ops = Assembler::new().map_err(|e| format!("cannot map code memory: {e}"))?;
     let labels: Vec<DynamicLabel> = (0..f.code.len()).map(|_| ops.new_dynamic_label()).collect();
     let epilogue = ops.new_dynamic_label();
-    let enter_label = ops.new_dynamic_label();
-    // The way in: save the callee-saved registers, pin `rbx` and `r12`, jump to the target.
+    let steps = native::steps_offset() as i32;
+    // The way in from Rust (`Enter`): save the callee-saved registers, pin `rbx`, `r12` and
+    // the instruction count in `r15`, call the entry point (which reserves its own frame: the
+    // convention native calls use), store the count back.
     let enter = ops.offset();
     dynasm!(ops ; .arch x64
-        ; =>enter_label
-        ; push rbp ; mov rbp, rsp ; push rbx ; push r12 ; push r13 ; push r14 ; push r15 ; sub rsp, FRAME_BYTES
-        ; mov r12, rdi ; mov rbx, rsi ; jmp rdx
+        ; push rbp ; mov rbp, rsp ; push rbx ; push r12 ; push r13 ; push r14 ; push r15 ; sub rsp, 8
+        ; mov r12, rdi ; mov rbx, rsi ; mov r15, QWORD [rdi + steps] ; call rdx
+        ; mov QWORD [r12 + steps], r15
+        ; add rsp, 8 ; pop r15 ; pop r14 ; pop r13 ; pop r12 ; pop rbx ; pop rbp ; ret
         ; =>epilogue
-        ; add rsp, FRAME_BYTES ; pop r15 ; pop r14 ; pop r13 ; pop r12 ; pop rbx ; pop rbp ; ret
+        ; add rsp, FRAME_BYTES ; ret
     );
     let live = crate::types::live_before(f);
     // Cached loops whose every instruction lowers to machine code (a `step` or an exit would
@@ -458,9 +451,7 @@ pub fn compile(program: &Program, func: FuncId, types: &Types) -> Result<NativeC
         types,
         live,
         labels,
-        enter: enter_label,
         epilogue,
-        steps: native::steps_offset() as i32,
         next_check: native::next_check_offset() as i32,
         run_start: 0,
         loops,
@@ -503,8 +494,10 @@ pub fn compile(program: &Program, func: FuncId, types: &Types) -> Result<NativeC
     let mut entries = vec![std::ptr::null(); f.code.len()];
     let mut offsets = vec![];
     for &pc in &entry_pcs {
-        offsets.push((pc, e.entry(pc)));
+        offsets.push((pc, e.entry(pc, false)));
     }
+    // Native callers enter a fresh frame: only the arguments need checking.
+    let call_entry = e.types.before[0].is_some().then(|| e.entry(0, true));
     e.emit_cold();
     e.emit_stubs();
     let size = e.ops.offset().0;
@@ -514,10 +507,12 @@ pub fn compile(program: &Program, func: FuncId, types: &Types) -> Result<NativeC
     for (pc, off) in offsets {
         entries[pc] = buf.ptr(off);
     }
+    let call_entry = call_entry.map_or(std::ptr::null(), |off| buf.ptr(off));
     // SAFETY: `enter` is the code emitted first above, with the `Enter` signature: it saves
-    // and restores every callee-saved register it uses, keeps the stack 16-byte aligned at
-    // calls (return address + 6 pushes + `FRAME_BYTES`, which the assertion by its
-    // definition keeps a multiple of 16 plus 8), and returns a status in `rax`.
+    // and restores every callee-saved register (entry points clobber all but `r12`), keeps
+    // the stack 16-byte aligned at calls (return address + 6 pushes + 8 before its `call`;
+    // each entry point then reserves `FRAME_BYTES`, which the assertion by its definition
+    // keeps a multiple of 16 plus 8), and returns the status the entry point leaves in `rax`.
     let enter: native::Enter = unsafe { std::mem::transmute::<*const u8, native::Enter>(buf.ptr(enter)) };
-    Ok(NativeCode { enter, entries, owner: Box::new(buf), size, cached_loops, pc_offsets })
+    Ok(NativeCode { enter, entries, call_entry, owner: Box::new(buf), size, cached_loops, pc_offsets })
 }

@@ -4,7 +4,7 @@
 use super::*;
 
 impl<'a> Emitter<'a> {
-    /// The ways into cached loops (`loops.rs`): the instruction count into `r15`, hoisted math
+    /// The ways into cached loops (`loops.rs`): hoisted math
     /// computed into its slot, every home loaded from its slot; then on to the instruction.
     pub(super) fn emit_stubs(&mut self) {
         let mut done = 0;
@@ -12,10 +12,9 @@ impl<'a> Emitter<'a> {
         while done < self.stubs.len() {
             let (stub, to, label) = self.stubs[done];
             done += 1;
-            let steps = self.steps;
             let l = match stub {
                 Stub::Leave(_) => {
-                    dynasm!(self.ops ; .arch x64 ; =>label ; mov QWORD [r12 + steps], r15);
+                    dynasm!(self.ops ; .arch x64 ; =>label);
                     self.cur = None;
                     let next = self.target(to);
                     dynasm!(self.ops ; .arch x64 ; jmp =>next);
@@ -24,7 +23,7 @@ impl<'a> Emitter<'a> {
                 Stub::Enter(l) => l,
             };
             self.cur = None;
-            dynasm!(self.ops ; .arch x64 ; =>label ; mov r15, QWORD [r12 + steps]);
+            dynasm!(self.ops ; .arch x64 ; =>label);
             let first = self.loops[l].first;
             for (i, pc) in self.loops[l].hoisted.clone().into_iter().enumerate() {
                 let Instr::Math1 { src, builtin, .. } = self.f.code[pc] else { unreachable!("only Math1 is hoisted") };
@@ -58,12 +57,17 @@ impl<'a> Emitter<'a> {
         }
     }
 
-    /// An entry point at `pc`: checks the tags the code from `pc` relies on, then goes there.
-    pub(super) fn entry(&mut self, pc: usize) -> AssemblyOffset {
+    /// An entry point at `pc` (called: it reserves the activation's frame): checks the tags
+    /// the code from `pc` relies on, then goes there. `fresh`: the entry of a frame just
+    /// pushed, whose registers after the arguments are all `nil` (frames start so), checked
+    /// for the arguments only.
+    pub(super) fn entry(&mut self, pc: usize, fresh: bool) -> AssemblyOffset {
         let at = self.ops.offset();
+        dynasm!(self.ops ; .arch x64 ; sub rsp, FRAME_BYTES);
         let t = self.types.before[pc].clone().expect("reached");
         let refuse = self.ops.new_dynamic_label();
-        for (r, ty) in t.iter().enumerate() {
+        let checked = if fresh { (self.f.arity + self.f.num_captures) as usize } else { t.len() };
+        for (r, ty) in t.iter().enumerate().take(checked) {
             let s = 16 * r as i32;
             if *ty == Ty::Plain {
                 // Some plain value: the code stores over it without a drop.
