@@ -92,9 +92,22 @@ pub struct Layout {
     pub ctx_stack_limit: usize,
     /// `Frame::ret` of a frame whose result is discarded.
     pub discard: u32,
+    /// The tape (`ad::Tape`): its words (a `Stack`), the runs of entry kinds and of control
+    /// decisions (each a `Stack` of `ad::Run`, then the entry count word), and a run's layout.
+    pub tape_words: usize,
+    pub tape_kinds: usize,
+    pub tape_ctl: usize,
+    pub runs_len: usize,
+    pub run_size: usize,
+    pub run_sym: usize,
+    pub run_count: usize,
+    /// `ad::FLOAT` and `ad::INT`, the kinds of number entries.
+    pub kind_float: u8,
+    pub kind_int: u8,
 }
 
 pub fn layout() -> Layout {
+    use crate::ad::{Run, Runs, Tape};
     use crate::interp::Frame;
     use std::mem::offset_of;
     let ctx = offset_of!(Vm, native) + offset_of!(NativeState, ctx);
@@ -113,6 +126,15 @@ pub fn layout() -> Layout {
         ctx_max_depth: ctx + offset_of!(NativeCtx, max_depth),
         ctx_stack_limit: ctx + offset_of!(NativeCtx, stack_limit),
         discard: crate::interp::DISCARD,
+        tape_words: offset_of!(Vm, tape) + offset_of!(Tape, words),
+        tape_kinds: offset_of!(Vm, tape) + offset_of!(Tape, kinds) + offset_of!(Runs, runs),
+        tape_ctl: offset_of!(Vm, tape) + offset_of!(Tape, ctl) + offset_of!(Runs, runs),
+        runs_len: offset_of!(Runs, len) - offset_of!(Runs, runs),
+        run_size: std::mem::size_of::<Run>(),
+        run_sym: offset_of!(Run, sym),
+        run_count: offset_of!(Run, count),
+        kind_float: crate::ad::FLOAT,
+        kind_int: crate::ad::INT,
     }
 }
 

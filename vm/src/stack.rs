@@ -104,6 +104,18 @@ impl<T> Stack<T> {
     }
 }
 
+impl<T> Default for Stack<T> {
+    fn default() -> Self {
+        Stack::from_vec(Vec::new())
+    }
+}
+
+impl<T: Clone> Clone for Stack<T> {
+    fn clone(&self) -> Self {
+        Stack::from_vec(self.to_vec())
+    }
+}
+
 impl<T> Drop for Stack<T> {
     fn drop(&mut self) {
         // SAFETY: the triple is a `Vec<T>`'s (see `with_vec`); dropping it is its last use.

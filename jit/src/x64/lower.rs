@@ -206,8 +206,7 @@ impl<'a> Emitter<'a> {
                 self.branch_edge(pc, then_blk);
             }
             Instr::BranchCtl { then_blk, else_blk } => {
-                dynasm!(self.ops ; .arch x64 ; mov rdi, r12);
-                self.call(native::pop_control as *const ());
+                self.tape_pop_control();
                 let empty = self.ops.new_dynamic_label();
                 let taken = self.ops.new_dynamic_label();
                 dynasm!(self.ops ; .arch x64 ; test rax, rax ; js =>empty ; jnz =>taken);
@@ -295,16 +294,9 @@ impl<'a> Emitter<'a> {
                 self.exit_unless_al(pc);
             }
             Instr::TapePop { dst } => {
-                dynasm!(self.ops ; .arch x64 ; mov rdi, r12 ; lea rsi, [rsp]);
-                self.call(native::tape_pop_float as *const ());
-                // No float on top: the speculation failed (the interpreter pops whatever it
-                // is, and the next compilation of this function does not speculate here).
-                let ok = self.ops.new_dynamic_label();
-                dynasm!(self.ops ; .arch x64 ; test al, al ; jnz =>ok);
-                self.leave(pc - self.run_start, status::encode(status::GUARD, pc as u32, status::SPECULATION));
-                dynasm!(self.ops ; .arch x64 ; =>ok);
+                // Before popping: dropping the old value is a call, which clobbers `xmm0`.
                 self.prepare_def(pc, dst);
-                dynasm!(self.ops ; .arch x64 ; movsd xmm0, QWORD [rsp]);
+                self.tape_pop_float(pc);
                 self.store_float(dst);
             }
             Instr::Pull { dst, rule, args } => {
@@ -333,18 +325,19 @@ impl<'a> Emitter<'a> {
             }
             Instr::TapeSave { src } | Instr::TapePush { src } => {
                 let s = slot(src) + 8;
+                let l = native::layout();
+                match self.home(src) {
+                    Some(Home::Xmm(k)) => dynasm!(self.ops ; .arch x64 ; movq rax, Rx(k)),
+                    Some(Home::Gp(g)) => dynasm!(self.ops ; .arch x64 ; mov rax, Rq(g)),
+                    None => dynasm!(self.ops ; .arch x64 ; mov rax, QWORD [rbx + s]),
+                }
                 if ty(src) == Ty::Float {
-                    dynasm!(self.ops ; .arch x64 ; mov rdi, r12 ; movsd xmm0, QWORD [rbx + s]);
-                    self.call(native::tape_push_float as *const ());
+                    self.tape_push_number(l.kind_float, true);
                 } else {
-                    dynasm!(self.ops ; .arch x64 ; mov rdi, r12 ; mov rsi, QWORD [rbx + s]);
-                    self.call(native::tape_push_int as *const ());
+                    self.tape_push_number(l.kind_int, false);
                 }
             }
-            Instr::TapePushCtl { bit } => {
-                dynasm!(self.ops ; .arch x64 ; mov rdi, r12 ; mov esi, bit as i32);
-                self.call(native::tape_push_control as *const ());
-            }
+            Instr::TapePushCtl { bit } => self.tape_push_control(bit as u8),
             Instr::CallDirect { dst, func, args } => self.call_direct(pc, dst, func, args),
             Instr::Return { src } => self.ret(pc, src),
             other => unreachable!("{} classified native but not lowered", other.name()),

@@ -39,6 +39,7 @@ mod arith;
 mod calls;
 mod classify;
 mod lower;
+mod tape;
 mod ways;
 
 pub use classify::{check_profitable, classify, no_worse, Class};

@@ -50,14 +50,25 @@ pub mod tangents;
 pub mod tower_calls;
 pub mod towers;
 
+use crate::stack::Stack;
 use crate::value::Value;
+
+/// One run of equal symbols (`repr(C)`: native code extends and shortens runs in place,
+/// `native::layout`). A run on the stack always has `count >= 1`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct Run {
+    pub sym: u8,
+    pub count: u32,
+}
 
 /// A stack of small symbols stored as runs `(symbol, count)`: a loop that records the same
 /// decision every iteration costs one run, not one entry per iteration.
 #[derive(Default, Clone)]
+#[repr(C)]
 pub struct Runs {
-    runs: Vec<(u8, u32)>,
-    len: usize,
+    pub(crate) runs: Stack<Run>,
+    pub(crate) len: usize,
 }
 
 impl Runs {
@@ -65,20 +76,20 @@ impl Runs {
     pub fn push(&mut self, sym: u8) {
         self.len += 1;
         if let Some(last) = self.runs.last_mut() {
-            if last.0 == sym && last.1 < u32::MAX {
-                last.1 += 1;
+            if last.sym == sym && last.count < u32::MAX {
+                last.count += 1;
                 return;
             }
         }
-        self.runs.push((sym, 1));
+        self.runs.push(Run { sym, count: 1 });
     }
 
     #[inline(always)]
     pub fn pop(&mut self) -> Option<u8> {
         let last = self.runs.last_mut()?;
-        let sym = last.0;
-        last.1 -= 1;
-        if last.1 == 0 {
+        let sym = last.sym;
+        last.count -= 1;
+        if last.count == 0 {
             self.runs.pop();
         }
         self.len -= 1;
@@ -88,7 +99,7 @@ impl Runs {
     /// The symbol `pop` would return.
     #[inline(always)]
     pub fn peek(&self) -> Option<u8> {
-        self.runs.last().map(|r| r.0)
+        self.runs.last().map(|r| r.sym)
     }
 
     /// Entries (not runs).
@@ -101,12 +112,13 @@ impl Runs {
     }
 
     fn bytes(&self) -> usize {
-        self.runs.len() * std::mem::size_of::<(u8, u32)>()
+        self.runs.len() * std::mem::size_of::<Run>()
     }
 }
 
-const FLOAT: u8 = 0;
-const INT: u8 = 1;
+/// The kinds of tape entries (`Tape::kinds`' symbols).
+pub const FLOAT: u8 = 0;
+pub const INT: u8 = 1;
 const OBJECT: u8 = 2;
 
 /// The VM's tape: two stacks, primal values and control-flow decisions.
@@ -114,12 +126,14 @@ const OBJECT: u8 = 2;
 /// Values are stored by kind so that the common case is small: numbers take 8 bytes in
 /// `words`, other values 16 in `objects`, and the kind of each entry is a run-length-encoded
 /// symbol (a loop pushing floats every iteration adds one run in all). Control decisions are
-/// run-length encoded the same way. `--stats` reports the peak of `bytes()`.
+/// run-length encoded the same way. `--stats` reports the peak of `bytes()`. Native code
+/// pushes and pops numbers and decisions in place (`words` and both `Runs` have fixed
+/// layouts: `native::layout`), and calls the methods below for anything else.
 #[derive(Default)]
 pub struct Tape {
-    words: Vec<u64>,
+    pub(crate) words: Stack<u64>,
     objects: Vec<Value>,
-    kinds: Runs,
+    pub(crate) kinds: Runs,
     pub ctl: Runs,
     /// The largest size reached, in bytes (reported by `--stats`).
     pub peak_bytes: usize,

@@ -1,0 +1,153 @@
+//! The tape's number entries and control decisions, pushed and popped inline (`ad::Tape`:
+//! a `Stack` of words, and runs of kinds and of decisions, at fixed offsets from the `Vm`:
+//! `native::layout`). The common case extends or shortens the last run in place; anything
+//! else (a full buffer, a new run, an entry of another kind) calls the `Tape` method through
+//! a helper, which does exactly the same thing the slow way. `rax`, `rcx`, `rdx`, `rsi` and
+//! `rdi` are scratch; homes are reloaded only after a helper call.
+
+use super::*;
+use zygvm_vm::stack::{CAP_OFFSET, LEN_OFFSET, PTR_OFFSET};
+
+impl<'a> Emitter<'a> {
+    /// `rsi` := the last run of the `Runs` at `runs` (a `Vm` offset), jumping to `empty` if
+    /// there is none; `rdx` keeps the run count.
+    fn last_run(&mut self, runs: usize, empty: DynamicLabel) {
+        let l = native::layout();
+        let (ptr, len, size) = ((runs + PTR_OFFSET) as i32, (runs + LEN_OFFSET) as i32, l.run_size as i32);
+        dynasm!(self.ops ; .arch x64
+            ; mov rdx, QWORD [r12 + len]
+            ; test rdx, rdx
+            ; jz =>empty
+            ; imul rsi, rdx, size
+            ; add rsi, QWORD [r12 + ptr]
+            ; sub rsi, size
+        );
+    }
+
+    /// Pushes the number in `rax` (bits of a float, or an int) with kind `kind`.
+    pub(super) fn tape_push_number(&mut self, kind: u8, float: bool) {
+        let l = native::layout();
+        let w = l.tape_words;
+        let (w_ptr, w_len, w_cap) = ((w + PTR_OFFSET) as i32, (w + LEN_OFFSET) as i32, (w + CAP_OFFSET) as i32);
+        let k_len = (l.tape_kinds + l.runs_len) as i32;
+        let (sym, count) = (l.run_sym as i32, l.run_count as i32);
+        let (slow, done) = (self.ops.new_dynamic_label(), self.ops.new_dynamic_label());
+        dynasm!(self.ops ; .arch x64
+            ; mov rcx, QWORD [r12 + w_len]
+            ; cmp rcx, QWORD [r12 + w_cap]
+            ; jae =>slow
+        );
+        self.last_run(l.tape_kinds, slow);
+        dynasm!(self.ops ; .arch x64
+            ; cmp BYTE [rsi + sym], kind as i8
+            ; jne =>slow
+            ; cmp DWORD [rsi + count], -1
+            ; je =>slow
+            ; mov rdi, QWORD [r12 + w_ptr]
+            ; mov QWORD [rdi + rcx * 8], rax
+            ; add rcx, 1
+            ; mov QWORD [r12 + w_len], rcx
+            ; add DWORD [rsi + count], 1
+            ; add QWORD [r12 + k_len], 1
+            ; jmp =>done
+            ; =>slow
+            ; mov rdi, r12
+        );
+        if float {
+            dynasm!(self.ops ; .arch x64 ; movq xmm0, rax);
+            self.call(native::tape_push_float as *const ());
+        } else {
+            dynasm!(self.ops ; .arch x64 ; mov rsi, rax);
+            self.call(native::tape_push_int as *const ());
+        }
+        dynasm!(self.ops ; .arch x64 ; =>done);
+    }
+
+    /// Pops a float into `xmm0`, or leaves with a failed speculation (`pc`) when the top entry
+    /// is not a float or the tape is empty.
+    pub(super) fn tape_pop_float(&mut self, pc: usize) {
+        let l = native::layout();
+        let w = l.tape_words;
+        let (w_ptr, w_len) = ((w + PTR_OFFSET) as i32, (w + LEN_OFFSET) as i32);
+        let (k_runs_len, k_len) = ((l.tape_kinds + LEN_OFFSET) as i32, (l.tape_kinds + l.runs_len) as i32);
+        let (sym, count) = (l.run_sym as i32, l.run_count as i32);
+        let (slow, done, kept) = (self.ops.new_dynamic_label(), self.ops.new_dynamic_label(), self.ops.new_dynamic_label());
+        self.last_run(l.tape_kinds, slow);
+        dynasm!(self.ops ; .arch x64
+            ; cmp BYTE [rsi + sym], l.kind_float as i8
+            ; jne =>slow
+            ; mov rcx, QWORD [r12 + w_len]
+            ; test rcx, rcx
+            ; jz =>slow
+            ; sub rcx, 1
+            ; mov QWORD [r12 + w_len], rcx
+            ; mov rdi, QWORD [r12 + w_ptr]
+            ; movsd xmm0, QWORD [rdi + rcx * 8]
+            ; sub QWORD [r12 + k_len], 1
+            ; sub DWORD [rsi + count], 1
+            ; jnz =>done
+            ; sub rdx, 1
+            ; mov QWORD [r12 + k_runs_len], rdx
+            ; jmp =>done
+            ; =>slow
+            ; mov rdi, r12
+            ; lea rsi, [rsp]
+        );
+        self.call(native::tape_pop_float as *const ());
+        // No float on top: the speculation failed (the interpreter pops whatever it is, and
+        // the next compilation of this function does not speculate here).
+        dynasm!(self.ops ; .arch x64 ; test al, al ; jnz =>kept);
+        self.leave(pc - self.run_start, status::encode(status::GUARD, pc as u32, status::SPECULATION));
+        dynasm!(self.ops ; .arch x64 ; =>kept ; movsd xmm0, QWORD [rsp] ; =>done);
+    }
+
+    /// Pushes control decision `bit`.
+    pub(super) fn tape_push_control(&mut self, bit: u8) {
+        let l = native::layout();
+        let c_len = (l.tape_ctl + l.runs_len) as i32;
+        let (sym, count) = (l.run_sym as i32, l.run_count as i32);
+        let (slow, done) = (self.ops.new_dynamic_label(), self.ops.new_dynamic_label());
+        self.last_run(l.tape_ctl, slow);
+        dynasm!(self.ops ; .arch x64
+            ; cmp BYTE [rsi + sym], bit as i8
+            ; jne =>slow
+            ; cmp DWORD [rsi + count], -1
+            ; je =>slow
+            ; add DWORD [rsi + count], 1
+            ; add QWORD [r12 + c_len], 1
+            ; jmp =>done
+            ; =>slow
+            ; mov rdi, r12
+            ; mov esi, bit as i32
+        );
+        self.call(native::tape_push_control as *const ());
+        dynasm!(self.ops ; .arch x64 ; =>done);
+    }
+
+    /// Pops a control decision into `rax`: 0 or 1, or -1 when there is none (the semantics of
+    /// `native::pop_control`, which the empty case calls).
+    pub(super) fn tape_pop_control(&mut self) {
+        let l = native::layout();
+        let (c_runs_len, c_len) = ((l.tape_ctl + LEN_OFFSET) as i32, (l.tape_ctl + l.runs_len) as i32);
+        let (sym, count) = (l.run_sym as i32, l.run_count as i32);
+        let (slow, done, kept) = (self.ops.new_dynamic_label(), self.ops.new_dynamic_label(), self.ops.new_dynamic_label());
+        self.last_run(l.tape_ctl, slow);
+        dynasm!(self.ops ; .arch x64
+            ; movzx eax, BYTE [rsi + sym]
+            ; sub QWORD [r12 + c_len], 1
+            ; sub DWORD [rsi + count], 1
+            ; jnz =>kept
+            ; sub rdx, 1
+            ; mov QWORD [r12 + c_runs_len], rdx
+            ; =>kept
+            ; test eax, eax
+            ; setnz al
+            ; movzx eax, al
+            ; jmp =>done
+            ; =>slow
+            ; mov rdi, r12
+        );
+        self.call(native::pop_control as *const ());
+        dynasm!(self.ops ; .arch x64 ; =>done);
+    }
+}
