@@ -153,6 +153,10 @@ fn native_calls_agree_on_every_tier() {
         "fn inf(n) { inf(n + 1) + 1 }\nfn f(x, y) { inf(0) + x }\n",
         "fn h(x) { x * 3.0 }\nfn f(x, y) { let k = fn(t) { h(t) + y }\n k(x) + k(y) }\n",
         "fn id(v) { v }\nfn f(x, y) { let s = 0.0\n for i in 0..50 { s += id(x) * id(i) }\n id(s) + id(y) }\n",
+        // A hot loop calling a function that stays interpreted (mostly helper calls): the call
+        // leaves with `CALLEE`, the compile is refused, the loop's next code leaves the call
+        // to the interpreter.
+        "fn tup(s) { let (a, b) = s\n (b, a + b * 0.5) }\nfn f(x, y) { let s = (x, y)\n for i in 0..400 { s = tup(s) }\n s[0] }\n",
     ] {
         let src = format!("{prog}{dfx}");
         assert_tiers_agree(&src, &[(0.5, 0.25), (-1.5, 2.0)]);

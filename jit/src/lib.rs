@@ -71,7 +71,10 @@ impl Tier for Jit {
                 }
             };
             if profitable_only {
-                x64::check_profitable(program, f, seed, &types)?;
+                match seed {
+                    0 => x64::check_profitable_entry(program, f, &types)?,
+                    _ => x64::check_profitable(program, f, seed, &types)?,
+                }
             }
             x64::compile(program, func, &types)
         }

@@ -226,6 +226,11 @@ pub mod status {
     /// that found no float), not an entry's tag check: the instruction at `pc` did not run,
     /// and a recompilation does not speculate there again (`Tier::compile`'s `unspeculated`).
     pub const SPECULATION: u32 = 1;
+    /// `next` of a `GUARD` status at a direct call whose callee had no native code: the call
+    /// did not run. The VM compiles the callee now (it is hot: a native caller calls it);
+    /// if it cannot, the caller counts a failed speculation at the call, and its next
+    /// compilation leaves that call to the interpreter.
+    pub const CALLEE: u32 = 2;
 
     /// The frame native code was running returned (not an encoded status: its kind bits
     /// are never looked at).
@@ -459,19 +464,27 @@ impl Vm {
             JitMode::Auto if back_edge => AUTO_BACK_EDGES,
             JitMode::Auto => AUTO_CALLS,
         };
-        if count < threshold
-            || self.native.code.get(func.index()).is_some_and(Option::is_some)
+        if count < threshold {
+            return;
+        }
+        let n = self.program.functions[func.index()].num_regs as usize;
+        let tags: Vec<u64> = self.stack[base..base + n].iter().map(tag_of).collect();
+        self.compile_now(func, seed, &tags);
+    }
+
+    /// Compiles `func` from instruction `seed` with its registers' tags `tags`, unless it has
+    /// code or has used its attempts.
+    fn compile_now(&mut self, func: FuncId, seed: u32, tags: &[u64]) {
+        if self.native.code.get(func.index()).is_some_and(Option::is_some)
             || *NativeState::slot(&mut self.native.attempts, func) >= MAX_ATTEMPTS
         {
             return;
         }
         let Some(mut tier) = self.native.tier.take() else { return };
         *NativeState::slot(&mut self.native.attempts, func) += 1;
-        let n = self.program.functions[func.index()].num_regs as usize;
-        let tags: Vec<u64> = self.stack[base..base + n].iter().map(tag_of).collect();
         let started = std::time::Instant::now();
         let unspeculated = NativeState::slot(&mut self.native.unspeculated, func).clone();
-        let result = tier.compile(&self.program, func, seed, &tags, &unspeculated, self.native.mode == JitMode::Auto);
+        let result = tier.compile(&self.program, func, seed, tags, &unspeculated, self.native.mode == JitMode::Auto);
         self.native.stats.compile_time += started.elapsed();
         self.native.tier = Some(tier);
         match result {
@@ -531,33 +544,66 @@ impl Vm {
         // code left inside one): that function's code is the one to blame.
         let top = self.frames.last().map_or(func, |f| f.func);
         match status::kind(s) {
+            status::GUARD if status::next(s) == status::CALLEE => {
+                self.native.stats.exits += 1;
+                if !self.compile_callee(top, status::pc(s)) {
+                    self.speculation_failed(top, status::pc(s));
+                }
+            }
             status::GUARD => {
                 self.native.stats.guard_failures += 1;
-                let mut limit = MAX_GUARD_FAILURES;
                 if status::next(s) == status::SPECULATION {
-                    // Remembered for the next compilation, which comes soon: code that
-                    // speculates wrongly in a loop would leave at every iteration.
-                    let pcs = NativeState::slot(&mut self.native.unspeculated, top);
-                    if !pcs.contains(&status::pc(s)) {
-                        pcs.push(status::pc(s));
-                    }
-                    limit = MAX_SPECULATION_FAILURES;
-                }
-                let fails = NativeState::slot(&mut self.native.guard_failures, top);
-                *fails += 1;
-                if *fails >= limit {
-                    // Specialised on types this function no longer sees: drop it (it may be
-                    // compiled again from what it sees next, up to `MAX_ATTEMPTS` times).
-                    // No native code is running now, so none of it is on the machine stack.
-                    let functions = self.program.functions.len();
-                    self.native.set_code(top, None, functions);
-                    self.native.stats.dropped += 1;
+                    self.speculation_failed(top, status::pc(s));
+                } else {
+                    self.guard_failed(top, MAX_GUARD_FAILURES);
                 }
             }
             status::EXIT => self.native.stats.exits += 1,
             _ => {}
         }
         Some(s)
+    }
+
+    /// Counts a failed entry or speculation against `func`'s code; at `limit` the code is
+    /// dropped (specialised on what the function no longer sees; it may be compiled again
+    /// from what it sees next, up to `MAX_ATTEMPTS` times). No native code is running now,
+    /// so none of it is on the machine stack.
+    fn guard_failed(&mut self, func: FuncId, limit: u32) {
+        let fails = NativeState::slot(&mut self.native.guard_failures, func);
+        *fails += 1;
+        if *fails >= limit {
+            let functions = self.program.functions.len();
+            self.native.set_code(func, None, functions);
+            self.native.stats.dropped += 1;
+        }
+    }
+
+    /// A speculation of `func`'s code failed at `pc`: remembered for the next compilation,
+    /// which comes soon (code that speculates wrongly in a loop would leave at every
+    /// iteration).
+    fn speculation_failed(&mut self, func: FuncId, pc: u32) {
+        let pcs = NativeState::slot(&mut self.native.unspeculated, func);
+        if !pcs.contains(&pc) {
+            pcs.push(pc);
+        }
+        self.guard_failed(func, MAX_SPECULATION_FAILURES);
+    }
+
+    /// Compiles the callee of the direct call at `pc` of `caller` (the caller's frame on top,
+    /// the call not run), specialised on the arguments' tags; whether it has code now.
+    fn compile_callee(&mut self, caller: FuncId, pc: u32) -> bool {
+        let f = &self.program.functions[caller.index()];
+        let Some(crate::bytecode::Instr::CallDirect { func, args, .. }) = f.code.get(pc as usize).copied() else {
+            return false;
+        };
+        let base = self.frames.last().map_or(0, |fr| fr.base as usize);
+        let callee = &self.program.functions[func.index()];
+        let mut tags = vec![tag::NIL; callee.num_regs as usize];
+        for (t, r) in tags.iter_mut().zip(f.list(args)) {
+            *t = tag_of(&self.stack[base + r.index()]);
+        }
+        self.compile_now(func, 0, &tags);
+        self.native.has_code(func)
     }
 
     /// After native code that pushed or popped frames left with status `s`: sets the frame

@@ -8,9 +8,10 @@
 //! keeps its `rbx` in its frame (`SAVED_RBX`) and needs nothing else after the call (a call
 //! is never inside a cached loop, whose homes live in registers). Every case the interpreter
 //! handles differently or checks (no room on a stack, the depth limit, the machine stack
-//! bound `NativeCtx::stack_limit`, the budget check due, a callee without native code)
-//! leaves to the interpreter *at the call*, before anything was done, so the interpreter
-//! performs it. While the callee runs, this frame's `pc` is the instruction after the call;
+//! bound `NativeCtx::stack_limit`, the budget check due) leaves to the interpreter *at the
+//! call*, before anything was done, so the interpreter performs it. A callee without native
+//! code leaves the same way with `GUARD`/`CALLEE`: the VM compiles the callee then, or, if it
+//! cannot, the call stays with the interpreter in this function's next compilation. While the callee runs, this frame's `pc` is the instruction after the call;
 //! `r13` and `r14` hold the callee's registers and its entry while the call is set up, and
 //! `r15`, the instruction count, is shared: the callee adds to it.
 //!
@@ -34,6 +35,7 @@ impl<'a> Emitter<'a> {
             (l.ctx_max_depth as i32, l.ctx_stack_limit as i32, l.ctx_entries as i32, l.ctx_calls as i32);
         let counted = (pc + 1 - self.run_start) as i32;
         let slow = self.cold_exit(pc);
+        let no_code = self.cold_guard(pc, status::CALLEE);
         let entry = 8 * g.0 as i32;
         let epilogue = self.epilogue;
         dynasm!(self.ops ; .arch x64
@@ -51,7 +53,7 @@ impl<'a> Emitter<'a> {
             ; mov r14, QWORD [r12 + entries]
             ; mov r14, QWORD [r14 + entry]
             ; test r14, r14
-            ; jz =>slow
+            ; jz =>no_code
             ; mov r13, QWORD [r12 + s_len]
             ; lea rdx, [r13 + n]
             ; cmp rdx, QWORD [r12 + s_cap]

@@ -81,7 +81,7 @@ pub fn classify(program: &Program, f: &Function, types: &Types, pc: usize) -> Cl
         Instr::AddJump { dst, k, .. } | Instr::SubJump { dst, k, .. } if same_plain(dst, k) => Class::Native,
         // Native calls and returns (`calls.rs`); they check at run time what they need.
         Instr::CallDirect { func, args, .. }
-            if program.functions.get(func.index()).is_some_and(|g| {
+            if types.speculates(pc) && program.functions.get(func.index()).is_some_and(|g| {
                 g.arity as usize == f.list(*args).len() && g.num_captures == 0
             }) =>
         {
@@ -147,6 +147,24 @@ pub fn no_worse(program: &Program, f: &Function, narrow: &Types, wide: &Types) -
             || (wide.before[pc].is_some()
                 && (classify(program, f, narrow, pc) != Class::Native || classify(program, f, wide, pc) == Class::Native))
     })
+}
+
+/// Whether a function compiled from its entry (a call made it hot) would run mostly as
+/// machine code: a `step` call costs several times what interpreting the instruction does
+/// (it is the same semantics behind a call), so more than one in three refuses it.
+pub fn check_profitable_entry(program: &Program, f: &Function, types: &Types) -> Result<(), String> {
+    let (mut native_n, mut step_n) = (0, 0);
+    for pc in (0..f.code.len()).filter(|&pc| types.before[pc].is_some()) {
+        match classify(program, f, types, pc) {
+            Class::Native => native_n += 1,
+            Class::Step => step_n += 1,
+            Class::Exit => {}
+        }
+    }
+    if 2 * step_n > native_n {
+        return Err(format!("the function is mostly helper calls ({step_n} of {})", step_n + native_n));
+    }
+    Ok(())
 }
 
 /// Whether the loop at `seed` (the blocks reached from it that lead back to it) would run

@@ -42,7 +42,7 @@ mod lower;
 mod tape;
 mod ways;
 
-pub use classify::{check_profitable, classify, no_worse, Class};
+pub use classify::{check_profitable, check_profitable_entry, classify, no_worse, Class};
 
 
 use crate::loops::{CachedLoop, Home};
@@ -126,6 +126,8 @@ struct Cold {
     /// `None`: leave to the interpreter at `pc`; `Some(b)`: the taken edge to block `b` of
     /// the branch at `pc`.
     edge: Option<BlockId>,
+    /// The status kind and `next` of a way out (`EXIT`, 0 for a plain exit).
+    status: (u64, u32),
 }
 
 /// The first instruction of a block.
@@ -236,7 +238,14 @@ impl<'a> Emitter<'a> {
     /// (a rare exit, such as an int overflow, kept off the straight-line path).
     pub(super) fn cold_exit(&mut self, pc: usize) -> DynamicLabel {
         let label = self.ops.new_dynamic_label();
-        self.cold.push(Cold { label, counted: pc - self.run_start, pc, cur: self.cur, edge: None });
+        self.cold.push(Cold { label, counted: pc - self.run_start, pc, cur: self.cur, edge: None, status: (status::EXIT, 0) });
+        label
+    }
+
+    /// As `cold_exit`, leaving with status `kind` and `next` (a `GUARD` that says why).
+    pub(super) fn cold_guard(&mut self, pc: usize, next: u32) -> DynamicLabel {
+        let label = self.ops.new_dynamic_label();
+        self.cold.push(Cold { label, counted: pc - self.run_start, pc, cur: self.cur, edge: None, status: (status::GUARD, next) });
         label
     }
 
@@ -244,7 +253,7 @@ impl<'a> Emitter<'a> {
     /// the function's (the edge a loop leaves by, kept off the loop's straight line).
     pub(super) fn cold_edge(&mut self, pc: usize, target: BlockId) -> DynamicLabel {
         let label = self.ops.new_dynamic_label();
-        self.cold.push(Cold { label, counted: pc + 1 - self.run_start, pc, cur: self.cur, edge: Some(target) });
+        self.cold.push(Cold { label, counted: pc + 1 - self.run_start, pc, cur: self.cur, edge: Some(target), status: (status::EXIT, 0) });
         label
     }
 

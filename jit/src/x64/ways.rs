@@ -98,7 +98,7 @@ impl<'a> Emitter<'a> {
             let label = c.label;
             dynasm!(self.ops ; .arch x64 ; =>label);
             match c.edge {
-                None => self.leave(c.counted, status::encode(status::EXIT, c.pc as u32, 0)),
+                None => self.leave(c.counted, status::encode(c.status.0, c.pc as u32, c.status.1)),
                 Some(b) => {
                     self.count(c.counted);
                     let to = start(self.f, b);
