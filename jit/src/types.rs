@@ -10,7 +10,7 @@
 //! every entry back into native code checks the tags it relies on (`lower`'s entry guards).
 
 use zygvm_vm::bytecode::{Instr, Operand, Reg};
-use zygvm_vm::native::tag;
+use zygvm_vm::native::{tag, POPPED_INT};
 use crate::returns::Returns;
 use zygvm_vm::program::{Const, Function, Program};
 
@@ -80,6 +80,23 @@ impl Types {
     /// Whether native code may speculate on the result of the instruction at `pc`.
     pub fn speculates(&self, pc: usize) -> bool {
         !self.unspeculated.contains(&(pc as u32))
+    }
+}
+
+impl Types {
+    /// The type the `TapePop` at `pc` is speculated to find (`Any`: not speculated).
+    pub fn popped(&self, pc: usize) -> Ty {
+        popped(&self.unspeculated, pc)
+    }
+}
+
+/// The type a `TapePop` at `pc` is speculated to find: a float, unless it found an int
+/// before (`native::POPPED_INT`); nothing (`Any`) after a failure of that too.
+fn popped(unspeculated: &[u32], pc: usize) -> Ty {
+    match (unspeculated.contains(&(pc as u32)), unspeculated.contains(&(pc as u32 | POPPED_INT))) {
+        (true, _) => Ty::Any,
+        (false, true) => Ty::Int,
+        (false, false) => Ty::Float,
     }
 }
 
@@ -241,7 +258,9 @@ pub fn infer_with(
             };
             if let Some(d) = instr.def() {
                 t[d.index()] = match instr {
-                    Instr::TapePop { .. } if unspeculated.contains(&(pc as u32)) => Ty::Any,
+                    Instr::TapePop { .. } => popped(unspeculated, pc),
+                    // Speculated: the operand was not recorded (native code leaves otherwise).
+                    Instr::TapePopIf { code, .. } if t[code.index()] == Ty::Int && !unspeculated.contains(&(pc as u32)) => Ty::Nil,
                     Instr::CallDirect { func, args, .. } if !unspeculated.contains(&(pc as u32 + 1)) => {
                         let args: Vec<Ty> = f.list(args).iter().map(|a| t[a.index()]).collect();
                         returns.of(func, &args)

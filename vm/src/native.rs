@@ -152,6 +152,10 @@ pub enum JitMode {
 }
 
 pub const AUTO_BACK_EDGES: u32 = 128;
+/// In the list of instructions `Tier::compile` is told about (`unspeculated`): `pc |
+/// POPPED_INT` says the `TapePop` at `pc` found an int where a float was speculated (so
+/// speculate an int there); a bare `pc`, that a speculation at `pc` failed (speculate nothing).
+pub const POPPED_INT: u32 = 1 << 31;
 /// Calls of a function before `auto` compiles it (a power of two: `call_mask`).
 pub const AUTO_CALLS: u32 = 1024;
 /// Entries refused by a guard before a function's native code is dropped.
@@ -161,6 +165,10 @@ pub const MAX_GUARD_FAILURES: u32 = 200;
 pub const MAX_SPECULATION_FAILURES: u32 = 16;
 /// Compilations of one function (the first, and re-specialisations after drops).
 pub const MAX_ATTEMPTS: u8 = 3;
+/// Drops after failed speculations that do not use up an attempt: each such recompilation
+/// learned something (`unspeculated` grew), and a function speculating on many tape pops
+/// learns one at a time.
+pub const MAX_RELEARNED: u8 = 8;
 
 /// Value tags as native code reads and writes them (`Value` is `repr(C, u64)`: the tag word
 /// first, the payload word second). `layout_ok` checks them against the compiler's layout.
@@ -285,7 +293,8 @@ pub trait Tier: Send {
     /// `seed` (0, or a loop header) when compiling was triggered. With `profitable_only`
     /// (`JitMode::Auto`) it declines code that would spend its time leaving to the
     /// interpreter. An error says why not (the function then stays interpreted).
-    /// `unspeculated`: instructions where earlier code of this function speculated wrongly.
+    /// `unspeculated`: instructions where earlier code of this function speculated wrongly
+    /// (with `POPPED_INT`: what a pop found instead).
     fn compile(
         &mut self,
         program: &Program,
@@ -334,6 +343,8 @@ pub struct NativeState {
     tier: Option<Box<dyn Tier>>,
     code: Vec<Option<NativeCode>>,
     attempts: Vec<u8>,
+    /// Per function: drops refunded under `MAX_RELEARNED`.
+    relearned: Vec<u8>,
     guard_failures: Vec<u32>,
     /// Per function: instructions where a speculation failed (`status::SPECULATION`).
     unspeculated: Vec<Vec<u32>>,
@@ -356,6 +367,7 @@ impl Default for NativeState {
             tier: None,
             code: vec![],
             attempts: vec![],
+            relearned: vec![],
             guard_failures: vec![],
             unspeculated: vec![],
             pending: None,
@@ -568,25 +580,43 @@ impl Vm {
     /// dropped (specialised on what the function no longer sees; it may be compiled again
     /// from what it sees next, up to `MAX_ATTEMPTS` times). No native code is running now,
     /// so none of it is on the machine stack.
-    fn guard_failed(&mut self, func: FuncId, limit: u32) {
+    fn guard_failed(&mut self, func: FuncId, limit: u32) -> bool {
         let fails = NativeState::slot(&mut self.native.guard_failures, func);
         *fails += 1;
-        if *fails >= limit {
-            let functions = self.program.functions.len();
-            self.native.set_code(func, None, functions);
-            self.native.stats.dropped += 1;
+        if *fails < limit {
+            return false;
         }
+        let functions = self.program.functions.len();
+        self.native.set_code(func, None, functions);
+        self.native.stats.dropped += 1;
+        true
     }
 
     /// A speculation of `func`'s code failed at `pc`: remembered for the next compilation,
     /// which comes soon (code that speculates wrongly in a loop would leave at every
     /// iteration).
     fn speculation_failed(&mut self, func: FuncId, pc: u32) {
+        // A pop that found an int (the entry the interpreter pops next is on top now) is
+        // speculated an int next time, once; any other failure, no speculation at all.
+        let pop = matches!(self.program.functions[func.index()].code.get(pc as usize), Some(crate::bytecode::Instr::TapePop { .. }));
         let pcs = NativeState::slot(&mut self.native.unspeculated, func);
-        if !pcs.contains(&pc) {
-            pcs.push(pc);
+        // (Code that speculated a float fails at the same pop until it is dropped: an int
+        // found again adds nothing.)
+        let learned = match pop && self.tape.kinds.peek() == Some(crate::ad::INT) {
+            true => pc | POPPED_INT,
+            false => pc,
+        };
+        if !pcs.contains(&learned) {
+            pcs.push(learned);
         }
-        self.guard_failed(func, MAX_SPECULATION_FAILURES);
+        if self.guard_failed(func, MAX_SPECULATION_FAILURES) {
+            let relearned = NativeState::slot(&mut self.native.relearned, func);
+            if *relearned < MAX_RELEARNED {
+                *relearned += 1;
+                let attempts = NativeState::slot(&mut self.native.attempts, func);
+                *attempts = attempts.saturating_sub(1);
+            }
+        }
     }
 
     /// Compiles the callee of the direct call at `pc` of `caller` (the caller's frame on top,
@@ -898,6 +928,68 @@ pub unsafe extern "C" fn tape_pop_float(vm: *mut Vm, out: *mut f64) -> bool {
         Some(x) => {
             // SAFETY: the caller's contract.
             unsafe { *out = x };
+            true
+        }
+        None => false,
+    }
+}
+
+/// `Pull Index` on its fast path (`ad::rules::index_fast`: an adjoint array of floats
+/// accumulated in place), the result stored into `dst`; false (nothing done) otherwise, and
+/// native code then runs the instruction through `step`.
+///
+/// # Safety
+/// All four are live registers of the running frame (`dst` may be one of the others).
+pub unsafe extern "C" fn pull_index_float(dst: *mut Value, acc: *const Value, i: *const Value, d: *const Value) -> bool {
+    // SAFETY: the caller's contract; the shared borrows end before `dst` is written.
+    let v = unsafe { crate::ad::rules::index_fast(&*acc, &*i, &*d) };
+    match v {
+        Some(v) => {
+            // SAFETY: as above.
+            crate::semantics::store(unsafe { &mut *dst }, v);
+            true
+        }
+        None => false,
+    }
+}
+
+/// `Pull Index2` likewise (`ad::rules::index2_fast`), when the indices are in range (out of
+/// range is left to `step`).
+///
+/// # Safety
+/// As for `pull_index_float`.
+pub unsafe extern "C" fn pull_index2_float(
+    dst: *mut Value,
+    acc: *const Value,
+    i: *const Value,
+    j: *const Value,
+    d: *const Value,
+) -> bool {
+    // SAFETY: the caller's contract.
+    let (acc, i, j, d) = unsafe { (&*acc, &*i, &*j, &*d) };
+    let in_range = match (acc, i, j) {
+        (Value::Matrix(m), Value::Int(i), Value::Int(j)) => {
+            m.try_borrow().is_ok_and(|m| (*i as u64) < m.rows as u64 && (*j as u64) < m.cols as u64)
+        }
+        _ => false,
+    };
+    let Some(v) = in_range.then(|| crate::ad::rules::index2_fast(acc, i, j, d)).flatten() else { return false };
+    // SAFETY: as above; the shared borrows are not used past this point.
+    crate::semantics::store(unsafe { &mut *dst }, v);
+    true
+}
+
+/// `TapePop` of an int into `*out`; false as `tape_pop_float`.
+///
+/// # Safety
+/// As for `pop_control`; `out` is writable.
+pub unsafe extern "C" fn tape_pop_int(vm: *mut Vm, out: *mut i64) -> bool {
+    // SAFETY: the caller's contract.
+    let vm = unsafe { &mut *vm };
+    match vm.tape.pop_int() {
+        Some(i) => {
+            // SAFETY: the caller's contract.
+            unsafe { *out = i };
             true
         }
         None => false,

@@ -54,6 +54,8 @@ pub fn classify(program: &Program, f: &Function, types: &Types, pc: usize) -> Cl
         Instr::SetIndex2 { ijv, .. } if f.list(*ijv).iter().map(|r| ty(r)).eq([Ty::Int, Ty::Int, Ty::Float]) => Class::Native,
         Instr::TapeSave { src } | Instr::TapePush { src } if ty(src).numeric() => Class::Native,
         Instr::TapePushCtl { .. } => Class::Native,
+        // Two numbers: shape code 0, nothing else recorded (`rules::shape_code`).
+        Instr::TapeShape { a, b } if ty(a).numeric() && ty(b).numeric() => Class::Native,
         Instr::AdjAdd { a, b, .. } => match (ty(a), ty(b)) {
             (Ty::Float, Ty::Float) | (Ty::Plain, Ty::Float) | (Ty::Float, Ty::Plain) => Class::Native,
             (Ty::Nil, t) | (t, Ty::Nil) if t.plain() => Class::Native,
@@ -61,7 +63,10 @@ pub fn classify(program: &Program, f: &Function, types: &Types, pc: usize) -> Cl
         },
         // Speculated float (`types.rs`), unless that failed here before.
         Instr::TapePop { .. } if types.speculates(pc) => Class::Native,
+        Instr::TapePopCtl { .. } => Class::Native,
+        Instr::TapePopIf { code, .. } if ty(code) == Ty::Int && types.speculates(pc) => Class::Native,
         Instr::Pull { rule, args, .. } if float_pull(program, *rule, f.list(*args), t) => Class::Native,
+        Instr::Pull { rule, args, .. } if index_pull(*rule, f.list(*args), t) => Class::Native,
         Instr::PullAdd { dst, rule, args }
             if float_pull(program, *rule, f.list(*args), t) && matches!(ty(dst), Ty::Float | Ty::Nil | Ty::Plain) =>
         {
@@ -131,11 +136,22 @@ pub fn classify(program: &Program, f: &Function, types: &Types, pc: usize) -> Cl
         | Instr::TapeShape { .. }
         | Instr::TapePop { .. }
         | Instr::TapePopIf { .. }
-        | Instr::TapePopCtl { .. }
         | Instr::Pull { .. }
         | Instr::PullAdd { .. }
         | Instr::MulAdd { .. } => Class::Step,
         _ => Class::Exit,
+    }
+}
+
+/// A container pullback whose float fast path native code calls (`native::pull_index_float`,
+/// `pull_index2_float`): int indices, a float cotangent.
+pub fn index_pull(rule: u32, args: &[Reg], t: &[Ty]) -> bool {
+    use zygvm_vm::ad::rules::Rule;
+    let ty = |k: usize| args.get(k).map(|r| t[r.index()]);
+    match Rule::decode(rule).0 {
+        Rule::Index => args.len() == 4 && ty(2) == Some(Ty::Int) && ty(3) == Some(Ty::Float),
+        Rule::Index2 => args.len() == 5 && ty(2) == Some(Ty::Int) && ty(3) == Some(Ty::Int) && ty(4) == Some(Ty::Float),
+        _ => false,
     }
 }
 

@@ -206,7 +206,7 @@ impl<'a> Emitter<'a> {
                 self.branch_edge(pc, then_blk);
             }
             Instr::BranchCtl { then_blk, else_blk } => {
-                self.tape_pop_control();
+                self.tape_pop_control(None);
                 let empty = self.ops.new_dynamic_label();
                 let taken = self.ops.new_dynamic_label();
                 dynasm!(self.ops ; .arch x64 ; test rax, rax ; js =>empty ; jnz =>taken);
@@ -296,8 +296,45 @@ impl<'a> Emitter<'a> {
             Instr::TapePop { dst } => {
                 // Before popping: dropping the old value is a call, which clobbers `xmm0`.
                 self.prepare_def(pc, dst);
-                self.tape_pop_float(pc);
-                self.store_float(dst);
+                if self.types.popped(pc) == Ty::Int {
+                    self.tape_pop_number(pc, false);
+                    self.store_int(dst);
+                } else {
+                    self.tape_pop_number(pc, true);
+                    self.store_float(dst);
+                }
+            }
+            Instr::TapePopCtl { dst } => {
+                self.prepare_def(pc, dst);
+                let empty = self.cold_exit(pc);
+                self.tape_pop_control(Some(empty));
+                self.store_int(dst);
+            }
+            Instr::TapePopIf { dst, code, mask } => {
+                // Speculated not taken (`types.rs`): taken, the interpreter pops.
+                let (sc, taken) = (slot(code) + 8, self.cold_guard(pc, status::SPECULATION));
+                dynasm!(self.ops ; .arch x64 ; test QWORD [rbx + sc], mask as i32 ; jnz =>taken);
+                self.prepare_def(pc, dst);
+                let s = slot(dst);
+                dynasm!(self.ops ; .arch x64 ; mov QWORD [rbx + s], tag::NIL as i32);
+            }
+            Instr::Pull { dst, rule, args } if index_pull(rule, self.f.list(args), &t) => {
+                let l = self.f.list(args).to_vec();
+                let s = |k: usize| slot(l[k]);
+                let (sd, s0, s2, s3) = (slot(dst), s(0), s(2), s(3));
+                dynasm!(self.ops ; .arch x64 ; lea rdi, [rbx + sd] ; lea rsi, [rbx + s0] ; lea rdx, [rbx + s2] ; lea rcx, [rbx + s3]);
+                if l.len() == 5 {
+                    let s4 = s(4);
+                    dynasm!(self.ops ; .arch x64 ; lea r8, [rbx + s4]);
+                    self.call(native::pull_index2_float as *const ());
+                } else {
+                    self.call(native::pull_index_float as *const ());
+                }
+                // Off the fast path: the general semantics.
+                let done = self.ops.new_dynamic_label();
+                dynasm!(self.ops ; .arch x64 ; test al, al ; jnz =>done);
+                self.step(pc);
+                dynasm!(self.ops ; .arch x64 ; =>done);
             }
             Instr::Pull { dst, rule, args } => {
                 // Before computing: dropping the old value is a call, which clobbers `xmm0`.
@@ -338,6 +375,7 @@ impl<'a> Emitter<'a> {
                 }
             }
             Instr::TapePushCtl { bit } => self.tape_push_control(bit as u8),
+            Instr::TapeShape { .. } => self.tape_push_control(0),
             Instr::CallDirect { dst, func, args } => self.call_direct(pc, dst, func, args),
             Instr::Return { src } => self.ret(pc, src),
             other => unreachable!("{} classified native but not lowered", other.name()),

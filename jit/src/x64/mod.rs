@@ -42,7 +42,7 @@ mod lower;
 mod tape;
 mod ways;
 
-pub use classify::{check_profitable, check_profitable_entry, classify, no_worse, Class};
+pub use classify::{check_profitable, check_profitable_entry, classify, index_pull, no_worse, Class};
 
 
 use crate::loops::{CachedLoop, Home};
@@ -412,8 +412,15 @@ impl<'a> Emitter<'a> {
             dynasm!(self.ops ; .arch x64 ; mov QWORD [rbx + d + 8], rax);
             self.home_from_rax(dst);
         } else {
-            dynasm!(self.ops ; .arch x64 ; lea rdi, [rbx + d] ; lea rsi, [rbx + s]);
+            // The same object already (a loop-carried container): nothing to do.
+            let same = self.ops.new_dynamic_label();
+            dynasm!(self.ops ; .arch x64
+                ; mov rax, QWORD [rbx + s] ; cmp rax, QWORD [rbx + d] ; jne >copy
+                ; mov rax, QWORD [rbx + s + 8] ; cmp rax, QWORD [rbx + d + 8] ; je =>same
+                ; copy:
+                ; lea rdi, [rbx + d] ; lea rsi, [rbx + s]);
             self.call(native::copy_slot as *const ());
+            dynasm!(self.ops ; .arch x64 ; =>same);
         }
     }
 }

@@ -1,8 +1,8 @@
 //! The tape's number entries and control decisions, pushed and popped inline (`ad::Tape`:
 //! a `Stack` of words, and runs of kinds and of decisions, at fixed offsets from the `Vm`:
-//! `native::layout`). The common case extends or shortens the last run in place; anything
-//! else (a full buffer, a new run, an entry of another kind) calls the `Tape` method through
-//! a helper, which does exactly the same thing the slow way. `rax`, `rcx`, `rdx`, `rsi` and
+//! `native::layout`). The common cases extend, start or shorten a run in place; anything
+//! else (a full buffer, an entry of another kind popped) calls the `Tape` method through a
+//! helper, which does exactly the same thing the slow way. `rax`, `rcx`, `rdx`, `rsi` and
 //! `rdi` are scratch; homes are reloaded only after a helper call.
 
 use super::*;
@@ -24,6 +24,26 @@ impl<'a> Emitter<'a> {
         );
     }
 
+    /// Starts a new run of `sym` (count 1) at the end of the `Runs` at `runs`, jumping to
+    /// `full` when its buffer has no room (the helper then grows it).
+    fn push_run(&mut self, runs: usize, sym: u8, full: DynamicLabel) {
+        let l = native::layout();
+        let (ptr, len, cap, size) =
+            ((runs + PTR_OFFSET) as i32, (runs + LEN_OFFSET) as i32, (runs + CAP_OFFSET) as i32, l.run_size as i32);
+        let (s_off, c_off) = (l.run_sym as i32, l.run_count as i32);
+        dynasm!(self.ops ; .arch x64
+            ; mov rdx, QWORD [r12 + len]
+            ; cmp rdx, QWORD [r12 + cap]
+            ; jae =>full
+            ; imul rsi, rdx, size
+            ; add rsi, QWORD [r12 + ptr]
+            ; mov BYTE [rsi + s_off], sym as i8
+            ; mov DWORD [rsi + c_off], 1
+            ; add rdx, 1
+            ; mov QWORD [r12 + len], rdx
+        );
+    }
+
     /// Pushes the number in `rax` (bits of a float, or an int) with kind `kind`.
     pub(super) fn tape_push_number(&mut self, kind: u8, float: bool) {
         let l = native::layout();
@@ -32,22 +52,30 @@ impl<'a> Emitter<'a> {
         let k_len = (l.tape_kinds + l.runs_len) as i32;
         let (sym, count) = (l.run_sym as i32, l.run_count as i32);
         let (slow, done) = (self.ops.new_dynamic_label(), self.ops.new_dynamic_label());
+        let (new_run, commit) = (self.ops.new_dynamic_label(), self.ops.new_dynamic_label());
         dynasm!(self.ops ; .arch x64
             ; mov rcx, QWORD [r12 + w_len]
             ; cmp rcx, QWORD [r12 + w_cap]
             ; jae =>slow
         );
-        self.last_run(l.tape_kinds, slow);
+        // The kind: one more in the last run, or a new run (`Runs::push`).
+        self.last_run(l.tape_kinds, new_run);
         dynasm!(self.ops ; .arch x64
             ; cmp BYTE [rsi + sym], kind as i8
-            ; jne =>slow
+            ; jne =>new_run
             ; cmp DWORD [rsi + count], -1
-            ; je =>slow
+            ; je =>new_run
+            ; add DWORD [rsi + count], 1
+            ; jmp =>commit
+            ; =>new_run
+        );
+        self.push_run(l.tape_kinds, kind, slow);
+        dynasm!(self.ops ; .arch x64
+            ; =>commit
             ; mov rdi, QWORD [r12 + w_ptr]
             ; mov QWORD [rdi + rcx * 8], rax
             ; add rcx, 1
             ; mov QWORD [r12 + w_len], rcx
-            ; add DWORD [rsi + count], 1
             ; add QWORD [r12 + k_len], 1
             ; jmp =>done
             ; =>slow
@@ -63,18 +91,19 @@ impl<'a> Emitter<'a> {
         dynasm!(self.ops ; .arch x64 ; =>done);
     }
 
-    /// Pops a float into `xmm0`, or leaves with a failed speculation (`pc`) when the top entry
-    /// is not a float or the tape is empty.
-    pub(super) fn tape_pop_float(&mut self, pc: usize) {
+    /// Pops a number of kind `kind` (a float into `xmm0`, an int into `rax`), or leaves with a
+    /// failed speculation (`pc`) when the top entry is of another kind or the tape is empty.
+    pub(super) fn tape_pop_number(&mut self, pc: usize, float: bool) {
         let l = native::layout();
         let w = l.tape_words;
         let (w_ptr, w_len) = ((w + PTR_OFFSET) as i32, (w + LEN_OFFSET) as i32);
         let (k_runs_len, k_len) = ((l.tape_kinds + LEN_OFFSET) as i32, (l.tape_kinds + l.runs_len) as i32);
         let (sym, count) = (l.run_sym as i32, l.run_count as i32);
         let (slow, done, kept) = (self.ops.new_dynamic_label(), self.ops.new_dynamic_label(), self.ops.new_dynamic_label());
+        let kind = if float { l.kind_float } else { l.kind_int };
         self.last_run(l.tape_kinds, slow);
         dynasm!(self.ops ; .arch x64
-            ; cmp BYTE [rsi + sym], l.kind_float as i8
+            ; cmp BYTE [rsi + sym], kind as i8
             ; jne =>slow
             ; mov rcx, QWORD [r12 + w_len]
             ; test rcx, rcx
@@ -82,7 +111,13 @@ impl<'a> Emitter<'a> {
             ; sub rcx, 1
             ; mov QWORD [r12 + w_len], rcx
             ; mov rdi, QWORD [r12 + w_ptr]
-            ; movsd xmm0, QWORD [rdi + rcx * 8]
+        );
+        if float {
+            dynasm!(self.ops ; .arch x64 ; movsd xmm0, QWORD [rdi + rcx * 8]);
+        } else {
+            dynasm!(self.ops ; .arch x64 ; mov rax, QWORD [rdi + rcx * 8]);
+        }
+        dynasm!(self.ops ; .arch x64
             ; sub QWORD [r12 + k_len], 1
             ; sub DWORD [rsi + count], 1
             ; jnz =>done
@@ -93,12 +128,22 @@ impl<'a> Emitter<'a> {
             ; mov rdi, r12
             ; lea rsi, [rsp]
         );
-        self.call(native::tape_pop_float as *const ());
-        // No float on top: the speculation failed (the interpreter pops whatever it is, and
-        // the next compilation of this function does not speculate here).
+        if float {
+            self.call(native::tape_pop_float as *const ());
+        } else {
+            self.call(native::tape_pop_int as *const ());
+        }
+        // Another kind on top: the speculation failed (the interpreter pops whatever it is,
+        // and the next compilation of this function speculates differently here).
         dynasm!(self.ops ; .arch x64 ; test al, al ; jnz =>kept);
         self.leave(pc - self.run_start, status::encode(status::GUARD, pc as u32, status::SPECULATION));
-        dynasm!(self.ops ; .arch x64 ; =>kept ; movsd xmm0, QWORD [rsp] ; =>done);
+        dynasm!(self.ops ; .arch x64 ; =>kept);
+        if float {
+            dynasm!(self.ops ; .arch x64 ; movsd xmm0, QWORD [rsp]);
+        } else {
+            dynasm!(self.ops ; .arch x64 ; mov rax, QWORD [rsp]);
+        }
+        dynasm!(self.ops ; .arch x64 ; =>done);
     }
 
     /// Pushes control decision `bit`.
@@ -107,13 +152,20 @@ impl<'a> Emitter<'a> {
         let c_len = (l.tape_ctl + l.runs_len) as i32;
         let (sym, count) = (l.run_sym as i32, l.run_count as i32);
         let (slow, done) = (self.ops.new_dynamic_label(), self.ops.new_dynamic_label());
-        self.last_run(l.tape_ctl, slow);
+        let (new_run, commit) = (self.ops.new_dynamic_label(), self.ops.new_dynamic_label());
+        self.last_run(l.tape_ctl, new_run);
         dynasm!(self.ops ; .arch x64
             ; cmp BYTE [rsi + sym], bit as i8
-            ; jne =>slow
+            ; jne =>new_run
             ; cmp DWORD [rsi + count], -1
-            ; je =>slow
+            ; je =>new_run
             ; add DWORD [rsi + count], 1
+            ; jmp =>commit
+            ; =>new_run
+        );
+        self.push_run(l.tape_ctl, bit, slow);
+        dynasm!(self.ops ; .arch x64
+            ; =>commit
             ; add QWORD [r12 + c_len], 1
             ; jmp =>done
             ; =>slow
@@ -125,13 +177,14 @@ impl<'a> Emitter<'a> {
     }
 
     /// Pops a control decision into `rax`: 0 or 1, or -1 when there is none (the semantics of
-    /// `native::pop_control`, which the empty case calls).
-    pub(super) fn tape_pop_control(&mut self) {
+    /// `native::pop_control`, which the empty case calls). With `raw`, the symbol itself
+    /// (`TapePopCtl`: a shape code), and the empty case jumps to `raw`'s label.
+    pub(super) fn tape_pop_control(&mut self, raw: Option<DynamicLabel>) {
         let l = native::layout();
         let (c_runs_len, c_len) = ((l.tape_ctl + LEN_OFFSET) as i32, (l.tape_ctl + l.runs_len) as i32);
         let (sym, count) = (l.run_sym as i32, l.run_count as i32);
         let (slow, done, kept) = (self.ops.new_dynamic_label(), self.ops.new_dynamic_label(), self.ops.new_dynamic_label());
-        self.last_run(l.tape_ctl, slow);
+        self.last_run(l.tape_ctl, raw.unwrap_or(slow));
         dynasm!(self.ops ; .arch x64
             ; movzx eax, BYTE [rsi + sym]
             ; sub QWORD [r12 + c_len], 1
@@ -140,6 +193,11 @@ impl<'a> Emitter<'a> {
             ; sub rdx, 1
             ; mov QWORD [r12 + c_runs_len], rdx
             ; =>kept
+        );
+        if raw.is_some() {
+            return;
+        }
+        dynasm!(self.ops ; .arch x64
             ; test eax, eax
             ; setnz al
             ; movzx eax, al

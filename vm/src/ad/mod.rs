@@ -200,6 +200,17 @@ impl Tape {
         Some(f64::from_bits(bits))
     }
 
+    /// Pops the top entry if it is an int (else leaves the tape as it is).
+    #[inline(always)]
+    pub fn pop_int(&mut self) -> Option<i64> {
+        if self.kinds.peek()? != INT {
+            return None;
+        }
+        let bits = self.words.pop()?;
+        self.kinds.pop();
+        Some(bits as i64)
+    }
+
     /// Entries on the value stack.
     pub fn len(&self) -> usize {
         self.kinds.len()

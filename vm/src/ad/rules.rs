@@ -286,33 +286,41 @@ pub fn fast<'v>(program: &Program, code: u32, arg: impl Fn(usize) -> &'v Value) 
             (F(x), Some(deriv)) => F(times(*d, deriv(*x))),
             _ => return None,
         },
-        (Rule::Index, Value::Array(acc)) => match (arg(2), arg(3)) {
-            (Value::Int(i), F(d)) if *i >= 0 => {
-                let mut a = acc.borrow_mut();
-                let Array::Floats(x) = &mut *a else { return None };
-                let i = *i as usize;
-                if i >= x.len() {
-                    return None;
-                }
-                x[i] += d;
-                drop(a);
-                Value::Array(acc.clone())
-            }
-            _ => return None,
-        },
-        (Rule::Index2, Value::Matrix(acc)) => match (arg(2), arg(3), arg(4)) {
-            (Value::Int(i), Value::Int(j), F(d)) => {
-                let mut m = acc.borrow_mut();
-                let cols = m.cols;
-                m.data[*i as usize * cols + *j as usize] += d;
-                drop(m);
-                Value::Matrix(acc.clone())
-            }
-            _ => return None,
-        },
+        (Rule::Index, acc) => return index_fast(acc, arg(2), arg(3)),
+        (Rule::Index2, acc) => return index2_fast(acc, arg(2), arg(3), arg(4)),
         _ => return None,
     };
     Some(v)
+}
+
+/// The float fast path of `Index`'s rule: `acc[i] += d` in place on an adjoint array of
+/// floats, which it returns (shared with native code: `native::pull_index_float`).
+#[inline(always)]
+pub fn index_fast(acc: &Value, i: &Value, d: &Value) -> Option<Value> {
+    let (Value::Array(acc), Value::Int(i), Value::Float(d)) = (acc, i, d) else { return None };
+    if *i < 0 {
+        return None;
+    }
+    let mut a = acc.borrow_mut();
+    let Array::Floats(x) = &mut *a else { return None };
+    let i = *i as usize;
+    if i >= x.len() {
+        return None;
+    }
+    x[i] += d;
+    drop(a);
+    Some(Value::Array(acc.clone()))
+}
+
+/// The same for `Index2`: `acc[i, j] += d` on an adjoint matrix.
+#[inline(always)]
+pub fn index2_fast(acc: &Value, i: &Value, j: &Value, d: &Value) -> Option<Value> {
+    let (Value::Matrix(acc), Value::Int(i), Value::Int(j), Value::Float(d)) = (acc, i, j, d) else { return None };
+    let mut m = acc.borrow_mut();
+    let cols = m.cols;
+    m.data[*i as usize * cols + *j as usize] += d;
+    drop(m);
+    Some(Value::Matrix(acc.clone()))
 }
 
 /// Applies the rule `code` (see `Rule::encode`) to its arguments. Within a reverse sweep with
