@@ -176,6 +176,9 @@ fn qualify(program: &Program, f: &Function, types: &Types, first: usize, last: u
             // helper calls (homes reloaded after) or straight-line code.
             Instr::TapeSave { src } | Instr::TapePush { src } => num(src),
             Instr::TapePushCtl { .. } | Instr::BranchCtl { .. } => true,
+            Instr::TapeShape { a, b } => num(a) && num(b),
+            Instr::TapePopCtl { .. } => true,
+            Instr::TapePopIf { code, .. } => t[code.index()] == Ty::Int && types.speculates(pc),
             Instr::TapePop { .. } => types.speculates(pc),
             Instr::Pull { rule, args, .. } => float_pull(program, rule, f.list(args), t),
             Instr::PullAdd { dst, rule, args } => {
