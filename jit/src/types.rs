@@ -127,6 +127,13 @@ pub fn float_pull(program: &Program, rule: u32, args: &[Reg], t: &[Ty]) -> bool 
         }
 }
 
+/// A pullback that reads an element of an adjoint (`TakeIndex`, `TakeIndex2`): run through
+/// `step`, its result speculated to be a float and checked after.
+pub fn take_pull(rule: u32) -> bool {
+    use zygvm_vm::ad::rules::Rule;
+    matches!(Rule::decode(rule).0, Rule::TakeIndex | Rule::TakeIndex2)
+}
+
 /// The type `instr` leaves in its destination, given the types before it.
 pub fn result_type(program: &Program, f: &Function, instr: &Instr, t: &[Ty]) -> Ty {
     let ty = |r: &Reg| t[r.index()];
@@ -259,6 +266,8 @@ pub fn infer_with(
             if let Some(d) = instr.def() {
                 t[d.index()] = match instr {
                     Instr::TapePop { .. } => popped(unspeculated, pc),
+                    // Speculated: an element of a float adjoint array (checked after `step`).
+                    Instr::Pull { rule, .. } if take_pull(rule) && !unspeculated.contains(&(pc as u32 + 1)) => Ty::Float,
                     // Speculated: the operand was not recorded (native code leaves otherwise).
                     Instr::TapePopIf { code, .. } if t[code.index()] == Ty::Int && !unspeculated.contains(&(pc as u32)) => Ty::Nil,
                     Instr::CallDirect { func, args, .. } if !unspeculated.contains(&(pc as u32 + 1)) => {
@@ -270,6 +279,13 @@ pub fn infer_with(
                 if t[d.index()] == Ty::Unreached {
                     break;
                 }
+            }
+            // A check that completed leaves its register of the type it checked (it raises
+            // otherwise): `for i in 0..n` with `n` from a tuple compares two ints after.
+            match instr {
+                Instr::CheckInt { src } => t[src.index()] = Ty::Int,
+                Instr::CheckBool { src } => t[src.index()] = Ty::Bool,
+                _ => {}
             }
             match instr {
                 Instr::Jump { target, args } | Instr::JumpPar { target, args } => {

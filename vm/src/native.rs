@@ -162,13 +162,13 @@ pub const AUTO_CALLS: u32 = 1024;
 pub const MAX_GUARD_FAILURES: u32 = 200;
 /// Failed speculations (`status::SPECULATION`) before a function's code is dropped and
 /// compiled again without them.
-pub const MAX_SPECULATION_FAILURES: u32 = 16;
+pub const MAX_SPECULATION_FAILURES: u32 = 4;
 /// Compilations of one function (the first, and re-specialisations after drops).
 pub const MAX_ATTEMPTS: u8 = 3;
 /// Drops after failed speculations that do not use up an attempt: each such recompilation
 /// learned something (`unspeculated` grew), and a function speculating on many tape pops
 /// learns one at a time.
-pub const MAX_RELEARNED: u8 = 8;
+pub const MAX_RELEARNED: u8 = 32;
 
 /// Value tags as native code reads and writes them (`Value` is `repr(C, u64)`: the tag word
 /// first, the payload word second). `layout_ok` checks them against the compiler's layout.
@@ -239,6 +239,10 @@ pub mod status {
     /// if it cannot, the caller counts a failed speculation at the call, and its next
     /// compilation leaves that call to the interpreter.
     pub const CALLEE: u32 = 2;
+    /// `next` of a `GUARD` status at `pc` when the result of the instruction before `pc`
+    /// (a call, a pullback through `step`) was not of the type speculated: that instruction
+    /// ran; the next compilation does not speculate on it (`pc` is recorded).
+    pub const RESULT: u32 = 3;
 
     /// The frame native code was running returned (not an encoded status: its kind bits
     /// are never looked at).
@@ -559,13 +563,15 @@ impl Vm {
             status::GUARD if status::next(s) == status::CALLEE => {
                 self.native.stats.exits += 1;
                 if !self.compile_callee(top, status::pc(s)) {
-                    self.speculation_failed(top, status::pc(s));
+                    self.speculation_failed(top, status::pc(s), false);
                 }
             }
             status::GUARD => {
                 self.native.stats.guard_failures += 1;
                 if status::next(s) == status::SPECULATION {
-                    self.speculation_failed(top, status::pc(s));
+                    self.speculation_failed(top, status::pc(s), true);
+                } else if status::next(s) == status::RESULT {
+                    self.speculation_failed(top, status::pc(s), false);
                 } else {
                     self.guard_failed(top, MAX_GUARD_FAILURES);
                 }
@@ -592,13 +598,14 @@ impl Vm {
         true
     }
 
-    /// A speculation of `func`'s code failed at `pc`: remembered for the next compilation,
+    /// A speculation of `func`'s code failed at `pc` (`at_pc`: by the instruction at `pc`,
+    /// else by the result of the one before): remembered for the next compilation,
     /// which comes soon (code that speculates wrongly in a loop would leave at every
     /// iteration).
-    fn speculation_failed(&mut self, func: FuncId, pc: u32) {
+    fn speculation_failed(&mut self, func: FuncId, pc: u32, at_pc: bool) {
         // A pop that found an int (the entry the interpreter pops next is on top now) is
         // speculated an int next time, once; any other failure, no speculation at all.
-        let pop = matches!(self.program.functions[func.index()].code.get(pc as usize), Some(crate::bytecode::Instr::TapePop { .. }));
+        let pop = at_pc && matches!(self.program.functions[func.index()].code.get(pc as usize), Some(crate::bytecode::Instr::TapePop { .. }));
         let pcs = NativeState::slot(&mut self.native.unspeculated, func);
         // (Code that speculated a float fails at the same pop until it is dropped: an int
         // found again adds nothing.)

@@ -137,7 +137,7 @@ impl<'a> Emitter<'a> {
                 None => dynasm!(self.ops ; .arch x64 ; jmp =>ok),
             },
         }
-        self.leave(0, status::encode(status::GUARD, pc as u32 + 1, status::SPECULATION));
+        self.leave(0, status::encode(status::GUARD, pc as u32 + 1, status::RESULT));
         dynasm!(self.ops ; .arch x64 ; =>ok);
     }
 

@@ -25,6 +25,15 @@ impl<'a> Emitter<'a> {
             }
             Class::Step => {
                 self.step(pc);
+                if let Instr::Pull { dst, rule, .. } = instr {
+                    if crate::types::take_pull(rule) && self.types.speculates(pc + 1) {
+                        // The result the types after it rely on (`types.rs`).
+                        let (s, ok) = (slot(dst), self.ops.new_dynamic_label());
+                        dynasm!(self.ops ; .arch x64 ; cmp QWORD [rbx + s], tag::FLOAT as i32 ; je =>ok);
+                        self.leave(pc + 1 - self.run_start, status::encode(status::GUARD, pc as u32 + 1, status::RESULT));
+                        dynasm!(self.ops ; .arch x64 ; =>ok);
+                    }
+                }
                 return;
             }
             Class::Native => {}
