@@ -13,15 +13,16 @@ impl<'a> Emitter<'a> {
     /// there is none; `rdx` keeps the run count.
     fn last_run(&mut self, runs: usize, empty: DynamicLabel) {
         let l = native::layout();
-        let (ptr, len, size) = ((runs + PTR_OFFSET) as i32, (runs + LEN_OFFSET) as i32, l.run_size as i32);
+        let (ptr, len, size) = ((runs + PTR_OFFSET) as i32, (runs + LEN_OFFSET) as i32, l.run_size);
         dynasm!(self.ops ; .arch x64
             ; mov rdx, QWORD [r12 + len]
             ; test rdx, rdx
             ; jz =>empty
-            ; imul rsi, rdx, size
-            ; add rsi, QWORD [r12 + ptr]
-            ; sub rsi, size
+            ; mov rsi, QWORD [r12 + ptr]
         );
+        // A run is 8 bytes (`ad::Run`, asserted there): a scaled index.
+        debug_assert_eq!(size, 8);
+        dynasm!(self.ops ; .arch x64 ; lea rsi, [rsi + rdx * 8 - 8]);
     }
 
     /// Starts a new run of `sym` (count 1) at the end of the `Runs` at `runs`, jumping to

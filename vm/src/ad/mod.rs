@@ -62,6 +62,9 @@ pub struct Run {
     pub count: u32,
 }
 
+// Native code addresses runs with a scaled index (`jit/src/x64/tape.rs`).
+const _: () = assert!(std::mem::size_of::<Run>() == 8);
+
 /// A stack of small symbols stored as runs `(symbol, count)`: a loop that records the same
 /// decision every iteration costs one run, not one entry per iteration.
 #[derive(Default, Clone)]
