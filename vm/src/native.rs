@@ -948,6 +948,12 @@ pub unsafe extern "C" fn tape_pop_float(vm: *mut Vm, out: *mut f64) -> bool {
 /// # Safety
 /// All four are live registers of the running frame (`dst` may be one of the others).
 pub unsafe extern "C" fn pull_index_float(dst: *mut Value, acc: *const Value, i: *const Value, d: *const Value) -> bool {
+    if std::ptr::eq(dst, acc) {
+        // The adjoint is accumulated in place and stays in its register: storing a clone of
+        // it over itself would change nothing.
+        // SAFETY: the caller's contract.
+        return unsafe { crate::ad::rules::index_add(&*acc, &*i, &*d) };
+    }
     // SAFETY: the caller's contract; the shared borrows end before `dst` is written.
     let v = unsafe { crate::ad::rules::index_fast(&*acc, &*i, &*d) };
     match v {
@@ -980,7 +986,14 @@ pub unsafe extern "C" fn pull_index2_float(
         }
         _ => false,
     };
-    let Some(v) = in_range.then(|| crate::ad::rules::index2_fast(acc, i, j, d)).flatten() else { return false };
+    if !in_range {
+        return false;
+    }
+    if std::ptr::eq(dst, acc) {
+        // In place, as in `pull_index_float`.
+        return crate::ad::rules::index2_add(acc, i, j, d);
+    }
+    let Some(v) = crate::ad::rules::index2_fast(acc, i, j, d) else { return false };
     // SAFETY: as above; the shared borrows are not used past this point.
     crate::semantics::store(unsafe { &mut *dst }, v);
     true

@@ -297,30 +297,40 @@ pub fn fast<'v>(program: &Program, code: u32, arg: impl Fn(usize) -> &'v Value) 
 /// floats, which it returns (shared with native code: `native::pull_index_float`).
 #[inline(always)]
 pub fn index_fast(acc: &Value, i: &Value, d: &Value) -> Option<Value> {
-    let (Value::Array(acc), Value::Int(i), Value::Float(d)) = (acc, i, d) else { return None };
+    index_add(acc, i, d).then(|| acc.clone())
+}
+
+/// `index_fast`'s accumulation alone: whether it applied (the adjoint is then `acc` itself).
+#[inline(always)]
+pub fn index_add(acc: &Value, i: &Value, d: &Value) -> bool {
+    let (Value::Array(acc), Value::Int(i), Value::Float(d)) = (acc, i, d) else { return false };
     if *i < 0 {
-        return None;
+        return false;
     }
     let mut a = acc.borrow_mut();
-    let Array::Floats(x) = &mut *a else { return None };
+    let Array::Floats(x) = &mut *a else { return false };
     let i = *i as usize;
     if i >= x.len() {
-        return None;
+        return false;
     }
     x[i] += d;
-    drop(a);
-    Some(Value::Array(acc.clone()))
+    true
 }
 
 /// The same for `Index2`: `acc[i, j] += d` on an adjoint matrix.
 #[inline(always)]
 pub fn index2_fast(acc: &Value, i: &Value, j: &Value, d: &Value) -> Option<Value> {
-    let (Value::Matrix(acc), Value::Int(i), Value::Int(j), Value::Float(d)) = (acc, i, j, d) else { return None };
+    index2_add(acc, i, j, d).then(|| acc.clone())
+}
+
+/// `index2_fast`'s accumulation alone.
+#[inline(always)]
+pub fn index2_add(acc: &Value, i: &Value, j: &Value, d: &Value) -> bool {
+    let (Value::Matrix(acc), Value::Int(i), Value::Int(j), Value::Float(d)) = (acc, i, j, d) else { return false };
     let mut m = acc.borrow_mut();
     let cols = m.cols;
     m.data[*i as usize * cols + *j as usize] += d;
-    drop(m);
-    Some(Value::Matrix(acc.clone()))
+    true
 }
 
 /// Applies the rule `code` (see `Rule::encode`) to its arguments. Within a reverse sweep with
