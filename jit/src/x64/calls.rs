@@ -165,8 +165,8 @@ impl<'a> Emitter<'a> {
         self.count(pc + 1 - self.run_start);
         // The interpreter's `truncate_registers`: every other register's heap value dropped.
         let t = self.types.before[pc].clone().expect("reached");
-        for r in 0..self.f.num_regs as usize {
-            if r != src.index() && !t[r].plain() {
+        for (r, ty) in t.iter().enumerate() {
+            if r != src.index() && !ty.plain() {
                 self.clear_if_heap(Reg(r as u32));
             }
         }

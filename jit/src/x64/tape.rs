@@ -45,34 +45,41 @@ impl<'a> Emitter<'a> {
         );
     }
 
+    /// `Runs::push(sym)` on the runs at `runs`, without its entry count: one more in the last
+    /// run, or a new run; `full` when a new run has no room. Keeps `rax` and `rcx`.
+    fn run_push(&mut self, runs: usize, sym: u8, full: DynamicLabel) {
+        let l = native::layout();
+        let (s_off, c_off) = (l.run_sym as i32, l.run_count as i32);
+        let (new_run, done) = (self.ops.new_dynamic_label(), self.ops.new_dynamic_label());
+        self.last_run(runs, new_run);
+        dynasm!(self.ops ; .arch x64
+            ; cmp BYTE [rsi + s_off], sym as i8
+            ; jne =>new_run
+            ; cmp DWORD [rsi + c_off], -1
+            ; je =>new_run
+            ; add DWORD [rsi + c_off], 1
+            ; jmp =>done
+            ; =>new_run
+        );
+        self.push_run(runs, sym, full);
+        dynasm!(self.ops ; .arch x64 ; =>done);
+    }
+
     /// Pushes the number in `rax` (bits of a float, or an int) with kind `kind`.
     pub(super) fn tape_push_number(&mut self, kind: u8, float: bool) {
         let l = native::layout();
         let w = l.tape_words;
         let (w_ptr, w_len, w_cap) = ((w + PTR_OFFSET) as i32, (w + LEN_OFFSET) as i32, (w + CAP_OFFSET) as i32);
         let k_len = (l.tape_kinds + l.runs_len) as i32;
-        let (sym, count) = (l.run_sym as i32, l.run_count as i32);
         let (slow, done) = (self.ops.new_dynamic_label(), self.ops.new_dynamic_label());
-        let (new_run, commit) = (self.ops.new_dynamic_label(), self.ops.new_dynamic_label());
         dynasm!(self.ops ; .arch x64
             ; mov rcx, QWORD [r12 + w_len]
             ; cmp rcx, QWORD [r12 + w_cap]
             ; jae =>slow
         );
         // The kind: one more in the last run, or a new run (`Runs::push`).
-        self.last_run(l.tape_kinds, new_run);
+        self.run_push(l.tape_kinds, kind, slow);
         dynasm!(self.ops ; .arch x64
-            ; cmp BYTE [rsi + sym], kind as i8
-            ; jne =>new_run
-            ; cmp DWORD [rsi + count], -1
-            ; je =>new_run
-            ; add DWORD [rsi + count], 1
-            ; jmp =>commit
-            ; =>new_run
-        );
-        self.push_run(l.tape_kinds, kind, slow);
-        dynasm!(self.ops ; .arch x64
-            ; =>commit
             ; mov rdi, QWORD [r12 + w_ptr]
             ; mov QWORD [rdi + rcx * 8], rax
             ; add rcx, 1
@@ -151,22 +158,9 @@ impl<'a> Emitter<'a> {
     pub(super) fn tape_push_control(&mut self, bit: u8) {
         let l = native::layout();
         let c_len = (l.tape_ctl + l.runs_len) as i32;
-        let (sym, count) = (l.run_sym as i32, l.run_count as i32);
         let (slow, done) = (self.ops.new_dynamic_label(), self.ops.new_dynamic_label());
-        let (new_run, commit) = (self.ops.new_dynamic_label(), self.ops.new_dynamic_label());
-        self.last_run(l.tape_ctl, new_run);
+        self.run_push(l.tape_ctl, bit, slow);
         dynasm!(self.ops ; .arch x64
-            ; cmp BYTE [rsi + sym], bit as i8
-            ; jne =>new_run
-            ; cmp DWORD [rsi + count], -1
-            ; je =>new_run
-            ; add DWORD [rsi + count], 1
-            ; jmp =>commit
-            ; =>new_run
-        );
-        self.push_run(l.tape_ctl, bit, slow);
-        dynasm!(self.ops ; .arch x64
-            ; =>commit
             ; add QWORD [r12 + c_len], 1
             ; jmp =>done
             ; =>slow
