@@ -41,7 +41,7 @@ pub fn map_float(name: &str, v: &Value, f: fn(f64) -> f64) -> VmResult<Value> {
 /// path) and its built-in entry, which applies it to numbers, arrays and matrices.
 pub struct FloatFn {
     pub name: &'static str,
-    pub scalar: fn(f64) -> f64,
+    pub scalar: zygvm_vm::builtin::ScalarFn,
     pub native: zygvm_vm::builtin::NativeFn,
 }
 
@@ -51,7 +51,12 @@ macro_rules! float_fns {
         pub const FLOAT_FNS: &[FloatFn] = &[$(
             FloatFn {
                 name: stringify!($name),
-                scalar: $f,
+                scalar: {
+                    extern "C" fn scalar(x: f64) -> f64 {
+                        ($f)(x)
+                    }
+                    scalar
+                },
                 native: {
                     fn entry(_: &mut Vm, a: &[Value]) -> VmResult<Value> {
                         map_float(stringify!($name), &a[0], $f)

@@ -15,6 +15,10 @@ pub enum BuiltinImpl {
     Host(usize),
 }
 
+/// A scalar math function as native code calls it (`extern "C"`: argument and result in
+/// `xmm0` on x86-64).
+pub type ScalarFn = extern "C" fn(f64) -> f64;
+
 /// One entry of the built-in table.
 #[derive(Clone, Debug)]
 pub struct Builtin {
@@ -23,8 +27,9 @@ pub struct Builtin {
     pub min_args: usize,
     pub max_args: usize,
     pub imp: BuiltinImpl,
-    /// For one-argument scalar math: the f64 function, used by the `Math1` fast path.
-    pub scalar: Option<fn(f64) -> f64>,
+    /// For one-argument scalar math: the f64 function, used by the `Math1` fast path (the C
+    /// calling convention: native code calls it directly).
+    pub scalar: Option<ScalarFn>,
     /// How reverse mode differentiates a call (the rules live in `zygvm-stdlib`'s
     /// `derivatives.rs`; host functions have none).
     pub deriv: Deriv,

@@ -110,8 +110,7 @@ impl<'a> Emitter<'a> {
                 self.prepare_def(pc, dst);
                 let f = self.program.builtins[builtin.index()].scalar.expect("Math1 names a scalar built-in");
                 self.load_float(pc, src, false);
-                dynasm!(self.ops ; .arch x64 ; mov rdi, QWORD native::scalar_address(f) as i64);
-                self.call(native::call_scalar as *const ());
+                self.call(f as *const ());
                 self.store_float(dst);
             }
             Instr::MulAdd { dst, a, b } => {

@@ -29,8 +29,7 @@ impl<'a> Emitter<'a> {
                 let Instr::Math1 { src, builtin, .. } = self.f.code[pc] else { unreachable!("only Math1 is hoisted") };
                 let f = self.program.builtins[builtin.index()].scalar.expect("Math1 names a scalar built-in");
                 self.load_float(first, src, false);
-                dynasm!(self.ops ; .arch x64 ; mov rdi, QWORD native::scalar_address(f) as i64);
-                self.call(native::call_scalar as *const ());
+                self.call(f as *const ());
                 let h = hoist_offset(i);
                 dynasm!(self.ops ; .arch x64 ; movsd QWORD [rsp + h], xmm0);
             }
