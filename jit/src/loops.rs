@@ -12,9 +12,8 @@
 //!   code, and leaving the loop (an exit, a guard, a limit, an edge out) needs no write-back.
 //!   The invariant "home == the slot's payload word" is established on every way *into* the
 //!   loop (an entry stub loads the homes) and kept by every definition (`x64/`).
-//! - **The instruction count in `r15`.** Counting in memory would put a store-to-load chain
-//!   through `Vm::steps` in every iteration; inside the loop the count is kept in `r15` and
-//!   stored after each update (a store, not a dependency).
+//! - **The instruction count in `r15`**, as in all native code (`x64/mod.rs`): counting in
+//!   memory would put a store-to-load chain through `Vm::steps` in every iteration.
 //! - **Arrays read in place.** `a[i]` and `m[i, j]` of a container register the loop never
 //!   writes read through a *view* (data pointer, length or rows, columns) that the entry stub
 //!   takes (`native::float_view`); the loop only bounds-checks and loads. Nothing in the loop

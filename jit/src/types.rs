@@ -81,9 +81,7 @@ impl Types {
     pub fn speculates(&self, pc: usize) -> bool {
         !self.unspeculated.contains(&(pc as u32))
     }
-}
 
-impl Types {
     /// The type the `TapePop` at `pc` is speculated to find (`Any`: not speculated).
     pub fn popped(&self, pc: usize) -> Ty {
         popped(&self.unspeculated, pc)

@@ -12,7 +12,7 @@ use crate::error::{TraceEntry, VmError, VmResult};
 use crate::host::HostValue;
 use crate::ops::{self, BinOp};
 use crate::program::{Const, Program};
-use crate::native::{self, NativeState};
+use crate::native::NativeState;
 use crate::semantics::{store, truncate_registers, Simple};
 use crate::stack::Stack;
 use crate::value::{Closure, StructObj, Value};
@@ -750,28 +750,18 @@ impl Vm {
                     if native_here {
                         let frames_before = self.frames.len();
                         if let Some(s) = self.run_native(func_id, $pc as u32, base) {
+                            // Native code is entered only where nothing is left to count
+                            // (`ip == run_start`), so the frame's pc it sets is all there is.
+                            if let Err(e) = self.resume_after_native(s) {
+                                return Err(self.unwind(e, depth));
+                            }
                             if self.frames.len() != frames_before {
                                 // Native code called into other functions and left inside
                                 // one, or returned from this frame: go on with the frame on top.
-                                if let Err(e) = self.resume_after_native(s) {
-                                    return Err(self.unwind(e, depth));
-                                }
                                 continue 'frames;
                             }
                             native_here = self.native.has_code(func_id);
-                            match native::status::kind(s) {
-                                native::status::EXIT | native::status::GUARD => goto!(native::status::pc(s)),
-                                native::status::ERROR => {
-                                    goto!(native::status::pc(s) + 1);
-                                    let e = self.take_native_error();
-                                    throw!(e)
-                                }
-                                _ => {
-                                    goto!(native::status::pc(s));
-                                    tri!(self.check_limits());
-                                    goto!(native::status::next(s));
-                                }
-                            }
+                            goto!(self.frames.last().unwrap().pc);
                         }
                     }
                 };

@@ -19,9 +19,8 @@
 //! **Calls.** Native code calls Zy functions that have native code itself: it pushes the
 //! callee's `Frame` and registers onto the VM's two stacks in place (their layout is fixed:
 //! `stack::Stack`, `Frame` is `repr(C)`, offsets in `layout()`), sets its own frame's `pc` to
-//! the instruction after the call as the interpreter does, and enters the callee's entry at
-//! instruction 0 (`NativeCtx::entries`) through the same `Enter` convention on the machine
-//! stack. The callee's `Return` pops its frame and stores the value into the caller's
+//! the instruction after the call as the interpreter does, and calls the callee's call entry
+//! (`NativeCode::call_entry`, found through `NativeCtx::entries`) on the machine stack. The callee's `Return` pops its frame and stores the value into the caller's
 //! register, as the interpreter's does. So the VM's frames are always exact: when a callee
 //! leaves with anything but `RETURNED`, every native activation below it leaves with the
 //! same status, and the interpreter resumes at whatever frame is now on top
@@ -58,7 +57,7 @@ pub const NATIVE_STACK_BYTES: usize = 128 * 1024;
 pub struct NativeCtx {
     /// `Vm::calls`: each function's call count (hotness, `Vm::hotness`).
     pub calls: *mut u32,
-    /// Per function, its native entry at instruction 0, or null (`NativeState::call_entries`).
+    /// Per function, its code's call entry, or null (`NativeState::call_entries`).
     pub entries: *const *const u8,
     /// `Limits::max_depth`.
     pub max_depth: u64,
@@ -160,8 +159,8 @@ pub const POPPED_INT: u32 = 1 << 31;
 pub const AUTO_CALLS: u32 = 1024;
 /// Entries refused by a guard before a function's native code is dropped.
 pub const MAX_GUARD_FAILURES: u32 = 200;
-/// Failed speculations (`status::SPECULATION`) before a function's code is dropped and
-/// compiled again without them.
+/// Failed speculations (`status::SPECULATION`, `RESULT`, `CALLEE`) before a function's code
+/// is dropped and compiled again with what they taught (`Vm::speculation_failed`).
 pub const MAX_SPECULATION_FAILURES: u32 = 4;
 /// Compilations of one function (the first, and re-specialisations after drops).
 pub const MAX_ATTEMPTS: u8 = 3;
@@ -342,7 +341,7 @@ pub struct NativeState {
     pub(crate) call_mask: u32,
     /// What native code reads to make calls (refreshed on each entry).
     pub(crate) ctx: NativeCtx,
-    /// Per function, its code's entry at instruction 0 or null (what `ctx.entries` points at).
+    /// Per function, its code's call entry or null (what `ctx.entries` points at).
     call_entries: Vec<*const u8>,
     tier: Option<Box<dyn Tier>>,
     code: Vec<Option<NativeCode>>,
@@ -643,9 +642,9 @@ impl Vm {
         self.native.has_code(func)
     }
 
-    /// After native code that pushed or popped frames left with status `s`: sets the frame
-    /// now on top to go on where native code left it, as `execute`'s own handling of `s`
-    /// would in that frame; an error is returned for the caller to unwind.
+    /// After native code left with status `s`: sets the frame now on top (the one native code
+    /// was entered on, or one it pushed) to go on where native code left it, as the status
+    /// says; an error is returned for the caller to unwind.
     pub(crate) fn resume_after_native(&mut self, s: u64) -> VmResult<()> {
         if s == status::RETURNED {
             return Ok(());
@@ -930,15 +929,7 @@ pub unsafe extern "C" fn set_index2_float(obj: *const Value, i: i64, j: i64, x: 
 /// As for `pop_control`; `out` is writable.
 pub unsafe extern "C" fn tape_pop_float(vm: *mut Vm, out: *mut f64) -> bool {
     // SAFETY: the caller's contract.
-    let vm = unsafe { &mut *vm };
-    match vm.tape.pop_float() {
-        Some(x) => {
-            // SAFETY: the caller's contract.
-            unsafe { *out = x };
-            true
-        }
-        None => false,
-    }
+    unsafe { write_popped((*vm).tape.pop_float(), out) }
 }
 
 /// `Pull Index` on its fast path (`ad::rules::index_fast`: an adjoint array of floats
@@ -1005,11 +996,18 @@ pub unsafe extern "C" fn pull_index2_float(
 /// As for `pop_control`; `out` is writable.
 pub unsafe extern "C" fn tape_pop_int(vm: *mut Vm, out: *mut i64) -> bool {
     // SAFETY: the caller's contract.
-    let vm = unsafe { &mut *vm };
-    match vm.tape.pop_int() {
-        Some(i) => {
+    unsafe { write_popped((*vm).tape.pop_int(), out) }
+}
+
+/// Writes what a pop found to `*out`: whether there was something.
+///
+/// # Safety
+/// `out` is writable.
+unsafe fn write_popped<T>(popped: Option<T>, out: *mut T) -> bool {
+    match popped {
+        Some(x) => {
             // SAFETY: the caller's contract.
-            unsafe { *out = i };
+            unsafe { out.write(x) };
             true
         }
         None => false,

@@ -128,17 +128,7 @@ impl<'a> Emitter<'a> {
             self.exit_here(pc + 1);
             return;
         };
-        let s = slot(dst);
-        let ok = self.ops.new_dynamic_label();
-        match after_types[dst.index()] {
-            Ty::Plain => dynasm!(self.ops ; .arch x64 ; cmp QWORD [rbx + s], tag::LAST_PLAIN as i32 ; jbe =>ok),
-            t => match t.tag() {
-                Some(tg) => dynasm!(self.ops ; .arch x64 ; cmp QWORD [rbx + s], tg as i32 ; je =>ok),
-                None => dynasm!(self.ops ; .arch x64 ; jmp =>ok),
-            },
-        }
-        self.leave(0, status::encode(status::GUARD, pc as u32 + 1, status::RESULT));
-        dynasm!(self.ops ; .arch x64 ; =>ok);
+        self.guard_result(pc, dst, after_types[dst.index()]);
     }
 
     /// `Return src`.

@@ -165,18 +165,27 @@ pub fn no_worse(program: &Program, f: &Function, narrow: &Types, wide: &Types) -
     })
 }
 
+/// How the instructions `pcs` lower: (typed, `step` calls, the first exit).
+fn tally(program: &Program, f: &Function, types: &Types, pcs: impl Iterator<Item = usize>) -> (usize, usize, Option<usize>) {
+    let (mut native_n, mut step_n, mut exit) = (0, 0, None);
+    for pc in pcs {
+        match classify(program, f, types, pc) {
+            Class::Native => native_n += 1,
+            Class::Step => step_n += 1,
+            Class::Exit => {
+                exit.get_or_insert(pc);
+            }
+        }
+    }
+    (native_n, step_n, exit)
+}
+
 /// Whether a function compiled from its entry (a call made it hot) would run mostly as
 /// machine code: a `step` call costs several times what interpreting the instruction does
 /// (it is the same semantics behind a call), so more than one in three refuses it.
 pub fn check_profitable_entry(program: &Program, f: &Function, types: &Types) -> Result<(), String> {
-    let (mut native_n, mut step_n) = (0, 0);
-    for pc in (0..f.code.len()).filter(|&pc| types.before[pc].is_some()) {
-        match classify(program, f, types, pc) {
-            Class::Native => native_n += 1,
-            Class::Step => step_n += 1,
-            Class::Exit => {}
-        }
-    }
+    let reached = (0..f.code.len()).filter(|&pc| types.before[pc].is_some());
+    let (native_n, step_n, _) = tally(program, f, types, reached);
     if 2 * step_n > native_n {
         return Err(format!("the function is mostly helper calls ({step_n} of {})", step_n + native_n));
     }
@@ -222,18 +231,12 @@ pub fn check_profitable(program: &Program, f: &Function, seed: u32, types: &Type
             work.extend(preds[b].iter().copied());
         }
     }
-    let (mut native_n, mut step_n) = (0, 0);
-    for b in (0..nb).filter(|&b| in_loop[b]) {
-        for pc in f.blocks[b].start as usize..end_of(b) {
-            if types.before[pc].is_none() {
-                break;
-            }
-            match classify(program, f, types, pc) {
-                Class::Native => native_n += 1,
-                Class::Step => step_n += 1,
-                Class::Exit => return Err(format!("the loop leaves to the interpreter at instruction {pc}")),
-            }
-        }
+    let body = (0..nb)
+        .filter(|&b| in_loop[b])
+        .flat_map(|b| (f.blocks[b].start as usize..end_of(b)).take_while(|&pc| types.before[pc].is_some()));
+    let (native_n, step_n, exit) = tally(program, f, types, body);
+    if let Some(pc) = exit {
+        return Err(format!("the loop leaves to the interpreter at instruction {pc}"));
     }
     if step_n > native_n {
         return Err(format!("the loop is mostly helper calls ({step_n} of {})", step_n + native_n));

@@ -28,10 +28,7 @@ impl<'a> Emitter<'a> {
                 if let Instr::Pull { dst, rule, .. } = instr {
                     if crate::types::take_pull(rule) && self.types.speculates(pc + 1) {
                         // The result the types after it rely on (`types.rs`).
-                        let (s, ok) = (slot(dst), self.ops.new_dynamic_label());
-                        dynasm!(self.ops ; .arch x64 ; cmp QWORD [rbx + s], tag::FLOAT as i32 ; je =>ok);
-                        self.leave(pc + 1 - self.run_start, status::encode(status::GUARD, pc as u32 + 1, status::RESULT));
-                        dynasm!(self.ops ; .arch x64 ; =>ok);
+                        self.guard_result(pc, dst, Ty::Float);
                     }
                 }
                 return;

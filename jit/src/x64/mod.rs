@@ -103,21 +103,14 @@ struct Emitter<'a> {
     pc: Option<usize>,
     /// Where each lowered instruction's code starts (for `--dump asm`).
     pc_offsets: Vec<(u32, u32)>,
-    /// Stubs into and out of cached loops still to emit: (kind, instruction, label).
-    stubs: Vec<(Stub, usize, DynamicLabel)>,
+    /// Entry stubs of cached loops still to emit: (loop, instruction, label).
+    stubs: Vec<(usize, usize, DynamicLabel)>,
     /// Rare exits still to emit (`cold_exit`).
     cold: Vec<Cold>,
 }
 
-/// A way into or out of the cached loop with the given index.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Stub {
-    Enter(usize),
-    Leave(usize),
-}
-
 /// An exit placed after the function's code: its label, the instructions of the run it
-/// counts, the instruction it leaves at, and the loop it was in (where the count lives).
+/// counts, the instruction it leaves at, and the loop it was in (for its edge's target).
 struct Cold {
     label: DynamicLabel,
     counted: usize,
@@ -176,20 +169,19 @@ impl<'a> Emitter<'a> {
         self.cur.and_then(|l| self.loops[l].homes[r.index()])
     }
 
-    /// The label to jump to for instruction `to` from the code being lowered: out of a cached
-    /// loop, a stub that stores the count; into one from outside it, its entry stub (which
-    /// loads the homes); otherwise `to` itself.
+    /// The label to jump to for instruction `to` from the code being lowered: into a cached
+    /// loop from outside it, its entry stub (which loads the homes); otherwise `to` itself
+    /// (leaving a loop needs nothing: homes are written through, the count lives in `r15`).
     pub(super) fn target(&mut self, to: usize) -> DynamicLabel {
-        let stub = match (self.cur, self.loop_of[to]) {
-            (Some(l), dest) if dest != Some(l) => Stub::Leave(l),
-            (_, Some(l)) if self.cur != Some(l) => Stub::Enter(l),
+        let l = match self.loop_of[to] {
+            Some(l) if self.cur != Some(l) => l,
             _ => return self.labels[to],
         };
-        if let Some(&(_, _, label)) = self.stubs.iter().find(|s| s.0 == stub && s.1 == to) {
+        if let Some(&(_, _, label)) = self.stubs.iter().find(|s| s.0 == l && s.1 == to) {
             return label;
         }
         let label = self.ops.new_dynamic_label();
-        self.stubs.push((stub, to, label));
+        self.stubs.push((l, to, label));
         label
     }
 
@@ -237,16 +229,32 @@ impl<'a> Emitter<'a> {
     /// A label that leaves to the interpreter at `pc`, its code placed after the function's
     /// (a rare exit, such as an int overflow, kept off the straight-line path).
     pub(super) fn cold_exit(&mut self, pc: usize) -> DynamicLabel {
+        self.cold_leave(pc, status::EXIT, 0)
+    }
+
+    /// As `cold_exit`, leaving with `GUARD` and `next` (which says why).
+    pub(super) fn cold_guard(&mut self, pc: usize, next: u32) -> DynamicLabel {
+        self.cold_leave(pc, status::GUARD, next)
+    }
+
+    fn cold_leave(&mut self, pc: usize, kind: u64, next: u32) -> DynamicLabel {
         let label = self.ops.new_dynamic_label();
-        self.cold.push(Cold { label, counted: pc - self.run_start, pc, cur: self.cur, edge: None, status: (status::EXIT, 0) });
+        self.cold.push(Cold { label, counted: pc - self.run_start, pc, cur: self.cur, edge: None, status: (kind, next) });
         label
     }
 
-    /// As `cold_exit`, leaving with status `kind` and `next` (a `GUARD` that says why).
-    pub(super) fn cold_guard(&mut self, pc: usize, next: u32) -> DynamicLabel {
-        let label = self.ops.new_dynamic_label();
-        self.cold.push(Cold { label, counted: pc - self.run_start, pc, cur: self.cur, edge: None, status: (status::GUARD, next) });
-        label
+    /// After an instruction at `pc` whose result in `dst` the types after it speculate on
+    /// (a call, a pullback through `step`): leaves with `GUARD`/`RESULT` at `pc + 1` unless
+    /// `dst` holds a value of type `t` (`Any`: nothing to check).
+    pub(super) fn guard_result(&mut self, pc: usize, dst: Reg, t: Ty) {
+        let (s, ok) = (slot(dst), self.ops.new_dynamic_label());
+        match (t, t.tag()) {
+            (Ty::Plain, _) => dynasm!(self.ops ; .arch x64 ; cmp QWORD [rbx + s], tag::LAST_PLAIN as i32 ; jbe =>ok),
+            (_, Some(tg)) => dynasm!(self.ops ; .arch x64 ; cmp QWORD [rbx + s], tg as i32 ; je =>ok),
+            _ => return,
+        }
+        self.leave(pc + 1 - self.run_start, status::encode(status::GUARD, pc as u32 + 1, status::RESULT));
+        dynasm!(self.ops ; .arch x64 ; =>ok);
     }
 
     /// A label for the taken edge of the branch at `pc` to `target`, its code placed after

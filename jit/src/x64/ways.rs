@@ -4,24 +4,10 @@
 use super::*;
 
 impl<'a> Emitter<'a> {
-    /// The ways into cached loops (`loops.rs`): hoisted math
-    /// computed into its slot, every home loaded from its slot; then on to the instruction.
+    /// The ways into cached loops (`loops.rs`): hoisted math computed into its slot, every
+    /// home loaded from its slot; then on to the instruction.
     pub(super) fn emit_stubs(&mut self) {
-        let mut done = 0;
-        // A stub out of a loop may lead into another (a new stub, emitted in turn).
-        while done < self.stubs.len() {
-            let (stub, to, label) = self.stubs[done];
-            done += 1;
-            let l = match stub {
-                Stub::Leave(_) => {
-                    dynasm!(self.ops ; .arch x64 ; =>label);
-                    self.cur = None;
-                    let next = self.target(to);
-                    dynasm!(self.ops ; .arch x64 ; jmp =>next);
-                    continue;
-                }
-                Stub::Enter(l) => l,
-            };
+        for (l, to, label) in std::mem::take(&mut self.stubs) {
             self.cur = None;
             dynasm!(self.ops ; .arch x64 ; =>label);
             let first = self.loops[l].first;

@@ -195,23 +195,24 @@ impl Tape {
     /// Pops the top entry if it is a float (else leaves the tape as it is).
     #[inline(always)]
     pub fn pop_float(&mut self) -> Option<f64> {
-        if self.kinds.peek()? != FLOAT {
-            return None;
-        }
-        let bits = self.words.pop()?;
-        self.kinds.pop();
-        Some(f64::from_bits(bits))
+        self.pop_word(FLOAT).map(f64::from_bits)
     }
 
     /// Pops the top entry if it is an int (else leaves the tape as it is).
     #[inline(always)]
     pub fn pop_int(&mut self) -> Option<i64> {
-        if self.kinds.peek()? != INT {
+        self.pop_word(INT).map(|bits| bits as i64)
+    }
+
+    /// Pops the top entry's word if its kind is `kind` (a number).
+    #[inline(always)]
+    fn pop_word(&mut self, kind: u8) -> Option<u64> {
+        if self.kinds.peek()? != kind {
             return None;
         }
         let bits = self.words.pop()?;
         self.kinds.pop();
-        Some(bits as i64)
+        Some(bits)
     }
 
     /// Entries on the value stack.
