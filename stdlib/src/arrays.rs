@@ -360,12 +360,12 @@ pub fn reduce(vm: &mut Vm, a: &[Value]) -> VmResult<Value> {
 
 pub fn zip(_: &mut Vm, a: &[Value]) -> VmResult<Value> {
     let (x, y) = (items("zip", &a[0])?, items("zip", &a[1])?);
-    Ok(new_array(x.into_iter().zip(y).map(|(p, q)| Value::tuple(vec![p, q])).collect()))
+    Ok(new_array(x.into_iter().zip(y).map(|(p, q)| Value::tuple_of([p, q])).collect()))
 }
 
 pub fn enumerate(_: &mut Vm, a: &[Value]) -> VmResult<Value> {
     let x = items("enumerate", &a[0])?;
-    Ok(new_array(x.into_iter().enumerate().map(|(i, p)| Value::tuple(vec![Value::Int(i as i64), p])).collect()))
+    Ok(new_array(x.into_iter().enumerate().map(|(i, p)| Value::tuple_of([Value::Int(i as i64), p])).collect()))
 }
 
 fn bools(name: &str, v: &Value) -> VmResult<Vec<bool>> {

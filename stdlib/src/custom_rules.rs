@@ -122,7 +122,7 @@ pub fn checkpoint_tape(vm: &mut Vm, a: &[Value]) -> VmResult<Value> {
     // Every container of the copies and the original it copies (`shadows::alias` in the adjoint).
     let mut pairs = vec![];
     for (copy, original) in zygvm_vm::ad::adjoints::element_pairs(&inputs, &Value::tuple(a[1..].to_vec())) {
-        pairs.push(Value::tuple(vec![copy, original]));
+        pairs.push(Value::tuple_of([copy, original]));
     }
     let y = vm.call_value(&a[0], &a[1..])?;
     vm.tape_push(Value::tuple(pairs));

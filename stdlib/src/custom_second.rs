@@ -42,7 +42,7 @@ fn map_tape(vm: &mut Vm, a: &[Value], t: &[Value]) -> VmResult<(Value, Value)> {
     let (xs, shape) = match &a[1] {
         Value::Matrix(m) => {
             let m = m.borrow();
-            (m.data.iter().map(|x| Value::Float(*x)).collect::<Vec<_>>(), Value::tuple(vec![Value::Int(m.rows as i64), Value::Int(m.cols as i64)]))
+            (m.data.iter().map(|x| Value::Float(*x)).collect::<Vec<_>>(), Value::tuple_of([Value::Int(m.rows as i64), Value::Int(m.cols as i64)]))
         }
         other => (items("map", other)?, Value::Nil),
     };

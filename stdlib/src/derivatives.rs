@@ -539,7 +539,7 @@ fn map_tape(vm: &mut Vm, a: &[Value]) -> VmResult<Value> {
     vm.tape_push(Value::Int(xs.len() as i64));
     match shape {
         Some((r, c)) => {
-            vm.tape_push(Value::tuple(vec![Value::Int(r as i64), Value::Int(c as i64)]));
+            vm.tape_push(Value::tuple_of([Value::Int(r as i64), Value::Int(c as i64)]));
             let data = out.iter().map(|y| num("map over a matrix: the function's result", y)).collect::<VmResult<Vec<f64>>>()?;
             Ok(Value::matrix(r, c, data))
         }

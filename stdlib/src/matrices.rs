@@ -35,9 +35,9 @@ pub fn shape(_: &mut Vm, a: &[Value]) -> VmResult<Value> {
     match &a[0] {
         Value::Matrix(m) => {
             let m = m.borrow();
-            Ok(Value::tuple(vec![Value::Int(m.rows as i64), Value::Int(m.cols as i64)]))
+            Ok(Value::tuple_of([Value::Int(m.rows as i64), Value::Int(m.cols as i64)]))
         }
-        Value::Array(x) => Ok(Value::tuple(vec![Value::Int(x.borrow().len() as i64)])),
+        Value::Array(x) => Ok(Value::tuple_of([Value::Int(x.borrow().len() as i64)])),
         other => err(format!("shape expects an array or matrix, got {}", other.type_name())),
     }
 }

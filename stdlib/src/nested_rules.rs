@@ -56,7 +56,7 @@ fn value_and_gradient_tangent(vm: &mut Vm, a: &[Value], t: &[Value]) -> VmResult
     let s = gradient_sweep(vm, a, t, Value::Float(1.0), nil())?;
     let ty = Value::Float(s.ty.as_f64().unwrap_or(0.0));
     let (g, tg) = (shaped(vm, &s.grads, &a[1..]), shaped(vm, &s.tgrads, &a[1..]));
-    Ok((Value::tuple(vec![s.y, Value::tuple(g)]), Value::tuple(vec![ty, Value::tuple(tg)])))
+    Ok((Value::tuple_of([s.y, Value::tuple(g)]), Value::tuple_of([ty, Value::tuple(tg)])))
 }
 
 /// Forward over forward: `derivative(f, x)` under forward mode is `f` under two levels of

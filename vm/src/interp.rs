@@ -391,7 +391,7 @@ impl Vm {
         // SAFETY: the caller guarantees `regs` covers every register of `f`; the values are
         // read (cloned) before any call below can grow the stack.
         let read = |r: &Reg| unsafe { (*regs.add(r.index())).clone() };
-        let pair = |(y, t): (Value, Value)| Value::tuple(vec![y, t]);
+        let pair = |(y, t): (Value, Value)| Value::tuple_of([y, t]);
         match instr {
             Instr::Tan { rule, args, .. } => {
                 let list = f.list(args);
@@ -438,7 +438,7 @@ impl Vm {
                 self.tangent_adjoint_builtin(builtin, &vals[0], &mut d, &vals[n], &mut td)?;
                 d.insert(0, Value::Nil);
                 td.insert(0, Value::Nil);
-                Ok(Value::tuple(vec![Value::tuple(d), Value::tuple(td)]))
+                Ok(Value::tuple_of([Value::tuple(d), Value::tuple(td)]))
             }
             Instr::CallTanDeep { args, depth, .. } => {
                 let vals: Vec<Value> = f.list(args).iter().map(read).collect();

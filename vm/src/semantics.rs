@@ -181,7 +181,9 @@ impl Vm {
                 set!(dst, Value::Float(v));
             }
             Instr::NewArray { dst, items } => set!(dst, Value::array(values!(items))),
-            Instr::NewTuple { dst, items } => set!(dst, Value::tuple(values!(items))),
+            Instr::NewTuple { dst, items } => {
+                set!(dst, Value::tuple_of(func.list(items).iter().map(|r| reg!(r).clone())))
+            }
             Instr::Index { dst, obj, idx } => {
                 let v = match (&reg!(obj), &reg!(idx)) {
                     (Value::Array(a), Value::Int(i)) => {

@@ -255,7 +255,7 @@ pub fn empty_like(obj: &Value) -> Value {
             let m = m.borrow();
             Value::matrix(m.rows, m.cols, vec![0.0; m.rows * m.cols])
         }
-        Value::Tuple(t) => Value::tuple(vec![Value::Nil; t.len()]),
+        Value::Tuple(t) => Value::tuple_of(std::iter::repeat_n(Value::Nil, t.len())),
         Value::Struct(s) => Value::Struct(Rc::new(StructObj {
             def: s.def,
             fields: vec![Value::Nil; s.fields.len()].into_boxed_slice(),
@@ -293,7 +293,7 @@ fn add_at(acc: Value, k: usize, dy: Value) -> VmResult<Value> {
         Value::Tuple(mut t) => {
             let v = Rc::make_mut(&mut t);
             if v.len() <= k {
-                v.resize(k + 1, Value::Nil);
+                v.0.resize(k + 1, Value::Nil);
             }
             v[k] = accumulate(std::mem::take(&mut v[k]), dy)?;
             Ok(Value::Tuple(t))

@@ -11,7 +11,8 @@ use super::adjoints::{check_cotangent, deep_copy, to_gradient};
 use super::{shadows, Segment};
 use crate::error::{VmError, VmResult};
 use crate::interp::Vm;
-use crate::value::{Partial, Value};
+use crate::value::{Partial, TupleItems, Value};
+use smallvec::SmallVec;
 use std::rc::Rc;
 
 /// Runs `f`'s primal-with-tape routine and records `f` as the callee.
@@ -26,13 +27,13 @@ fn forward(vm: &mut Vm, f: &Value, args: &[Value]) -> VmResult<Value> {
 }
 
 /// Pops the callee record and runs its adjoint with cotangent `dy`; the arguments' adjoints.
-fn backward(vm: &mut Vm, dy: Value, nargs: usize) -> VmResult<Vec<Value>> {
+fn backward(vm: &mut Vm, dy: Value, nargs: usize) -> VmResult<TupleItems> {
     let f = vm.tape_pop()?;
     let out = match &f {
         // The common case without the general path's argument shuffling: `(dy, nil..)`.
         Value::Func(id) => {
             let adjoint = vm.derivative_of(*id)?.adjoint;
-            let mut a = Vec::with_capacity(nargs + 1);
+            let mut a: SmallVec<[Value; 4]> = SmallVec::new();
             a.push(dy);
             a.resize(nargs + 1, Value::Nil);
             vm.run_function(adjoint, None, &a)?
@@ -42,7 +43,14 @@ fn backward(vm: &mut Vm, dy: Value, nargs: usize) -> VmResult<Vec<Value>> {
     let Value::Tuple(t) = out else {
         return Err(VmError::new("internal differentiation error: an adjoint returned no tuple"));
     };
-    Ok((0..nargs).map(|k| t.get(k + 1).cloned().unwrap_or(Value::Nil)).collect())
+    // The adjoint's tuple is usually ours alone: move its elements out rather than copy.
+    let mut items = match Rc::try_unwrap(t) {
+        Ok(mut t) => std::mem::take(&mut t.0),
+        Err(t) => t.0.clone(),
+    };
+    items.resize(nargs + 1, Value::Nil);
+    items.remove(0);
+    Ok(items)
 }
 
 /// Runs `body` and cuts the tape back to where it stood, whatever happened.
@@ -55,7 +63,7 @@ fn with_tape_mark<T>(vm: &mut Vm, body: impl FnOnce(&mut Vm) -> VmResult<T>) -> 
 
 /// `value_and_gradient(f, args...)`: the value and one gradient per argument, shaped as §7 of
 /// the language reference says.
-pub fn value_and_gradient(vm: &mut Vm, f: &Value, args: &[Value]) -> VmResult<(Value, Vec<Value>)> {
+pub fn value_and_gradient(vm: &mut Vm, f: &Value, args: &[Value]) -> VmResult<(Value, TupleItems)> {
     // The gradient has the shape of each argument as passed, even if `f` changes its length.
     let lengths: Vec<Option<usize>> =
         if args.iter().any(|a| matches!(a, Value::Array(_))) { args.iter().map(array_length).collect() } else { vec![] };
@@ -82,7 +90,7 @@ pub fn value_and_gradient(vm: &mut Vm, f: &Value, args: &[Value]) -> VmResult<(V
 
 /// The arguments' adjoints: a container argument's is its shadow (`shadows.rs`), which
 /// aliases may have reached even where the adjoint routine returned nothing.
-fn with_shadows_of(d: Vec<Value>, args: &[Value]) -> VmResult<Vec<Value>> {
+fn with_shadows_of(d: TupleItems, args: &[Value]) -> VmResult<TupleItems> {
     if !args.iter().any(shadows::is_container) {
         return Ok(d);
     }
@@ -148,7 +156,7 @@ pub fn pullback(vm: &mut Vm, f: &Value, args: &[Value]) -> VmResult<(Value, Valu
         }
     };
     // The snapshots' originals, for `back`'s own scopes.
-    let origins: Vec<Value> = shadows::origins().into_iter().map(|(c, o)| Value::tuple(vec![c, o])).collect();
+    let origins: Vec<Value> = shadows::origins().into_iter().map(|(c, o)| Value::tuple_of([c, o])).collect();
     drop(scope);
     let seg = vm.tape.split_off(mark);
     let ctl: Vec<Value> = seg.ctl.iter().map(|&b| Value::Int(b as i64)).collect();
@@ -188,6 +196,6 @@ pub fn apply_back(vm: &mut Vm, bound: &[Value], dy: &Value) -> VmResult<Value> {
         };
         let d = with_shadows_of(backward(vm, dy, args.len())?, args)?;
         let program = vm.program().clone();
-        Ok(Value::tuple(d.iter().zip(args.iter()).map(|(d, a)| to_gradient(d, a, &program)).collect()))
+        Ok(Value::tuple_of(d.iter().zip(args.iter()).map(|(d, a)| to_gradient(d, a, &program))))
     })
 }

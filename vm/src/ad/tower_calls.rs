@@ -62,7 +62,7 @@ pub fn nest(y: &[Value]) -> Value {
         return y[0].clone();
     }
     let half = y.len() / 2;
-    Value::tuple(vec![nest(&y[..half]), nest(&y[half..])])
+    Value::tuple_of([nest(&y[..half]), nest(&y[half..])])
 }
 
 /// The inverse of `nest`.
