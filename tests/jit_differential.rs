@@ -186,3 +186,30 @@ fn recursion_counts_and_fuel_agree_on_every_tier() {
         }
     }
 }
+
+/// Cached loops whose float homes are written back (`jit/src/loops.rs`): every way out of
+/// the loop (an edge out, a limit check, an exit at a failing index, a helper call inside
+/// the loop) must leave the frame exactly as the interpreter has it.
+#[test]
+fn written_back_homes_agree_on_every_tier() {
+    let dfx = "fn dfx(x, y) { derivative(fn(t) { f(t, y) }, x) }\n";
+    for prog in [
+        // A dot product (in-place multiply-add, two views), long enough to meet limit checks.
+        "fn f(x, y) { let a = zeros(3000)\n let b = zeros(3000)\n for i in 0..3000 { a[i] = x + i * 0.001\n b[i] = y - i * 0.002 }\n let s = 0.0\n for i in 0..3000 { s += a[i] * b[i] }\n s }\n",
+        // Leaves by a float comparison (an out stub), then reads the accumulator.
+        "fn f(x, y) { let s = x + 2.0\n let n = 0\n while s < 1000.0 { s = s * 1.5 + y * y\n n += 1 }\n s + n }\n",
+        // An index out of bounds partway through: the error, and nothing else, on every tier.
+        "fn f(x, y) { let a = [x, y, x * y]\n let s = 0.0\n for i in 0..5 { s += a[i] * 2.0 }\n s }\n",
+        // A helper call in the loop (math of a value the loop writes) beside an accumulator.
+        "fn f(x, y) { let s = 0.0\n let t = x\n for i in 0..200 { t = sin(t + y)\n s += t * t }\n s + t }\n",
+        // A matrix read in place with an accumulator per row, the rows' sums stored out.
+        "fn f(x, y) { let m = zeros(3, 4)\n for i in 0..3 { for j in 0..4 { m[i, j] = x * i - y * j } }\n let r = zeros(3)\n for i in 0..3 { let z = 0.0\n for j in 0..4 { z += m[i, j] * m[i, j] }\n r[i] = z }\n r[0] + r[1] * r[2] }\n",
+        // A column out of bounds in a matrix loop.
+        "fn f(x, y) { let m = zeros(2, 2)\n m[0, 0] = x\n let z = y\n for j in 0..3 { z = z * 0.5 + m[0, j] }\n z }\n",
+        // Negation and constants of written-back floats.
+        "fn f(x, y) { let s = x\n for i in 0..50 { s = -s * 0.75 + 1.25\n s = s - y }\n s }\n",
+    ] {
+        let src = format!("{prog}{dfx}");
+        assert_tiers_agree(&src, &[(0.5, 0.25), (-1.5, 2.0)]);
+    }
+}

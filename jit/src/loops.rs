@@ -5,19 +5,28 @@
 //! to `first`, in which every instruction lowers to machine code that calls nothing (no
 //! helper, no `step`, no drop of a heap value). Inside it:
 //!
-//! - **Homes, write-through.** Each register the loop reads with one number type throughout
-//!   (all reads `Float`, or all `Int`) gets a *home*: an `xmm` or general register.
-//!   Every definition inside the loop writes both the frame slot and the home; reads use the
-//!   home (bools get none: see `qualify`). So the frame is exact at every instruction boundary, as everywhere else in native
-//!   code, and leaving the loop (an exit, a guard, a limit, an edge out) needs no write-back.
-//!   The invariant "home == the slot's payload word" is established on every way *into* the
-//!   loop (an entry stub loads the homes) and kept by every definition (`x64/`).
+//! - **Homes.** Each register the loop reads with one number type throughout (all reads
+//!   `Float`, or all `Int`) gets a *home*: an `xmm` or general register; reads use the home
+//!   (bools get none: see `qualify`). The invariant "home == the slot's payload word" is
+//!   established on every way *into* the loop (an entry stub loads the homes).
+//!   - *Int homes are written through*: every definition writes the slot and the home (an
+//!     int's definition may fail after it changed the home, `AddJump` in place on overflow).
+//!   - *Float homes the loop writes are written back* (`lazy`): a definition writes only the
+//!     home (and the tag word where it is not known), so an accumulator or a temporary costs
+//!     no store per iteration. Every way *out* of the loop stores their payloads first: an
+//!     exit (`leave`), an edge to an instruction outside the loop (an out stub), and a helper
+//!     call (which may clobber them: they are stored before and reloaded after). Float
+//!     definitions cannot fail after writing their home, so the frame is the interpreter's
+//!     exactly at any exit. Every read of such a register in the loop must use its home:
+//!     the lowering reads floats through `load_float`, which does.
 //! - **The instruction count in `r15`**, as in all native code (`x64/mod.rs`): counting in
 //!   memory would put a store-to-load chain through `Vm::steps` in every iteration.
 //! - **Arrays read in place.** `a[i]` and `m[i, j]` of a container register the loop never
 //!   writes read through a *view* (data pointer, length or rows, columns) that the entry stub
 //!   takes (`native::float_view`); the loop only bounds-checks and loads. Nothing in the loop
-//!   can resize or free the buffer (it calls nothing but scalar math).
+//!   can resize or free the buffer (it calls nothing but scalar math). The view fields read
+//!   most often are also kept in `r13`/`r14` when no int home took them (`view_regs`): a
+//!   dot product's loop is bound by its loads, not its arithmetic.
 //! - **Helper calls.** A `Math1` that cannot be hoisted calls the built-in's scalar function;
 //!   the tape's pushes and pops (primal-with-tape and adjoint loops) call small helpers. All
 //!   `xmm` registers and some homes are caller-saved, so those homes are reloaded from the frame
@@ -58,7 +67,17 @@ pub struct CachedLoop {
     pub views: Vec<Reg>,
     /// The registers some instruction of the loop writes (indexed by register).
     pub written: Vec<bool>,
+    /// The registers whose home is written back rather than through (floats the loop
+    /// writes; indexed by register).
+    pub lazy: Vec<bool>,
+    /// View fields kept in a callee-saved register while the loop runs: (view, field: 0 data
+    /// pointer, 1 length or rows, 2 columns, general register).
+    pub view_regs: Vec<(usize, usize, u8)>,
 }
+
+/// The callee-saved general registers that hold view fields when no int home uses them
+/// (helper calls keep them, so nothing reloads them).
+const VIEW_REGS: [u8; 2] = [13, 14];
 
 /// Views a loop may hold (stack slots reserved by the prologue in `x64/mod.rs`).
 pub const MAX_VIEWS: usize = 4;
@@ -233,6 +252,39 @@ fn qualify(program: &Program, f: &Function, types: &Types, first: usize, last: u
             _ => {}
         }
     }
-    let written = written.iter().map(|&n| n > 0).collect();
-    Some(CachedLoop { first, last, hoisted, homes, views, written })
+    let written: Vec<bool> = written.iter().map(|&n| n > 0).collect();
+    let lazy = (0..n).map(|r| written[r] && matches!(homes[r], Some(Home::Xmm(_)))).collect();
+    let view_regs = view_registers(f, first, last, &views, &homes);
+    Some(CachedLoop { first, last, hoisted, homes, views, written, lazy, view_regs })
+}
+
+/// The view fields read most often in the loop, given the callee-saved registers the homes
+/// left free.
+fn view_registers(f: &Function, first: usize, last: usize, views: &[Reg], homes: &[Option<Home>]) -> Vec<(usize, usize, u8)> {
+    let free: Vec<u8> = VIEW_REGS.into_iter().filter(|g| !homes.contains(&Some(Home::Gp(*g)))).collect();
+    // Reads per (view, field): an index reads the data pointer and the length, a matrix
+    // index the data pointer, the rows, and the columns twice (bound and stride).
+    let mut uses = vec![[0u32; 3]; views.len()];
+    for pc in first..=last {
+        match f.code[pc] {
+            Instr::Index { obj, .. } => {
+                if let Some(v) = views.iter().position(|&r| r == obj) {
+                    uses[v][0] += 1;
+                    uses[v][1] += 1;
+                }
+            }
+            Instr::Index2 { obj, .. } => {
+                if let Some(v) = views.iter().position(|&r| r == obj) {
+                    uses[v][0] += 1;
+                    uses[v][1] += 1;
+                    uses[v][2] += 2;
+                }
+            }
+            _ => {}
+        }
+    }
+    let mut fields: Vec<(u32, usize, usize)> =
+        uses.iter().enumerate().flat_map(|(v, u)| (0..3).map(move |k| (u[k], v, k))).filter(|x| x.0 > 0).collect();
+    fields.sort_by(|a, b| b.0.cmp(&a.0).then((a.1, a.2).cmp(&(b.1, b.2))));
+    fields.into_iter().zip(free).map(|((_, v, k), g)| (v, k, g)).collect()
 }

@@ -55,12 +55,8 @@ impl<'a> Emitter<'a> {
                 }
                 Const::Float(x) => {
                     self.prepare_def(pc, dst);
-                    let s = slot(dst);
-                    dynasm!(self.ops ; .arch x64
-                        ; mov rax, QWORD x.to_bits() as i64
-                        ; mov QWORD [rbx + s], tag::FLOAT as i32
-                        ; mov QWORD [rbx + s + 8], rax);
-                    self.home_from_rax(dst);
+                    dynasm!(self.ops ; .arch x64 ; mov rax, QWORD x.to_bits() as i64 ; movq xmm0, rax);
+                    self.store_float(dst);
                 }
                 Const::Str(_) => self.step(pc),
             },
@@ -84,10 +80,8 @@ impl<'a> Emitter<'a> {
                     dynasm!(self.ops ; .arch x64 ; mov rax, QWORD [rbx + s] ; neg rax ; jo =>overflow);
                     self.store_int(dst);
                 } else {
-                    dynasm!(self.ops ; .arch x64
-                        ; mov rax, QWORD [rbx + s]
-                        ; btc rax, 63
-                        ; movq xmm0, rax);
+                    self.load_float(pc, src, false);
+                    dynasm!(self.ops ; .arch x64 ; movq rax, xmm0 ; btc rax, 63 ; movq xmm0, rax);
                     self.store_float(dst);
                 }
             }
@@ -109,6 +103,19 @@ impl<'a> Emitter<'a> {
                 self.load_float(pc, src, false);
                 self.call(f as *const ());
                 self.store_float(dst);
+            }
+            Instr::MulAdd { dst, a, b } if matches!(self.home(dst), Some(Home::Xmm(_))) && self.lazy(dst) => {
+                // The accumulator stays in its home: `dst := dst + a * b` in place.
+                let Some(Home::Xmm(d)) = self.home(dst) else { unreachable!() };
+                self.load_float(pc, a, true);
+                match self.home(b) {
+                    Some(Home::Xmm(k)) => dynasm!(self.ops ; .arch x64 ; mulsd xmm1, Rx(k)),
+                    _ => {
+                        let sb = slot(b) + 8;
+                        dynasm!(self.ops ; .arch x64 ; mulsd xmm1, QWORD [rbx + sb]);
+                    }
+                }
+                dynasm!(self.ops ; .arch x64 ; addsd Rx(d), xmm1);
             }
             Instr::MulAdd { dst, a, b } => {
                 self.load_float(pc, a, true);
@@ -197,7 +204,9 @@ impl<'a> Emitter<'a> {
                     } else {
                         dynasm!(self.ops ; .arch x64 ; subsd xmm0, xmm1);
                     }
-                    dynasm!(self.ops ; .arch x64 ; movsd QWORD [rbx + sd], xmm0);
+                    if !self.lazy(dst) {
+                        dynasm!(self.ops ; .arch x64 ; movsd QWORD [rbx + sd], xmm0);
+                    }
                     self.home_from_xmm0(dst);
                 }
                 self.jump_edge(pc, target);
@@ -248,10 +257,14 @@ impl<'a> Emitter<'a> {
                 let out = self.cold_exit(pc);
                 self.prepare_def(pc, dst);
                 self.load_int(idx, false);
-                dynasm!(self.ops ; .arch x64
-                    ; cmp rax, QWORD [rsp + v + 8] ; jae =>out
-                    ; mov rcx, QWORD [rsp + v]
-                    ; movsd xmm0, QWORD [rcx + rax * 8]);
+                match self.view_reg(obj, 1) {
+                    Some(g) => dynasm!(self.ops ; .arch x64 ; cmp rax, Rq(g) ; jae =>out),
+                    None => dynasm!(self.ops ; .arch x64 ; cmp rax, QWORD [rsp + v + 8] ; jae =>out),
+                }
+                match self.view_reg(obj, 0) {
+                    Some(g) => dynasm!(self.ops ; .arch x64 ; movsd xmm0, QWORD [Rq(g) + rax * 8]),
+                    None => dynasm!(self.ops ; .arch x64 ; mov rcx, QWORD [rsp + v] ; movsd xmm0, QWORD [rcx + rax * 8]),
+                }
                 self.store_float(dst);
             }
             Instr::Index2 { dst, obj, ij } if self.view_slot(obj).is_some() => {
@@ -262,13 +275,20 @@ impl<'a> Emitter<'a> {
                 self.prepare_def(pc, dst);
                 self.load_int(i, false);
                 self.load_int(j, true);
-                dynasm!(self.ops ; .arch x64
-                    ; cmp rax, QWORD [rsp + v + 8] ; jae =>out
-                    ; cmp rcx, QWORD [rsp + v + 16] ; jae =>out
-                    ; imul rax, QWORD [rsp + v + 16]
-                    ; add rax, rcx
-                    ; mov rdx, QWORD [rsp + v]
-                    ; movsd xmm0, QWORD [rdx + rax * 8]);
+                match self.view_reg(obj, 1) {
+                    Some(g) => dynasm!(self.ops ; .arch x64 ; cmp rax, Rq(g) ; jae =>out),
+                    None => dynasm!(self.ops ; .arch x64 ; cmp rax, QWORD [rsp + v + 8] ; jae =>out),
+                }
+                match self.view_reg(obj, 2) {
+                    Some(g) => dynasm!(self.ops ; .arch x64 ; cmp rcx, Rq(g) ; jae =>out ; imul rax, Rq(g)),
+                    None => dynasm!(self.ops ; .arch x64
+                        ; cmp rcx, QWORD [rsp + v + 16] ; jae =>out ; imul rax, QWORD [rsp + v + 16]),
+                }
+                dynasm!(self.ops ; .arch x64 ; add rax, rcx);
+                match self.view_reg(obj, 0) {
+                    Some(g) => dynasm!(self.ops ; .arch x64 ; movsd xmm0, QWORD [Rq(g) + rax * 8]),
+                    None => dynasm!(self.ops ; .arch x64 ; mov rdx, QWORD [rsp + v] ; movsd xmm0, QWORD [rdx + rax * 8]),
+                }
                 self.store_float(dst);
             }
             Instr::Index { dst, obj, idx } => {

@@ -11,9 +11,9 @@
 //!
 //! `rax`, `rcx`, `rdx`, `rsi`, `rdi`, `xmm0` and `xmm1` are scratch within one instruction.
 //! Outside cached loops no value lives in a machine register across instructions; inside one
-//! (`loops.rs`), `xmm2`-`xmm15`, `r8`-`r11`, `r13` and `r14` hold copies of slots (homes,
-//! written through). Either way every instruction boundary is a point where the frame is
-//! exactly the interpreter's and native code may leave. A native call (`calls.rs`) pins the
+//! (`loops.rs`), `xmm2`-`xmm15`, `r8`-`r11`, `r13` and `r14` hold copies of slots (homes:
+//! ints written through, floats the loop writes written back on every way out). Either way
+//! every way out of native code finds the frame exactly the interpreter's. A native call (`calls.rs`) pins the
 //! callee's registers in `rbx` and restores the caller's from its frame after.
 //!
 //! Each activation's stack frame (`FRAME_BYTES`, reserved by the entry point it was called
@@ -105,6 +105,9 @@ struct Emitter<'a> {
     pc_offsets: Vec<(u32, u32)>,
     /// Entry stubs of cached loops still to emit: (loop, instruction, label).
     stubs: Vec<(usize, usize, DynamicLabel)>,
+    /// Out stubs still to emit: edges from a loop with written-back homes to an instruction
+    /// outside it (loop, instruction, label).
+    outs: Vec<(usize, usize, DynamicLabel)>,
     /// Rare exits still to emit (`cold_exit`).
     cold: Vec<Cold>,
 }
@@ -164,15 +167,51 @@ impl<'a> Emitter<'a> {
         self.loops[l].views.iter().position(|&r| r == obj).map(view_offset)
     }
 
+    /// The general register holding field `field` (0 data, 1 length or rows, 2 columns) of
+    /// the view of `obj` in the current loop, if one does (`loops::view_registers`).
+    pub(super) fn view_reg(&self, obj: Reg, field: usize) -> Option<u8> {
+        let l = self.cur?;
+        let v = self.loops[l].views.iter().position(|&r| r == obj)?;
+        self.loops[l].view_regs.iter().find(|x| x.0 == v && x.1 == field).map(|x| x.2)
+    }
+
+    /// Whether `r`'s home is written back (its slot's payload is stale inside the loop).
+    pub(super) fn lazy(&self, r: Reg) -> bool {
+        self.cur.is_some_and(|l| self.loops[l].lazy[r.index()])
+    }
+
+    /// Stores the payloads of the current loop's written-back homes into their slots: on
+    /// every way out of the loop, and before a helper call (`loops.rs`).
+    pub(super) fn write_back(&mut self) {
+        let Some(l) = self.cur else { return };
+        for (r, home) in self.loops[l].homes.clone().iter().enumerate() {
+            if let (Some(Home::Xmm(k)), true) = (home, self.loops[l].lazy[r]) {
+                let s = 16 * r as i32 + 8;
+                dynasm!(self.ops ; .arch x64 ; movsd QWORD [rbx + s], Rx(*k));
+            }
+        }
+    }
+
     /// Where `r` lives besides its slot while the current loop runs.
     pub(super) fn home(&self, r: Reg) -> Option<Home> {
         self.cur.and_then(|l| self.loops[l].homes[r.index()])
     }
 
-    /// The label to jump to for instruction `to` from the code being lowered: into a cached
+    /// The label to jump to for instruction `to` from the code being lowered: out of a
+    /// cached loop with written-back homes, an out stub (which stores them); into a cached
     /// loop from outside it, its entry stub (which loads the homes); otherwise `to` itself
-    /// (leaving a loop needs nothing: homes are written through, the count lives in `r15`).
+    /// (the count lives in `r15` everywhere).
     pub(super) fn target(&mut self, to: usize) -> DynamicLabel {
+        if let Some(l) = self.cur {
+            if !self.loops[l].contains(to) && self.loops[l].lazy.contains(&true) {
+                if let Some(&(_, _, label)) = self.outs.iter().find(|s| s.0 == l && s.1 == to) {
+                    return label;
+                }
+                let label = self.ops.new_dynamic_label();
+                self.outs.push((l, to, label));
+                return label;
+            }
+        }
         let l = match self.loop_of[to] {
             Some(l) if self.cur != Some(l) => l,
             _ => return self.labels[to],
@@ -216,6 +255,7 @@ impl<'a> Emitter<'a> {
 
     /// Leaves with `status` in `rax` after counting `counted` instructions.
     pub(super) fn leave(&mut self, counted: usize, st: u64) {
+        self.write_back();
         self.count(counted);
         let ep = self.epilogue;
         dynasm!(self.ops ; .arch x64 ; mov rax, QWORD st as i64 ; jmp =>ep);
@@ -266,9 +306,11 @@ impl<'a> Emitter<'a> {
     }
 
     /// Calls a runtime function whose address is `addr` (arguments already in place). Inside
-    /// a cached loop, the homes in caller-saved registers are reloaded from the frame after
-    /// (write-through keeps it exact); `rax`, `xmm0` and `xmm1` (results) are not homes.
+    /// a cached loop, written-back homes are stored first and the homes in caller-saved
+    /// registers reloaded from the (then exact) frame after; `rax`, `xmm0` and `xmm1`
+    /// (arguments and results) are not homes.
     pub(super) fn call(&mut self, addr: *const ()) {
+        self.write_back();
         dynasm!(self.ops ; .arch x64 ; mov rax, QWORD addr as i64 ; call rax);
         self.load_homes(true);
     }
@@ -305,7 +347,9 @@ impl<'a> Emitter<'a> {
         if !self.tag_known(d, Ty::Float) {
             dynasm!(self.ops ; .arch x64 ; mov QWORD [rbx + s], tag::FLOAT as i32);
         }
-        dynasm!(self.ops ; .arch x64 ; movsd QWORD [rbx + s + 8], xmm0);
+        if !self.lazy(d) {
+            dynasm!(self.ops ; .arch x64 ; movsd QWORD [rbx + s + 8], xmm0);
+        }
         self.home_from_xmm0(d);
     }
 
@@ -417,7 +461,9 @@ impl<'a> Emitter<'a> {
                 (Some(Home::Gp(g)), Ty::Int) => dynasm!(self.ops ; .arch x64 ; mov rax, Rq(g)),
                 _ => dynasm!(self.ops ; .arch x64 ; mov rax, QWORD [rbx + s + 8]),
             }
-            dynasm!(self.ops ; .arch x64 ; mov QWORD [rbx + d + 8], rax);
+            if !self.lazy(dst) {
+                dynasm!(self.ops ; .arch x64 ; mov QWORD [rbx + d + 8], rax);
+            }
             self.home_from_rax(dst);
         } else {
             // The same object already (a loop-carried container): nothing to do.
@@ -483,6 +529,7 @@ pub fn compile(program: &Program, func: FuncId, types: &Types) -> Result<NativeC
         loop_of,
         cur: None,
         stubs: vec![],
+        outs: vec![],
         cold: vec![],
         pc: None,
         pc_offsets: vec![],

@@ -1,5 +1,6 @@
 //! The ways into and out of native code: entry points with their tag guards, the stubs into
-//! and out of cached loops, and the rare exits placed after the function's code.
+//! and out of cached loops (out stubs store written-back homes), and the rare exits placed
+//! after the function's code.
 
 use super::*;
 
@@ -7,6 +8,15 @@ impl<'a> Emitter<'a> {
     /// The ways into cached loops (`loops.rs`): hoisted math computed into its slot, every
     /// home loaded from its slot; then on to the instruction.
     pub(super) fn emit_stubs(&mut self) {
+        // The ways out first: going on from one may need an entry stub of another loop.
+        for (l, to, label) in std::mem::take(&mut self.outs) {
+            dynasm!(self.ops ; .arch x64 ; =>label);
+            self.cur = Some(l);
+            self.write_back();
+            self.cur = None;
+            let target = self.target(to);
+            dynasm!(self.ops ; .arch x64 ; jmp =>target);
+        }
         for (l, to, label) in std::mem::take(&mut self.stubs) {
             self.cur = None;
             dynasm!(self.ops ; .arch x64 ; =>label);
@@ -23,6 +33,10 @@ impl<'a> Emitter<'a> {
                 let (so, v) = (slot(obj), view_offset(i));
                 dynasm!(self.ops ; .arch x64 ; lea rdi, [rbx + so] ; lea rsi, [rsp + v]);
                 self.call(native::float_view as *const ());
+            }
+            for (v, field, g) in self.loops[l].view_regs.clone() {
+                let o = view_offset(v) + 8 * field as i32;
+                dynasm!(self.ops ; .arch x64 ; mov Rq(g), QWORD [rsp + o]);
             }
             // The tags of the registers the loop writes, as inferred at `to`: exact for live
             // ones already, and for dead ones what lets the loop skip storing a tag it
