@@ -256,16 +256,29 @@ impl<'a> Emitter<'a> {
                 let v = self.view_slot(obj).unwrap_or_default();
                 let out = self.cold_exit(pc);
                 self.prepare_def(pc, dst);
-                self.load_int(idx, false);
+                // The index from its home when it has one (`rax` otherwise).
+                let ix = match self.home(idx) {
+                    Some(Home::Gp(g)) => g,
+                    _ => {
+                        self.load_int(idx, false);
+                        0
+                    }
+                };
                 match self.view_reg(obj, 1) {
-                    Some(g) => dynasm!(self.ops ; .arch x64 ; cmp rax, Rq(g) ; jae =>out),
-                    None => dynasm!(self.ops ; .arch x64 ; cmp rax, QWORD [rsp + v + 8] ; jae =>out),
+                    Some(g) => dynasm!(self.ops ; .arch x64 ; cmp Rq(ix), Rq(g) ; jae =>out),
+                    None => dynasm!(self.ops ; .arch x64 ; cmp Rq(ix), QWORD [rsp + v + 8] ; jae =>out),
                 }
-                match self.view_reg(obj, 0) {
-                    Some(g) => dynasm!(self.ops ; .arch x64 ; movsd xmm0, QWORD [Rq(g) + rax * 8]),
-                    None => dynasm!(self.ops ; .arch x64 ; mov rcx, QWORD [rsp + v] ; movsd xmm0, QWORD [rcx + rax * 8]),
+                if self.view_reg(obj, 0).is_none() {
+                    dynasm!(self.ops ; .arch x64 ; mov rcx, QWORD [rsp + v]);
                 }
-                self.store_float(dst);
+                let base = self.view_reg(obj, 0).unwrap_or(1);
+                match self.float_home_only(dst) {
+                    Some(k) => dynasm!(self.ops ; .arch x64 ; movsd Rx(k), QWORD [Rq(base) + Rq(ix) * 8]),
+                    None => {
+                        dynasm!(self.ops ; .arch x64 ; movsd xmm0, QWORD [Rq(base) + Rq(ix) * 8]);
+                        self.store_float(dst);
+                    }
+                }
             }
             Instr::Index2 { dst, obj, ij } if self.view_slot(obj).is_some() => {
                 let v = self.view_slot(obj).unwrap_or_default();
@@ -274,22 +287,35 @@ impl<'a> Emitter<'a> {
                 let (i, j) = (l[0], l[1]);
                 self.prepare_def(pc, dst);
                 self.load_int(i, false);
-                self.load_int(j, true);
+                // The column from its home when it has one (`rcx` otherwise).
+                let col = match self.home(j) {
+                    Some(Home::Gp(g)) => g,
+                    _ => {
+                        self.load_int(j, true);
+                        1
+                    }
+                };
                 match self.view_reg(obj, 1) {
                     Some(g) => dynasm!(self.ops ; .arch x64 ; cmp rax, Rq(g) ; jae =>out),
                     None => dynasm!(self.ops ; .arch x64 ; cmp rax, QWORD [rsp + v + 8] ; jae =>out),
                 }
                 match self.view_reg(obj, 2) {
-                    Some(g) => dynasm!(self.ops ; .arch x64 ; cmp rcx, Rq(g) ; jae =>out ; imul rax, Rq(g)),
+                    Some(g) => dynasm!(self.ops ; .arch x64 ; cmp Rq(col), Rq(g) ; jae =>out ; imul rax, Rq(g)),
                     None => dynasm!(self.ops ; .arch x64
-                        ; cmp rcx, QWORD [rsp + v + 16] ; jae =>out ; imul rax, QWORD [rsp + v + 16]),
+                        ; cmp Rq(col), QWORD [rsp + v + 16] ; jae =>out ; imul rax, QWORD [rsp + v + 16]),
                 }
-                dynasm!(self.ops ; .arch x64 ; add rax, rcx);
-                match self.view_reg(obj, 0) {
-                    Some(g) => dynasm!(self.ops ; .arch x64 ; movsd xmm0, QWORD [Rq(g) + rax * 8]),
-                    None => dynasm!(self.ops ; .arch x64 ; mov rdx, QWORD [rsp + v] ; movsd xmm0, QWORD [rdx + rax * 8]),
+                dynasm!(self.ops ; .arch x64 ; add rax, Rq(col));
+                if self.view_reg(obj, 0).is_none() {
+                    dynasm!(self.ops ; .arch x64 ; mov rdx, QWORD [rsp + v]);
                 }
-                self.store_float(dst);
+                let base = self.view_reg(obj, 0).unwrap_or(2);
+                match self.float_home_only(dst) {
+                    Some(k) => dynasm!(self.ops ; .arch x64 ; movsd Rx(k), QWORD [Rq(base) + rax * 8]),
+                    None => {
+                        dynasm!(self.ops ; .arch x64 ; movsd xmm0, QWORD [Rq(base) + rax * 8]);
+                        self.store_float(dst);
+                    }
+                }
             }
             Instr::Index { dst, obj, idx } => {
                 let (so, sx) = (slot(obj), slot(idx) + 8);

@@ -342,6 +342,15 @@ impl<'a> Emitter<'a> {
         })
     }
 
+    /// The `xmm` home a float result can be loaded into directly: `d`'s, when it is written
+    /// back and already tagged float (then `store_float` would only copy `xmm0` there).
+    pub(super) fn float_home_only(&self, d: Reg) -> Option<u8> {
+        match self.home(d) {
+            Some(Home::Xmm(k)) if self.lazy(d) && self.tag_known(d, Ty::Float) => Some(k),
+            _ => None,
+        }
+    }
+
     pub(super) fn store_float(&mut self, d: Reg) {
         let s = slot(d);
         if !self.tag_known(d, Ty::Float) {
