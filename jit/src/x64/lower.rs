@@ -104,19 +104,6 @@ impl<'a> Emitter<'a> {
                 self.call(f as *const ());
                 self.store_float(dst);
             }
-            Instr::MulAdd { dst, a, b } if matches!(self.home(dst), Some(Home::Xmm(_))) && self.lazy(dst) => {
-                // The accumulator stays in its home: `dst := dst + a * b` in place.
-                let Some(Home::Xmm(d)) = self.home(dst) else { unreachable!() };
-                self.load_float(pc, a, true);
-                match self.home(b) {
-                    Some(Home::Xmm(k)) => dynasm!(self.ops ; .arch x64 ; mulsd xmm1, Rx(k)),
-                    _ => {
-                        let sb = slot(b) + 8;
-                        dynasm!(self.ops ; .arch x64 ; mulsd xmm1, QWORD [rbx + sb]);
-                    }
-                }
-                dynasm!(self.ops ; .arch x64 ; addsd Rx(d), xmm1);
-            }
             Instr::MulAdd { dst, a, b } => {
                 self.load_float(pc, a, true);
                 match self.home(b) {
@@ -126,9 +113,15 @@ impl<'a> Emitter<'a> {
                         dynasm!(self.ops ; .arch x64 ; mulsd xmm1, QWORD [rbx + sb]);
                     }
                 }
-                self.load_float(pc, dst, false);
-                dynasm!(self.ops ; .arch x64 ; addsd xmm0, xmm1);
-                self.store_float(dst);
+                match self.home(dst) {
+                    // A written-back accumulator stays in its home: `dst += a * b` in place.
+                    Some(Home::Xmm(d)) if self.lazy(dst) => dynasm!(self.ops ; .arch x64 ; addsd Rx(d), xmm1),
+                    _ => {
+                        self.load_float(pc, dst, false);
+                        dynasm!(self.ops ; .arch x64 ; addsd xmm0, xmm1);
+                        self.store_float(dst);
+                    }
+                }
             }
             Instr::AdjAdd { dst, a, b } => match (ty(a), ty(b)) {
                 (Ty::Plain, Ty::Float) => {
