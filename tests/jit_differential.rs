@@ -213,3 +213,67 @@ fn written_back_homes_agree_on_every_tier() {
         assert_tiers_agree(&src, &[(0.5, 0.25), (-1.5, 2.0)]);
     }
 }
+
+/// Calls of float leaves, which native code runs in place (`jit/src/x64/inline.rs`): values,
+/// gradients, instruction counts, `hotness()`'s call counts, fuel running out and the depth
+/// limit reached at the call, the same on every tier.
+#[test]
+fn inlined_float_leaves_agree_on_every_tier() {
+    let leaves = "fn sc(x) { sin(cos(x)) }\nfn poly(a, b) { let c = 2.5\n a * a - b / c + -a }\nfn sc2(x) { sc(x) * poly(x, 0.5) }\nfn sc3() { sc2(0.25) - 1.0 }\n";
+    let dfx = "fn dfx(x, y) { derivative(fn(t) { f(t, y) }, x) }\n";
+    for body in [
+        "fn f(x, y) { sc(x) + poly(x, y) }\n",
+        // Trees: bodies that call bodies.
+        "fn f(x, y) { let s = sc3()\n for i in 0..200 { s += sc2(x * s) + sc3() * y }\n s }\n",
+        "fn f(x, y) { let s = 0.0\n for i in 0..300 { s += sc(s + x) * poly(y, s) }\n s }\n",
+        // Int arguments: not inlined (the leaf is typed for floats), the same results.
+        "fn f(x, y) { poly(x, y) + poly(2, 3) + sc(1) }\n",
+        // Division by zero and NaN stay floats.
+        "fn f(x, y) { poly(0.0, 0.0) + poly(x, 0.0 / 0.0) }\n",
+    ] {
+        let src = format!("{leaves}{body}{dfx}");
+        assert_tiers_agree(&src, &[(0.5, 0.25), (-1.5, 2.0)]);
+    }
+    let src = format!("{leaves}fn r(n, x) {{ if n == 0 {{ sc(x) + poly(x, x) + sc2(x) }} else {{ r(n - 1, x) * 0.5 }} }}\nfn g(x) {{ let s = 0.0\n for i in 0..2000 {{ s += r(i % 7, x + s * 0.001) }}\n s }}\n");
+    let program = zygvm::Program::compile("leaves.zy", &src).unwrap();
+    let outcome = |mode: zygvm::JitMode, limits: zygvm::Limits| {
+        let mut vm = zygvm::Vm::new(&program);
+        vm.set_jit(mode);
+        vm.set_limits(limits);
+        let r = vm.call_value("g", vec![zygvm::Value::Float(0.75)]);
+        (format!("{r:?}"), vm.stats().instructions, vm.hotness().0, vm.jit_stats())
+    };
+    let limited = |fuel: Option<u64>, max_depth: usize| zygvm::Limits { fuel, max_depth, ..zygvm::Limits::default() };
+    // Under r(6, ..) there are 8 frames (g, r x 7): depth 8 is reached at the leaf calls,
+    // depth 9 at the call inside `sc2`.
+    for limits in [
+        limited(None, 1000),
+        limited(Some(40_000), 1000),
+        limited(Some(61_111), 1000),
+        limited(None, 8),
+        limited(None, 9),
+    ] {
+        let (want, steps, calls, _) = outcome(zygvm::JitMode::Off, limits.clone());
+        for mode in [zygvm::JitMode::Eager, zygvm::JitMode::Auto] {
+            let (got, got_steps, got_calls, stats) = outcome(mode, limits.clone());
+            assert_eq!(want, got, "--jit {mode:?}, {limits:?}");
+            assert_eq!((steps, &calls), (got_steps, &got_calls), "--jit {mode:?}, {limits:?}: counts");
+            // (`auto` may stop before anything is hot.)
+            assert!(mode == zygvm::JitMode::Auto || stats.entries > 0, "--jit {mode:?}: nothing ran natively: {stats:?}");
+        }
+    }
+    // Fuel running out at every instruction of a few iterations of calls of trees (a budget
+    // check due at a nested call leaves at the outermost one).
+    let src = format!("{leaves}fn h() {{ let s = 0.0\n for i in 0..100 {{ s += sc3() }}\n s }}\n");
+    let program = zygvm::Program::compile("trees.zy", &src).unwrap();
+    for fuel in 900..940 {
+        let run = |mode: zygvm::JitMode| {
+            let mut vm = zygvm::Vm::new(&program);
+            vm.set_jit(mode);
+            vm.set_limits(zygvm::Limits { fuel: Some(fuel), ..zygvm::Limits::default() });
+            let r = vm.call_value("h", vec![]);
+            (format!("{r:?}"), vm.stats().instructions, vm.hotness().0)
+        };
+        assert_eq!(run(zygvm::JitMode::Off), run(zygvm::JitMode::Eager), "fuel {fuel}");
+    }
+}

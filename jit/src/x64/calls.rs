@@ -26,6 +26,11 @@ impl<'a> Emitter<'a> {
     pub(super) fn call_direct(&mut self, pc: usize, dst: Reg, g: FuncId, args: ListId) {
         let l = native::layout();
         let callee = &self.program.functions[g.index()];
+        let floats = self.f.list(args).iter().all(|&a| self.ty(pc, a) == Ty::Float);
+        let float_after = self.types.before.get(pc + 1).cloned().flatten().is_some_and(|t| t[dst.index()] == Ty::Float);
+        if let (true, true, Some(tree)) = (floats, float_after, inline::float_tree(self.program, callee)) {
+            return self.call_inline(pc, dst, g, args, tree);
+        }
         let n = callee.num_regs as i32;
         let arity = callee.arity as i32;
         let next = self.next_check;
@@ -196,7 +201,7 @@ impl<'a> Emitter<'a> {
 }
 
 /// The offsets of a `Stack`'s pointer, length and capacity words, from the `Vm` pointer.
-fn stack_fields(at: usize) -> (i32, i32, i32) {
+pub(super) fn stack_fields(at: usize) -> (i32, i32, i32) {
     use zygvm_vm::stack::{CAP_OFFSET, LEN_OFFSET, PTR_OFFSET};
     ((at + PTR_OFFSET) as i32, (at + LEN_OFFSET) as i32, (at + CAP_OFFSET) as i32)
 }

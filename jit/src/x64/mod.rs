@@ -18,7 +18,8 @@
 //!
 //! Each activation's stack frame (`FRAME_BYTES`, reserved by the entry point it was called
 //! at): `[rsp]` a helper's scratch word, then the cached loop's views and hoisted values
-//! (`view_offset`, `hoist_offset`), then the caller's `rbx` during a native call.
+//! (`view_offset`, `hoist_offset`), then the caller's `rbx` during a native call, then the
+//! registers of an inlined float leaf (`inline.rs`).
 //!
 //! Each instruction is lowered one of three ways (`Class`): typed machine code; a call of the
 //! VM's `step` (the shared semantics of `semantics.rs`), which may decline or fail and then
@@ -38,6 +39,7 @@
 mod arith;
 mod calls;
 mod classify;
+mod inline;
 mod lower;
 mod tape;
 mod ways;
@@ -68,9 +70,10 @@ const fn hoist_offset(i: usize) -> i32 {
 const SAVED_RBX: i32 = hoist_offset(crate::loops::MAX_HOISTS);
 
 /// Stack bytes each activation reserves below its return address: the scratch word, the
-/// views, the hoisted values and the saved `rbx`, keeping `rsp` 16-byte aligned at calls
-/// (entered by a `call`, so the return address leaves `rsp` at 8 modulo 16).
-const FRAME_BYTES: i32 = SAVED_RBX + 16;
+/// views, the hoisted values, the saved `rbx` and the registers of an inlined callee
+/// (`inline.rs`), keeping `rsp` 16-byte aligned at calls (entered by a `call`, so the return
+/// address leaves `rsp` at 8 modulo 16).
+const FRAME_BYTES: i32 = SAVED_RBX + 16 + 8 * inline::INLINE_SLOTS as i32;
 const _: () = assert!(FRAME_BYTES % 16 == 8, "the native frame would misalign calls");
 
 /// The byte offset of register `r`'s tag word (payload at `+ 8`).
