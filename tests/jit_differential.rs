@@ -21,6 +21,37 @@ fn cases() -> usize {
     std::env::var("ZYGVM_JIT_CASES").ok().and_then(|s| s.parse().ok()).unwrap_or(3000)
 }
 
+/// One call of `name(args)` on a fresh VM on tier `mode` under `limits`: what it returned (as
+/// text, an error's trace included), the instruction count, `hotness()`'s call counts and the
+/// JIT's statistics.
+fn limited_call(
+    program: &zygvm::Program,
+    mode: zygvm::JitMode,
+    limits: zygvm::Limits,
+    name: &str,
+    args: Vec<zygvm::Value>,
+) -> (String, u64, Vec<u32>, zygvm::JitStats) {
+    let mut vm = zygvm::Vm::new(program);
+    vm.set_jit(mode);
+    vm.set_limits(limits);
+    let r = vm.call_value(name, args);
+    (format!("{r:?}"), vm.stats().instructions, vm.hotness().0, vm.jit_stats())
+}
+
+/// `assert_tiers_agree` for each program of `bodies` (each defining `f(x, y)`) after `prefix`,
+/// with `dfx`, the derivative of `f` in `x`, added.
+fn assert_each_agrees(prefix: &str, bodies: &[&str]) {
+    for body in bodies {
+        let src = format!("{prefix}{body}fn dfx(x, y) {{ derivative(fn(t) {{ f(t, y) }}, x) }}\n");
+        assert_tiers_agree(&src, &[(0.5, 0.25), (-1.5, 2.0)]);
+    }
+}
+
+/// Limits with this much fuel and the default rest.
+fn with_fuel(fuel: Option<u64>) -> zygvm::Limits {
+    zygvm::Limits { fuel, ..zygvm::Limits::default() }
+}
+
 #[test]
 fn random_programs_agree_on_every_tier() {
     let mut rng = Rng(0x2545_F491_4F6C_DD1D);
@@ -91,11 +122,8 @@ fn fuel_runs_out_at_the_same_instruction_on_every_tier() {
     let program = zygvm::Program::compile("fuel.zy", src).unwrap();
     for fuel in [1_000, 12_345, 100_000, 1_000_003] {
         let outcome = |mode: zygvm::JitMode| {
-            let mut vm = zygvm::Vm::new(&program);
-            vm.set_jit(mode);
-            vm.set_limits(zygvm::Limits { fuel: Some(fuel), ..zygvm::Limits::default() });
-            let r = vm.call_value("f", vec![zygvm::Value::Float(0.5)]);
-            (format!("{r:?}"), vm.stats().instructions, vm.jit_stats().entries)
+            let (r, steps, _, stats) = limited_call(&program, mode, with_fuel(Some(fuel)), "f", vec![zygvm::Value::Float(0.5)]);
+            (r, steps, stats.entries)
         };
         let (want, steps, _) = outcome(zygvm::JitMode::Off);
         assert!(want.contains("fuel exhausted"), "{want}");
@@ -140,8 +168,7 @@ fn failed_tape_speculation_recompiles_without_it() {
 /// and closures' frames (returned from by the interpreter).
 #[test]
 fn native_calls_agree_on_every_tier() {
-    let dfx = "fn dfx(x, y) { derivative(fn(t) { f(t, y) }, x) }\n";
-    for prog in [
+    assert_each_agrees("", &[
         "fn fib(n) { if n < 2 { n } else { fib(n - 1) + fib(n - 2) } }\nfn f(x, y) { fib(12) * x + y }\n",
         "fn p(x, n) { if n == 0 { 1.0 } else { x * p(x, n - 1) } }\nfn f(x, y) { p(x, 7) - p(y, 3) }\n",
         "fn ev(n) { if n == 0 { true } else { od(n - 1) } }\nfn od(n) { if n == 0 { false } else { ev(n - 1) } }\nfn f(x, y) { if ev(301) { x } else { y } }\n",
@@ -157,10 +184,7 @@ fn native_calls_agree_on_every_tier() {
         // leaves with `CALLEE`, the compile is refused, the loop's next code leaves the call
         // to the interpreter.
         "fn tup(s) { let (a, b) = s\n (b, a + b * 0.5) }\nfn f(x, y) { let s = (x, y)\n for i in 0..400 { s = tup(s) }\n s[0] }\n",
-    ] {
-        let src = format!("{prog}{dfx}");
-        assert_tiers_agree(&src, &[(0.5, 0.25), (-1.5, 2.0)]);
-    }
+    ]);
 }
 
 /// Fuel running out, and `hotness()`'s call counts, inside recursion that runs as native
@@ -170,11 +194,7 @@ fn recursion_counts_and_fuel_agree_on_every_tier() {
     let src = "fn fib(n) { if n < 2 { n } else { fib(n - 1) + fib(n - 2) } }\n";
     let program = zygvm::Program::compile("fib.zy", src).unwrap();
     let outcome = |mode: zygvm::JitMode, fuel: Option<u64>| {
-        let mut vm = zygvm::Vm::new(&program);
-        vm.set_jit(mode);
-        vm.set_limits(zygvm::Limits { fuel, ..zygvm::Limits::default() });
-        let r = vm.call_value("fib", vec![zygvm::Value::Int(22)]);
-        (format!("{r:?}"), vm.stats().instructions, vm.hotness().0, vm.jit_stats())
+        limited_call(&program, mode, with_fuel(fuel), "fib", vec![zygvm::Value::Int(22)])
     };
     for fuel in [None, Some(50_000), Some(123_457)] {
         let (want, steps, calls, _) = outcome(zygvm::JitMode::Off, fuel);
@@ -192,8 +212,7 @@ fn recursion_counts_and_fuel_agree_on_every_tier() {
 /// the loop) must leave the frame exactly as the interpreter has it.
 #[test]
 fn written_back_homes_agree_on_every_tier() {
-    let dfx = "fn dfx(x, y) { derivative(fn(t) { f(t, y) }, x) }\n";
-    for prog in [
+    assert_each_agrees("", &[
         // A dot product (in-place multiply-add, two views), long enough to meet limit checks.
         "fn f(x, y) { let a = zeros(3000)\n let b = zeros(3000)\n for i in 0..3000 { a[i] = x + i * 0.001\n b[i] = y - i * 0.002 }\n let s = 0.0\n for i in 0..3000 { s += a[i] * b[i] }\n s }\n",
         // Leaves by a float comparison (an out stub), then reads the accumulator.
@@ -208,10 +227,7 @@ fn written_back_homes_agree_on_every_tier() {
         "fn f(x, y) { let m = zeros(2, 2)\n m[0, 0] = x\n let z = y\n for j in 0..3 { z = z * 0.5 + m[0, j] }\n z }\n",
         // Negation and constants of written-back floats.
         "fn f(x, y) { let s = x\n for i in 0..50 { s = -s * 0.75 + 1.25\n s = s - y }\n s }\n",
-    ] {
-        let src = format!("{prog}{dfx}");
-        assert_tiers_agree(&src, &[(0.5, 0.25), (-1.5, 2.0)]);
-    }
+    ]);
 }
 
 /// Calls of float leaves, which native code runs in place (`jit/src/x64/inline.rs`): values,
@@ -220,8 +236,7 @@ fn written_back_homes_agree_on_every_tier() {
 #[test]
 fn inlined_float_leaves_agree_on_every_tier() {
     let leaves = "fn sc(x) { sin(cos(x)) }\nfn poly(a, b) { let c = 2.5\n a * a - b / c + -a }\nfn sc2(x) { sc(x) * poly(x, 0.5) }\nfn sc3() { sc2(0.25) - 1.0 }\n";
-    let dfx = "fn dfx(x, y) { derivative(fn(t) { f(t, y) }, x) }\n";
-    for body in [
+    assert_each_agrees(leaves, &[
         "fn f(x, y) { sc(x) + poly(x, y) }\n",
         // Trees: bodies that call bodies.
         "fn f(x, y) { let s = sc3()\n for i in 0..200 { s += sc2(x * s) + sc3() * y }\n s }\n",
@@ -230,19 +245,11 @@ fn inlined_float_leaves_agree_on_every_tier() {
         "fn f(x, y) { poly(x, y) + poly(2, 3) + sc(1) }\n",
         // Division by zero and NaN stay floats.
         "fn f(x, y) { poly(0.0, 0.0) + poly(x, 0.0 / 0.0) }\n",
-    ] {
-        let src = format!("{leaves}{body}{dfx}");
-        assert_tiers_agree(&src, &[(0.5, 0.25), (-1.5, 2.0)]);
-    }
+    ]);
     let src = format!("{leaves}fn r(n, x) {{ if n == 0 {{ sc(x) + poly(x, x) + sc2(x) }} else {{ r(n - 1, x) * 0.5 }} }}\nfn g(x) {{ let s = 0.0\n for i in 0..2000 {{ s += r(i % 7, x + s * 0.001) }}\n s }}\n");
     let program = zygvm::Program::compile("leaves.zy", &src).unwrap();
-    let outcome = |mode: zygvm::JitMode, limits: zygvm::Limits| {
-        let mut vm = zygvm::Vm::new(&program);
-        vm.set_jit(mode);
-        vm.set_limits(limits);
-        let r = vm.call_value("g", vec![zygvm::Value::Float(0.75)]);
-        (format!("{r:?}"), vm.stats().instructions, vm.hotness().0, vm.jit_stats())
-    };
+    let outcome =
+        |mode: zygvm::JitMode, limits: zygvm::Limits| limited_call(&program, mode, limits, "g", vec![zygvm::Value::Float(0.75)]);
     let limited = |fuel: Option<u64>, max_depth: usize| zygvm::Limits { fuel, max_depth, ..zygvm::Limits::default() };
     // Under r(6, ..) there are 8 frames (g, r x 7): depth 8 is reached at the leaf calls,
     // depth 9 at the call inside `sc2`.
@@ -268,11 +275,8 @@ fn inlined_float_leaves_agree_on_every_tier() {
     let program = zygvm::Program::compile("trees.zy", &src).unwrap();
     for fuel in 900..940 {
         let run = |mode: zygvm::JitMode| {
-            let mut vm = zygvm::Vm::new(&program);
-            vm.set_jit(mode);
-            vm.set_limits(zygvm::Limits { fuel: Some(fuel), ..zygvm::Limits::default() });
-            let r = vm.call_value("h", vec![]);
-            (format!("{r:?}"), vm.stats().instructions, vm.hotness().0)
+            let (r, steps, calls, _) = limited_call(&program, mode, with_fuel(Some(fuel)), "h", vec![]);
+            (r, steps, calls)
         };
         assert_eq!(run(zygvm::JitMode::Off), run(zygvm::JitMode::Eager), "fuel {fuel}");
     }

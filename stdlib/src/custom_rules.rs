@@ -118,7 +118,7 @@ pub fn checkpoint_apply(vm: &mut Vm, a: &[Value]) -> VmResult<Value> {
 
 /// Under reverse mode: only the inputs (copied, as `f` or later code may mutate them) and `f`.
 pub fn checkpoint_tape(vm: &mut Vm, a: &[Value]) -> VmResult<Value> {
-    let inputs = Value::tuple(a[1..].iter().map(deep_copy).collect());
+    let inputs = Value::tuple_of(a[1..].iter().map(deep_copy));
     // Every container of the copies and the original it copies (`shadows::alias` in the adjoint).
     let mut pairs = vec![];
     for (copy, original) in zygvm_vm::ad::adjoints::element_pairs(&inputs, &Value::tuple(a[1..].to_vec())) {

@@ -166,8 +166,8 @@ fn filter_adjoint2(vm: &mut Vm, dy: &Value, d: &mut [Value], tdy: &Value, td: &m
 
 fn checkpoint_tape(vm: &mut Vm, a: &[Value], t: &[Value]) -> VmResult<(Value, Value)> {
     let r = vm.call_tangent(&a[0], &t[0], &a[1..], &t[1..])?;
-    vm.tape_push(Value::tuple(a[1..].iter().map(deep_copy).collect()));
-    vm.tape_push(Value::tuple(t[1..].iter().map(deep_copy).collect()));
+    vm.tape_push(Value::tuple_of(a[1..].iter().map(deep_copy)));
+    vm.tape_push(Value::tuple_of(t[1..].iter().map(deep_copy)));
     vm.tape_push(a[0].clone());
     vm.tape_push(t[0].clone());
     Ok(r)

@@ -2,7 +2,7 @@
 
 use std::rc::Rc;
 use zygvm_vm::ad::{driver, forward};
-use zygvm_vm::value::{Partial, Tuple, Value};
+use zygvm_vm::value::{Partial, Value};
 use zygvm_vm::{Vm, VmError, VmResult};
 
 /// Values a script hands the differentiator are walked by recursion (shaping gradients,
@@ -15,14 +15,14 @@ fn walkable(values: &[Value]) -> VmResult<()> {
 pub fn gradient(vm: &mut Vm, a: &[Value]) -> VmResult<Value> {
     walkable(&a[1..])?;
     let (_, g) = driver::value_and_gradient(vm, &a[0], &a[1..])?;
-    Ok(Value::Tuple(Rc::new(Tuple(g))))
+    Ok(Value::tuple(g))
 }
 
 /// `value_and_gradient(f, x1, ..., xn)`: `(y, gradient tuple)`.
 pub fn value_and_gradient(vm: &mut Vm, a: &[Value]) -> VmResult<Value> {
     walkable(&a[1..])?;
     let (y, g) = driver::value_and_gradient(vm, &a[0], &a[1..])?;
-    Ok(Value::tuple_of([y, Value::Tuple(Rc::new(Tuple(g)))]))
+    Ok(Value::tuple_of([y, Value::tuple(g)]))
 }
 
 /// `grad(f)`: a function of the same arguments giving the gradient w.r.t. the first.

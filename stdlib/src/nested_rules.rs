@@ -88,7 +88,7 @@ fn custom_gradient_tangent(vm: &mut Vm, a: &[Value], t: &[Value]) -> VmResult<(V
 /// The primal step of every operator below: its value, and a copy of its inputs on the tape.
 fn record(vm: &mut Vm, a: &[Value], value: fn(&mut Vm, &[Value]) -> VmResult<Value>) -> VmResult<Value> {
     let y = value(vm, a)?;
-    vm.tape_push(Value::tuple(a.iter().map(deep_copy).collect()));
+    vm.tape_push(Value::tuple_of(a.iter().map(deep_copy)));
     Ok(y)
 }
 

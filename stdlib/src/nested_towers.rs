@@ -119,7 +119,7 @@ fn tuples(parts: &[Tower], size: usize) -> Tower {
             if m > 0 && parts.iter().all(|p| matches!(p[m], Value::Nil)) {
                 Value::Nil
             } else {
-                Value::tuple(parts.iter().map(|p| p[m].clone()).collect())
+                Value::tuple_of(parts.iter().map(|p| p[m].clone()))
             }
         })
         .collect()

@@ -3,7 +3,7 @@
 use crate::error::VmResult;
 use crate::nesting::{self, Path};
 use crate::program::Program;
-use crate::value::{Array, Value};
+use crate::value::{Array, TupleItems, Value};
 use std::sync::Arc;
 
 /// A Zy value converted for the host. Containers are deep copies.
@@ -115,7 +115,7 @@ impl HostValue {
             HostValue::Float(x) => Value::Float(*x),
             HostValue::Str(s) => Value::str(s),
             HostValue::Tuple(t) => {
-                Value::tuple(t.iter().map(|x| x.to_value(program)).collect::<Result<_, _>>()?)
+                Value::tuple(t.iter().map(|x| x.to_value(program)).collect::<Result<TupleItems, _>>()?)
             }
             HostValue::Array(a) => {
                 Value::array(a.iter().map(|x| x.to_value(program)).collect::<Result<_, _>>()?)

@@ -158,8 +158,9 @@ impl Value {
     pub fn array(v: Vec<Value>) -> Value {
         Value::Array(Rc::new(RefCell::new(Array::from_values(v))))
     }
-    pub fn tuple(v: Vec<Value>) -> Value {
-        Value::Tuple(Rc::new(Tuple(TupleItems::from_vec(v))))
+    /// A tuple of `v`'s elements (a `Vec`, kept inline when short, or `TupleItems`).
+    pub fn tuple(v: impl Into<TupleItems>) -> Value {
+        Value::Tuple(Rc::new(Tuple(v.into())))
     }
     /// A tuple of the values an iterator yields (no intermediate `Vec`).
     pub fn tuple_of(items: impl IntoIterator<Item = Value>) -> Value {

@@ -13,7 +13,6 @@
 //! nested bodies after their caller's; scalar math is called directly.
 
 use super::*;
-use zygvm_vm::program::Function as Callee;
 
 /// Callee registers all inlined bodies of one call may use (stack slots reserved by every
 /// activation).
@@ -45,12 +44,12 @@ pub(super) struct Tree {
 /// `g` as a float tree for arguments all typed `Float`: one block, every instruction a float
 /// definition from registers already defined (parameters first) or a call of a float tree on
 /// them, ending in a `Return` of one; within the size limits.
-pub(super) fn float_tree(program: &Program, g: &Callee) -> Option<Tree> {
+pub(super) fn float_tree(program: &Program, g: &Function) -> Option<Tree> {
     let tree = tree_at(program, g, 1)?;
     (tree.slots <= INLINE_SLOTS && tree.total <= MAX_INSTRUCTIONS).then_some(tree)
 }
 
-fn tree_at(program: &Program, g: &Callee, level: usize) -> Option<Tree> {
+fn tree_at(program: &Program, g: &Function, level: usize) -> Option<Tree> {
     let n = g.num_regs as usize;
     if level > MAX_LEVELS || g.blocks.len() != 1 || g.num_captures != 0 || g.code.len() > MAX_INSTRUCTIONS {
         return None;

@@ -113,10 +113,10 @@ impl<'a> Emitter<'a> {
                         dynasm!(self.ops ; .arch x64 ; mulsd xmm1, QWORD [rbx + sb]);
                     }
                 }
-                match self.home(dst) {
+                match self.float_home_only(dst) {
                     // A written-back accumulator stays in its home: `dst += a * b` in place.
-                    Some(Home::Xmm(d)) if self.lazy(dst) => dynasm!(self.ops ; .arch x64 ; addsd Rx(d), xmm1),
-                    _ => {
+                    Some(d) => dynasm!(self.ops ; .arch x64 ; addsd Rx(d), xmm1),
+                    None => {
                         self.load_float(pc, dst, false);
                         dynasm!(self.ops ; .arch x64 ; addsd xmm0, xmm1);
                         self.store_float(dst);
@@ -249,29 +249,12 @@ impl<'a> Emitter<'a> {
                 let v = self.view_slot(obj).unwrap_or_default();
                 let out = self.cold_exit(pc);
                 self.prepare_def(pc, dst);
-                // The index from its home when it has one (`rax` otherwise).
-                let ix = match self.home(idx) {
-                    Some(Home::Gp(g)) => g,
-                    _ => {
-                        self.load_int(idx, false);
-                        0
-                    }
-                };
+                let ix = self.int_reg(idx, false);
                 match self.view_reg(obj, 1) {
                     Some(g) => dynasm!(self.ops ; .arch x64 ; cmp Rq(ix), Rq(g) ; jae =>out),
                     None => dynasm!(self.ops ; .arch x64 ; cmp Rq(ix), QWORD [rsp + v + 8] ; jae =>out),
                 }
-                if self.view_reg(obj, 0).is_none() {
-                    dynasm!(self.ops ; .arch x64 ; mov rcx, QWORD [rsp + v]);
-                }
-                let base = self.view_reg(obj, 0).unwrap_or(1);
-                match self.float_home_only(dst) {
-                    Some(k) => dynasm!(self.ops ; .arch x64 ; movsd Rx(k), QWORD [Rq(base) + Rq(ix) * 8]),
-                    None => {
-                        dynasm!(self.ops ; .arch x64 ; movsd xmm0, QWORD [Rq(base) + Rq(ix) * 8]);
-                        self.store_float(dst);
-                    }
-                }
+                self.load_element(obj, v, ix, dst);
             }
             Instr::Index2 { dst, obj, ij } if self.view_slot(obj).is_some() => {
                 let v = self.view_slot(obj).unwrap_or_default();
@@ -280,14 +263,7 @@ impl<'a> Emitter<'a> {
                 let (i, j) = (l[0], l[1]);
                 self.prepare_def(pc, dst);
                 self.load_int(i, false);
-                // The column from its home when it has one (`rcx` otherwise).
-                let col = match self.home(j) {
-                    Some(Home::Gp(g)) => g,
-                    _ => {
-                        self.load_int(j, true);
-                        1
-                    }
-                };
+                let col = self.int_reg(j, true);
                 match self.view_reg(obj, 1) {
                     Some(g) => dynasm!(self.ops ; .arch x64 ; cmp rax, Rq(g) ; jae =>out),
                     None => dynasm!(self.ops ; .arch x64 ; cmp rax, QWORD [rsp + v + 8] ; jae =>out),
@@ -298,17 +274,7 @@ impl<'a> Emitter<'a> {
                         ; cmp Rq(col), QWORD [rsp + v + 16] ; jae =>out ; imul rax, QWORD [rsp + v + 16]),
                 }
                 dynasm!(self.ops ; .arch x64 ; add rax, Rq(col));
-                if self.view_reg(obj, 0).is_none() {
-                    dynasm!(self.ops ; .arch x64 ; mov rdx, QWORD [rsp + v]);
-                }
-                let base = self.view_reg(obj, 0).unwrap_or(2);
-                match self.float_home_only(dst) {
-                    Some(k) => dynasm!(self.ops ; .arch x64 ; movsd Rx(k), QWORD [Rq(base) + rax * 8]),
-                    None => {
-                        dynasm!(self.ops ; .arch x64 ; movsd xmm0, QWORD [Rq(base) + rax * 8]);
-                        self.store_float(dst);
-                    }
-                }
+                self.load_element(obj, v, 0, dst);
             }
             Instr::Index { dst, obj, idx } => {
                 let (so, sx) = (slot(obj), slot(idx) + 8);

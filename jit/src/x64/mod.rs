@@ -106,13 +106,18 @@ struct Emitter<'a> {
     pc: Option<usize>,
     /// Where each lowered instruction's code starts (for `--dump asm`).
     pc_offsets: Vec<(u32, u32)>,
-    /// Entry stubs of cached loops still to emit: (loop, instruction, label).
-    stubs: Vec<(usize, usize, DynamicLabel)>,
-    /// Out stubs still to emit: edges from a loop with written-back homes to an instruction
-    /// outside it (loop, instruction, label).
-    outs: Vec<(usize, usize, DynamicLabel)>,
+    /// Stubs into and out of cached loops still to emit: (kind, instruction, label).
+    stubs: Vec<(Stub, usize, DynamicLabel)>,
     /// Rare exits still to emit (`cold_exit`).
     cold: Vec<Cold>,
+}
+
+/// A way into the cached loop with the given index (loading its homes), or out of it
+/// (storing its written-back homes).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Stub {
+    Enter(usize),
+    Leave(usize),
 }
 
 /// An exit placed after the function's code: its label, the instructions of the run it
@@ -205,25 +210,16 @@ impl<'a> Emitter<'a> {
     /// loop from outside it, its entry stub (which loads the homes); otherwise `to` itself
     /// (the count lives in `r15` everywhere).
     pub(super) fn target(&mut self, to: usize) -> DynamicLabel {
-        if let Some(l) = self.cur {
-            if !self.loops[l].contains(to) && self.loops[l].lazy.contains(&true) {
-                if let Some(&(_, _, label)) = self.outs.iter().find(|s| s.0 == l && s.1 == to) {
-                    return label;
-                }
-                let label = self.ops.new_dynamic_label();
-                self.outs.push((l, to, label));
-                return label;
-            }
-        }
-        let l = match self.loop_of[to] {
-            Some(l) if self.cur != Some(l) => l,
+        let stub = match (self.cur, self.loop_of[to]) {
+            (Some(l), dest) if dest != Some(l) && self.loops[l].lazy.contains(&true) => Stub::Leave(l),
+            (_, Some(l)) if self.cur != Some(l) => Stub::Enter(l),
             _ => return self.labels[to],
         };
-        if let Some(&(_, _, label)) = self.stubs.iter().find(|s| s.0 == l && s.1 == to) {
+        if let Some(&(_, _, label)) = self.stubs.iter().find(|s| s.0 == stub && s.1 == to) {
             return label;
         }
         let label = self.ops.new_dynamic_label();
-        self.stubs.push((l, to, label));
+        self.stubs.push((stub, to, label));
         label
     }
 
@@ -379,6 +375,38 @@ impl<'a> Emitter<'a> {
         let s = slot(d);
         dynasm!(self.ops ; .arch x64 ; movzx eax, al ; mov QWORD [rbx + s], tag::BOOL as i32 ; mov QWORD [rbx + s + 8], rax);
         self.home_from_rax(d);
+    }
+
+    /// The general register holding int register `r`'s payload: its home, else `rax`
+    /// (`second`: `rcx`) loaded from the slot.
+    pub(super) fn int_reg(&mut self, r: Reg, second: bool) -> u8 {
+        match self.home(r) {
+            Some(Home::Gp(g)) => g,
+            _ => {
+                self.load_int(r, second);
+                if second { 1 } else { 0 }
+            }
+        }
+    }
+
+    /// `dst :=` element `Rq(index)` of the float view at stack offset `v` of `obj` (bounds
+    /// already checked): straight into `dst`'s home when it is written back, else through
+    /// `xmm0` and `store_float`. Uses `rdx` for the data pointer when no register holds it.
+    pub(super) fn load_element(&mut self, obj: Reg, v: i32, index: u8, dst: Reg) {
+        let base = match self.view_reg(obj, 0) {
+            Some(g) => g,
+            None => {
+                dynasm!(self.ops ; .arch x64 ; mov rdx, QWORD [rsp + v]);
+                2
+            }
+        };
+        match self.float_home_only(dst) {
+            Some(k) => dynasm!(self.ops ; .arch x64 ; movsd Rx(k), QWORD [Rq(base) + Rq(index) * 8]),
+            None => {
+                dynasm!(self.ops ; .arch x64 ; movsd xmm0, QWORD [Rq(base) + Rq(index) * 8]);
+                self.store_float(dst);
+            }
+        }
     }
 
     /// Loads a number register as a float into `xmm0` (`second`: `xmm1`).
@@ -541,7 +569,6 @@ pub fn compile(program: &Program, func: FuncId, types: &Types) -> Result<NativeC
         loop_of,
         cur: None,
         stubs: vec![],
-        outs: vec![],
         cold: vec![],
         pc: None,
         pc_offsets: vec![],

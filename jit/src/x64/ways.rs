@@ -5,19 +5,27 @@
 use super::*;
 
 impl<'a> Emitter<'a> {
-    /// The ways into cached loops (`loops.rs`): hoisted math computed into its slot, every
-    /// home loaded from its slot; then on to the instruction.
+    /// The ways out of cached loops (written-back homes stored, then on to the target, which
+    /// may be another loop's way in) and into them (hoisted math computed into its slot,
+    /// every home loaded from its slot; then on to the instruction). `loops.rs` says why.
     pub(super) fn emit_stubs(&mut self) {
-        // The ways out first: going on from one may need an entry stub of another loop.
-        for (l, to, label) in std::mem::take(&mut self.outs) {
-            dynasm!(self.ops ; .arch x64 ; =>label);
-            self.cur = Some(l);
-            self.write_back();
-            self.cur = None;
-            let target = self.target(to);
-            dynasm!(self.ops ; .arch x64 ; jmp =>target);
-        }
-        for (l, to, label) in std::mem::take(&mut self.stubs) {
+        let mut done = 0;
+        // A stub out of a loop may lead into another (a new stub, emitted in turn).
+        while done < self.stubs.len() {
+            let (stub, to, label) = self.stubs[done];
+            done += 1;
+            let l = match stub {
+                Stub::Leave(l) => {
+                    dynasm!(self.ops ; .arch x64 ; =>label);
+                    self.cur = Some(l);
+                    self.write_back();
+                    self.cur = None;
+                    let next = self.target(to);
+                    dynasm!(self.ops ; .arch x64 ; jmp =>next);
+                    continue;
+                }
+                Stub::Enter(l) => l,
+            };
             self.cur = None;
             dynasm!(self.ops ; .arch x64 ; =>label);
             let first = self.loops[l].first;

@@ -155,7 +155,7 @@ pub fn deep_copy(v: &Value) -> Value {
             let m = m.borrow();
             Value::matrix(m.rows, m.cols, m.data.clone())
         }
-        Value::Tuple(t) => Value::tuple(t.iter().map(deep_copy).collect()),
+        Value::Tuple(t) => Value::tuple_of(t.iter().map(deep_copy)),
         Value::Struct(s) => Value::Struct(Rc::new(StructObj {
             def: s.def,
             fields: s.fields.iter().map(deep_copy).collect(),
@@ -458,7 +458,7 @@ pub fn to_gradient(adj: &Value, primal: &Value, program: &Program) -> Value {
                 _ => Value::matrix(m.rows, m.cols, vec![0.0; m.rows * m.cols]),
             }
         }
-        Value::Tuple(t) => Value::tuple(t.iter().enumerate().map(|(k, x)| to_gradient(&element(adj, k), x, program)).collect()),
+        Value::Tuple(t) => Value::tuple_of(t.iter().enumerate().map(|(k, x)| to_gradient(&element(adj, k), x, program))),
         Value::Struct(s) => Value::Struct(Rc::new(StructObj {
             def: s.def,
             fields: s.fields.iter().enumerate().map(|(k, x)| to_gradient(&element(adj, k), x, program)).collect(),

@@ -58,9 +58,9 @@ fn assemble(v: &Value, nums: &mut impl Iterator<Item = f64>) -> Value {
             Array::Floats(x) => Value::float_array(nums.take(x.len()).collect()),
             Array::Values(items) => crate::access::new_array(items.iter().map(|i| assemble(i, nums)).collect()),
         },
-        Value::Tuple(items) => Value::tuple(items.iter().map(|i| assemble(i, nums)).collect()),
-        Value::Closure(c) if !c.captures.is_empty() => Value::tuple(c.captures.iter().map(|i| assemble(i, nums)).collect()),
-        Value::Partial(p) => Value::tuple(p.bound.iter().map(|i| assemble(i, nums)).collect()),
+        Value::Tuple(items) => Value::tuple_of(items.iter().map(|i| assemble(i, nums))),
+        Value::Closure(c) if !c.captures.is_empty() => Value::tuple_of(c.captures.iter().map(|i| assemble(i, nums))),
+        Value::Partial(p) => Value::tuple_of(p.bound.iter().map(|i| assemble(i, nums))),
         Value::Struct(s) => Value::Struct(std::rc::Rc::new(crate::value::StructObj {
             def: s.def,
             fields: s.fields.iter().map(|i| assemble(i, nums)).collect(),
