@@ -82,6 +82,11 @@ enum Stmt {
     NestedWrite(u8, u8, u8),
     /// A module variable's array or dict written and read, here and in other functions.
     ModuleWrite(u8, u8, u8, u8),
+    /// A function whose loops index arrays by their counters (counted loops: the adjoint
+    /// rebuilds the indices and reads arrays nothing writes in place): up and down, nested
+    /// with the inner start taken from the outer index, left by `break`, `continue` and
+    /// `return`, and writing the array it reads.
+    IndexLoop(u8, u8, u8, u8),
 }
 
 fn stmt() -> impl Strategy<Value = Stmt> {
@@ -100,6 +105,7 @@ fn stmt() -> impl Strategy<Value = Stmt> {
         (any::<u8>(), any::<u8>(), any::<u8>(), any::<u8>()).prop_map(|(k, a, b, w)| Stmt::CapturedWrite(k, a, b, w)),
         (any::<u8>(), any::<u8>(), any::<u8>()).prop_map(|(k, a, b)| Stmt::NestedWrite(k, a, b)),
         (any::<u8>(), any::<u8>(), any::<u8>(), any::<u8>()).prop_map(|(k, a, b, w)| Stmt::ModuleWrite(k, a, b, w)),
+        (any::<u8>(), any::<u8>(), any::<u8>(), any::<u8>()).prop_map(|(k, a, b, w)| Stmt::IndexLoop(k, a, b, w)),
     ];
     simple.prop_recursive(2, 16, 3, |inner| {
         prop_oneof![
@@ -316,6 +322,11 @@ impl Render {
                     self.line(&format!("{v} = tanh(mtab[\"k\"] * {a} + mget(2))"));
                 }
             }
+            Stmt::IndexLoop(k, a, b, w) => {
+                let (v, a, b) = (self.var(*k), self.var(*a), self.var(*b));
+                let kind = ["iup", "idown", "inested", "ibreak", "icontinue", "ireturn", "iwrite"][*w as usize % 7];
+                self.line(&format!("{v} = tanh({kind}([{a}, {b}, tanh({a} * {b}), 0.5], {b}))"));
+            }
             Stmt::Struct(k, a, b) => {
                 let (v, a, b) = (self.var(*k), self.expr(a), self.expr(b));
                 self.line(&format!("let p{} = P(tanh({a}), {b})", self.next));
@@ -331,7 +342,30 @@ let mstore = [0.0, 0.0, 0.0]
 let mtab = dict()
 fn mput(i, v) { mstore[i] = v }
 fn mget(i) { mstore[i] }
-fn helper(a, b) { tanh(a) * sin(b) + b * 0.5 }
+fn helper(a, b) { tanh(a) * sin(b) + tanh(b) * 0.5 }
+fn iup(a, t) { let s = 0.0
+  for j in 0..len(a) { s += a[j] * a[len(a) - 1 - j] * t }
+  s }
+fn idown(a, t) { let c = 4
+  let s = 0.5
+  while c > 0 { c -= 1
+    s = s * a[c] + sin(a[c] * t) }
+  s }
+fn inested(a, t) { let s = 0.0
+  for j in 1..len(a) { for k in j..len(a) { s += a[k] * a[j - 1] + t } }
+  s }
+fn ibreak(a, t) { let s = 0.0
+  for j in 0..len(a) { if a[j] > t { break }
+    s += a[j] * a[j] }
+  s + t }
+fn icontinue(a, t) { let s = 0.0
+  for j in 0..len(a) { if a[j] > t { continue }
+    s += a[j] * t }
+  s }
+fn ireturn(a, t) { for j in 0..len(a) { if a[j] * t > 0.2 { return a[j] * t * j } }
+  a[3] * t }
+fn iwrite(a, t) { for j in 0..3 { a[j + 1] = tanh(a[j] * t + a[j + 1]) }
+  a[3] }
 fn rec(v, n) { if n == 0 { v } else { rec(tanh(v) + 0.5 * v, n - 1) } }
 ";
 

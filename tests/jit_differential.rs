@@ -138,12 +138,12 @@ fn fuel_runs_out_at_the_same_instruction_on_every_tier() {
     }
 }
 
-/// A pop speculated to be a float that finds an int (the adjoint of a loop that taped its
-/// index) leaves with `SPECULATION`; the code is dropped and compiled again without
+/// A pop speculated to be a float that finds an int (the adjoint of a loop that taped an
+/// int factor) leaves with `SPECULATION`; the code is dropped and compiled again without
 /// speculating there, and every gradient along the way equals the interpreter's.
 #[test]
 fn failed_tape_speculation_recompiles_without_it() {
-    let src = "fn h(a) {\n  let s = 0.0\n  for i in 0..len(a) {\n s += a[i] * a[i]\n }\n  s\n}\nfn f(x) { h([x, 2.0 * x, 3.0, x * x]) }\n";
+    let src = "fn h(a) {\n  let s = 0.0\n  let k = 1\n  for i in 0..len(a) {\n s += a[i] * k\n k = k * 3\n }\n  s\n}\nfn f(x) { h([x, 2.0 * x, 3.0, x * x]) }\n";
     let program = zygvm::Program::compile("spec.zy", src).unwrap();
     let run = |mode: zygvm::JitMode| {
         let mut vm = zygvm::Vm::new(&program);

@@ -279,7 +279,7 @@ pub fn compile(
         Differentiate::Never => false,
     };
     let derivatives = if wanted {
-        let (derivatives, routines) = ad::differentiate_program(&ssa_functions, &builtins);
+        let (derivatives, routines) = ad::differentiate_program(&ssa_functions, &builtins, &pools.consts);
         ssa_functions.extend(routines);
         derivatives
     } else {

@@ -343,10 +343,17 @@ pub(crate) fn reads(f: &Function, instr: &Instr, mut each: impl FnMut(Reg)) {
     });
 }
 
-/// The registers an instruction writes (a `Jump` writes its target's parameters).
+/// The registers an instruction writes (a `Jump` writes those of its target's parameters
+/// that it copies another register into: a jump whose copies are all identities carries no
+/// arguments in executable form and writes nothing, so the parameters stay live across it).
 pub(crate) fn writes(f: &Function, instr: &Instr, mut each: impl FnMut(Reg)) {
-    if let Instr::Jump { target, .. } | Instr::JumpPar { target, .. } = instr {
-        f.list(f.blocks[target.index()].params).iter().for_each(|&r| each(r));
+    if let Instr::Jump { target, args } | Instr::JumpPar { target, args } = instr {
+        let params = f.list(f.blocks[target.index()].params);
+        for (&p, &a) in params.iter().zip(f.list(*args)) {
+            if p != a {
+                each(p);
+            }
+        }
     }
     if let Some(d) = instr.def() {
         each(d);

@@ -22,7 +22,8 @@
 //! The routine's parameters are `(dy, d_in_1 .. d_in_n)`; it returns
 //! `(d closure, d_out_1 .. d_out_n)`, `d closure` being the tuple of the captures' adjoints.
 
-use super::cfg::{block_end, predecessors, return_blocks, terminator};
+use super::cfg::{block_end, predecessors, return_blocks, terminator, Edge};
+use super::induction::Loop;
 use super::saves::{Plan, Record, Save};
 use crate::ssa::{FnBuilder, Var};
 use zygvm_vm::ad::rules::Rule;
@@ -52,6 +53,11 @@ struct Adjoint<'a> {
     invariant: Vec<Option<Reg>>,
     /// Values popped so far in the current block's adjoint (for `Record::Reuse`).
     popped_here: Vec<(Reg, Reg)>,
+    /// Values recomputed so far in the current block's adjoint (`Record::Induced`).
+    induced_here: Vec<(Reg, Reg)>,
+    /// Per loop index (`induction.rs`): the variable holding its value in the iteration
+    /// being reversed.
+    iv_var: Vec<Option<Var>>,
 }
 
 impl<'a> Adjoint<'a> {
@@ -135,6 +141,129 @@ impl<'a> Adjoint<'a> {
         }
     }
 
+    /// Jumps back along one of `edges` (a block's incoming edges) to the adjoint of its source,
+    /// replaying the recorded choice, each way through `cross` first.
+    fn goto_edge(&mut self, edges: &[Edge], targets: &[BlockId], span: Span) {
+        let k = edges.len();
+        for (j, e) in edges.iter().enumerate() {
+            let (yes, no) = if j + 1 == k { (self.b.current(), None) } else {
+                let (yes, no) = self.b.branch_ctl(span);
+                (yes, Some(no))
+            };
+            self.b.switch_to(yes);
+            self.cross(e, span);
+            self.b.jump(targets[e.from.index()], span);
+            if let Some(no) = no {
+                self.b.switch_to(no);
+            }
+        }
+    }
+
+    /// The adjoint of a counted loop's header: back to the entry edge when the first index is
+    /// back at its starting value, else back along the back edge.
+    fn leave_header(&mut self, l: &Loop, targets: &[BlockId], span: Span) {
+        let iv = l.inductions[0];
+        let cur = self.index_value(iv.param);
+        let init = self.value_at(iv.init, span);
+        // `p == init` on every value `p` takes; an ordered test ends the loop whatever happens.
+        let at_start = if iv.increasing {
+            self.b.emit_def(|dst| Instr::Le { dst, a: cur, b: init }, span)
+        } else {
+            self.b.emit_def(|dst| Instr::Ge { dst, a: cur, b: init }, span)
+        };
+        let (entry, back) = self.b.branch(at_start, span);
+        for (blk, e) in [(entry, l.entry), (back, l.back)] {
+            self.b.switch_to(blk);
+            self.cross(&e, span);
+            self.b.jump(targets[e.from.index()], span);
+        }
+    }
+
+    /// What crossing a primal edge backwards does to the loop indices: leaving a loop
+    /// backwards (entering it in reverse at an exit) pops their values at that exit; a back
+    /// edge steps them back by one iteration.
+    fn cross(&mut self, e: &Edge, span: Span) {
+        let cx = self.cx;
+        let loops = &cx.plan.loops;
+        for p in loops.exits(e.from.index(), e.to.index()).into_iter().rev() {
+            let v = self.pop(span);
+            let var = self.iv_var(p);
+            self.b.write_var(var, v);
+        }
+        if let Some(l) = loops.back_edge_of(e) {
+            for iv in l.inductions.clone() {
+                let cur = self.index_value(iv.param);
+                let k = self.invariant[iv.step_reg.index()].expect("loop steps are recomputed at entry");
+                let prev = if iv.down {
+                    self.b.emit_def(|dst| Instr::Add { dst, a: cur, b: k }, span)
+                } else {
+                    self.b.emit_def(|dst| Instr::Sub { dst, a: cur, b: k }, span)
+                };
+                let var = self.iv_var(iv.param);
+                self.b.write_var(var, prev);
+            }
+        }
+    }
+
+    fn iv_var(&mut self, p: Reg) -> Var {
+        if let Some(v) = self.iv_var[p.index()] {
+            return v;
+        }
+        let v = self.b.new_var();
+        self.iv_var[p.index()] = Some(v);
+        v
+    }
+
+    /// The value of loop index `p` in the iteration being reversed.
+    fn index_value(&mut self, p: Reg) -> Reg {
+        let v = self.iv_var(p);
+        self.b.read_var(v)
+    }
+
+    /// A primal value the plan says is computable here without the tape
+    /// (`saves::Plan::available_at`): an invariant, a loop index, or its definition re-run.
+    fn value_at(&mut self, r: Reg, span: Span) -> Reg {
+        if let Some(v) = self.invariant[r.index()] {
+            return v;
+        }
+        if self.cx.plan.loops.iv_loop(r).is_some() {
+            return self.index_value(r);
+        }
+        if let Some(&(_, v)) = self.induced_here.iter().find(|(q, _)| *q == r) {
+            return v;
+        }
+        let mut i = self.cx.plan.def_of[r.index()].expect("induced value has a definition");
+        let mut operands = vec![];
+        i.for_each_operand(|o| match o {
+            Operand::Use(u) => operands.push(vec![u]),
+            Operand::List(l) => operands.push(self.cx.f.list(l).to_vec()),
+            _ => {}
+        });
+        let mapped: Vec<Vec<Reg>> =
+            operands.iter().map(|us| us.iter().map(|&u| self.value_at(u, span)).collect()).collect();
+        let mut lists: Vec<ListId> = vec![];
+        for m in &mapped {
+            lists.push(self.b.list(m.clone()));
+        }
+        let dst = self.b.new_reg();
+        let mut k = 0;
+        i.map_operands(|o| match o {
+            Operand::Use(_) => {
+                k += 1;
+                Operand::Use(mapped[k - 1][0])
+            }
+            Operand::List(_) => {
+                k += 1;
+                Operand::List(lists[k - 1])
+            }
+            Operand::Def(_) => Operand::Def(dst),
+            o => o,
+        });
+        self.b.emit(i, span);
+        self.induced_here.push((r, dst));
+        dst
+    }
+
     /// The incoming adjoints of a call's arguments (each register's adjoint once, handed over
     /// to the callee), after the cotangent.
     fn call_inputs(&mut self, dy: Reg, args: &[Reg]) -> Vec<Reg> {
@@ -183,6 +312,7 @@ impl<'a> Adjoint<'a> {
                 }
                 Record::Once(r) => self.invariant[r.index()].expect("invariant popped at entry"),
                 Record::Recompute(r) => self.recompute(r, span),
+                Record::Induced(r) => self.value_at(r, span),
             };
         }
         let binary = |a: Rule, b: Rule| (a, b);
@@ -409,6 +539,8 @@ pub fn adjoint(cx: &Context) -> Function {
         nil: Reg(0),
         invariant: vec![None; f.num_regs as usize],
         popped_here: vec![],
+        induced_here: vec![],
+        iv_var: vec![None; f.num_regs as usize],
     };
     a.nil = a.b.nil_reg();
     let dy = Reg(0);
@@ -427,6 +559,14 @@ pub fn adjoint(cx: &Context) -> Function {
     // Values recomputed from invariants are loop-invariant too: compute each once, here.
     for rec in cx.records.iter().flatten() {
         if let Record::Recompute(r) = *rec {
+            let v = a.recompute(r, span);
+            a.invariant[r.index()] = Some(v);
+        }
+    }
+    // So are the invariants induced values read, and the loops' steps.
+    let steps = cx.plan.loops.loops.iter().flat_map(|l| l.inductions.iter().map(|iv| iv.step_reg));
+    for r in cx.plan.entry_values.iter().copied().chain(steps).collect::<Vec<_>>() {
+        if a.invariant[r.index()].is_none() {
             let v = a.recompute(r, span);
             a.invariant[r.index()] = Some(v);
         }
@@ -457,6 +597,7 @@ pub fn adjoint(cx: &Context) -> Function {
     for blk in 0..nblocks {
         a.b.switch_to(adjoint_block[blk]);
         a.popped_here.clear();
+        a.induced_here.clear();
         // A value defined and used only in this block has a zero adjoint whenever this
         // block's adjoint starts (its uses are all below, its definition resets it): say so,
         // so the adjoint does not carry it around loops.
@@ -521,12 +662,13 @@ pub fn adjoint(cx: &Context) -> Function {
                 a.b.write_var(v, d);
             }
         }
-        let targets: Vec<BlockId> = preds[blk].iter().map(|e| adjoint_block[e.from.index()]).collect();
-        if targets.is_empty() {
+        if let Some(l) = cx.plan.loops.decided_header(blk) {
+            a.leave_header(l, &adjoint_block, bspan);
+        } else if preds[blk].is_empty() {
             let nil = a.nil;
             a.b.ret(nil, bspan);
         } else {
-            a.goto_choice(&targets, bspan);
+            a.goto_edge(&preds[blk], &adjoint_block, bspan);
         }
     }
     for b in 0..a.b.block_count() {

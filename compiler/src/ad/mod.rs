@@ -22,6 +22,7 @@
 pub mod activity;
 pub mod adjoint;
 pub mod cfg;
+pub mod induction;
 pub mod primal;
 pub mod saves;
 pub mod simplify;
@@ -29,13 +30,13 @@ pub mod tangent;
 
 use zygvm_vm::builtin::Builtin;
 use zygvm_vm::bytecode::FuncId;
-use zygvm_vm::program::{Derivative, FuncKind, Function};
+use zygvm_vm::program::{Const, Derivative, FuncKind, Function};
 
 /// Generates the derivative routines (primal-with-tape, adjoint, tangent) of every function of
 /// `ssa` (module mains excepted).
 /// Returns, per function, its routines' ids, and the routines themselves (SSA form), which the
 /// caller appends to the program in order: their ids continue from `ssa.len()`.
-pub fn differentiate_program(ssa: &[Function], builtins: &[Builtin]) -> (Vec<Option<Derivative>>, Vec<Function>) {
+pub fn differentiate_program(ssa: &[Function], builtins: &[Builtin], consts: &[Const]) -> (Vec<Option<Derivative>>, Vec<Function>) {
     let n = ssa.len();
     let mut derivatives: Vec<Option<Derivative>> = vec![None; n];
     let mut next = n as u32;
@@ -74,12 +75,15 @@ pub fn differentiate_program(ssa: &[Function], builtins: &[Builtin]) -> (Vec<Opt
         let differentiable = |b: zygvm_vm::bytecode::BuiltinId| activity::builtin_is_differentiable(&builtins[b.index()]);
         let active: Vec<bool> = f.code.iter().map(|i| saves::is_active(f, i, &varied, differentiable)).collect();
         // What each active instruction records, decided once for both routines.
-        let mut plan = saves::Plan::new(f, builtins);
+        let mut plan = saves::Plan::new(f, builtins, consts);
+        let block_of: Vec<usize> =
+            (0..f.blocks.len()).flat_map(|b| std::iter::repeat(b).take(cfg::block_end(f, b) - f.blocks[b].start as usize)).collect();
         let mut records: Vec<Vec<saves::Record>> = f
             .code
             .iter()
             .zip(&active)
-            .map(|(i, &on)| if on { plan.records(f, i) } else { vec![] })
+            .enumerate()
+            .map(|(pc, (i, &on))| if on { plan.records(f, i, block_of[pc]) } else { vec![] })
             .collect();
         saves::share_within_blocks(f, &mut records);
         for r in records.iter().flatten() {
@@ -94,6 +98,7 @@ pub fn differentiate_program(ssa: &[Function], builtins: &[Builtin]) -> (Vec<Opt
             records: &records,
             once: &plan.once,
             tape_of: &tape_of,
+            loops: &plan.loops,
         });
         let mut adj = adjoint::adjoint(&adjoint::Context {
             f,

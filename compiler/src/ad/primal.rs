@@ -13,6 +13,7 @@
 //! Registers are unchanged, so the routine stays in SSA form.
 
 use super::cfg::{block_end, choice_bits, predecessors, return_blocks};
+use super::induction::Loops;
 use super::saves::{Record, Save};
 use zygvm_vm::bytecode::*;
 use zygvm_vm::program::{BlockInfo, Function, Span};
@@ -27,12 +28,23 @@ pub struct Context<'a> {
     pub once: &'a [(Reg, bool)],
     /// The primal-with-tape routine of a directly called function.
     pub tape_of: &'a dyn Fn(FuncId) -> Option<FuncId>,
+    /// The counted loops: their indices are pushed once at each exit, and a header whose
+    /// adjoint decides by its index records no control bits (`induction.rs`).
+    pub loops: &'a Loops,
 }
 
 fn push_bits(out: &mut Function, bits: &[u32], span: Span) {
     for &bit in bits {
         out.push(Instr::TapePushCtl { bit }, span);
     }
+}
+
+/// The records of crossing one edge: the indices of the loops it leaves, then its control bits.
+fn push_edge(out: &mut Function, indices: &[Reg], bits: &[u32], span: Span) {
+    for &src in indices {
+        out.push(Instr::TapePush { src }, span);
+    }
+    push_bits(out, bits, span);
 }
 
 /// Builds the primal-with-tape routine of `cx.f` (SSA form in, SSA form out).
@@ -42,8 +54,9 @@ pub fn primal_with_tape(cx: &Context) -> Function {
     let returns = return_blocks(f);
     // Registers are unchanged, so the function's register lists stay valid.
     let mut out = Function { lists: f.lists.clone(), list_regs: f.list_regs.clone(), ..f.empty_like() };
-    // Edge blocks for conditional branches into merge blocks: (target, bits), appended last.
-    let mut edge_blocks: Vec<(BlockId, Vec<u32>, Span)> = vec![];
+    // Edge blocks for conditional branches into merge blocks or out of counted loops:
+    // (target, indices, bits), appended last.
+    let mut edge_blocks: Vec<(BlockId, Vec<Reg>, Vec<u32>, Span)> = vec![];
     let nblocks = f.blocks.len();
     for b in 0..nblocks {
         out.blocks.push(BlockInfo { start: out.code.len() as u32, params: f.blocks[b].params });
@@ -70,13 +83,16 @@ pub fn primal_with_tape(cx: &Context) -> Function {
                     Record::Tape(Save::Ref(r)) => out.push(Instr::TapePush { src: r }, span),
                     Record::Tape(Save::Snap(r)) => out.push(Instr::TapeSave { src: r }, span),
                     Record::Tape(Save::Shape(a, b)) => out.push(Instr::TapeShape { a, b }, span),
-                    Record::Once(_) | Record::Recompute(_) | Record::Reuse(_) => {}
+                    Record::Once(_) | Record::Recompute(_) | Record::Reuse(_) | Record::Induced(_) => {}
                 }
             }
         }
         let term = f.code[end - 1];
         let span = f.spans[end - 1];
         let edge_bits = |slot: usize, to: BlockId| {
+            if cx.loops.decided_header(to.index()).is_some() {
+                return vec![];
+            }
             let edges = &preds[to.index()];
             let j = edges.iter().position(|e| e.from.index() == b && e.slot == slot).expect("edge");
             choice_bits(j, edges.len())
@@ -91,15 +107,16 @@ pub fn primal_with_tape(cx: &Context) -> Function {
                 out.push(term, span);
             }
             Instr::Jump { target, .. } | Instr::JumpPar { target, .. } => {
-                push_bits(&mut out, &edge_bits(0, target), span);
+                push_edge(&mut out, &cx.loops.exits(b, target.index()), &edge_bits(0, target), span);
                 out.push(term, span);
             }
             Instr::Branch { cond, then_blk, else_blk } => {
                 let mut targets = [then_blk, else_blk];
                 for (slot, t) in targets.iter_mut().enumerate() {
                     let bits = edge_bits(slot, *t);
-                    if !bits.is_empty() || preds[t.index()].len() >= 2 {
-                        edge_blocks.push((*t, bits, span));
+                    let indices = cx.loops.exits(b, t.index());
+                    if !bits.is_empty() || !indices.is_empty() || preds[t.index()].len() >= 2 {
+                        edge_blocks.push((*t, indices, bits, span));
                         *t = BlockId((nblocks + edge_blocks.len() - 1) as u32);
                     }
                 }
@@ -108,11 +125,11 @@ pub fn primal_with_tape(cx: &Context) -> Function {
             other => unreachable!("terminator {other:?} in SSA form"),
         }
     }
-    for (target, bits, span) in edge_blocks {
+    for (target, indices, bits, span) in edge_blocks {
         let empty = out.add_list(&[]);
         let no_params = out.add_list(&[]);
         out.blocks.push(BlockInfo { start: out.code.len() as u32, params: no_params });
-        push_bits(&mut out, &bits, span);
+        push_edge(&mut out, &indices, &bits, span);
         out.push(Instr::Jump { target, args: empty }, span);
     }
     out

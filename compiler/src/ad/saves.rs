@@ -11,7 +11,8 @@
 //! derivative; the rest are references (`TapePush`).
 
 use zygvm_vm::bytecode::*;
-use zygvm_vm::program::Function;
+use super::induction::Loops;
+use zygvm_vm::program::{Const, Function};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Save {
@@ -84,6 +85,10 @@ pub enum Record {
     /// Stored by a later instruction of the same block (nothing that could change it runs in
     /// between): the adjoint reuses what that instruction's adjoint popped.
     Reuse(Reg),
+    /// Recomputed where it is needed from the loop indices the adjoint rebuilds
+    /// (`induction.rs`), invariants and constants: a loop index itself, or a read of a container
+    /// nothing writes at such indices.
+    Induced(Reg),
 }
 
 /// Within each block, a value recorded by several instructions is stored once, by the last:
@@ -132,6 +137,12 @@ pub struct Plan {
     pub once: Vec<(Reg, bool)>,
     /// The instruction defining each register (for recomputation).
     pub def_of: Vec<Option<Instr>>,
+    /// The counted loops, whose indices the adjoint rebuilds.
+    pub loops: Loops,
+    /// Invariants recomputed at the adjoint's entry because an induced value reads them.
+    pub entry_values: Vec<Reg>,
+    /// The register lists of the function (for `Index2`'s indices).
+    lists: Vec<Vec<Reg>>,
 }
 
 /// Built-ins that return a container nobody else holds.
@@ -142,7 +153,7 @@ const FRESH: &[&str] = &[
 ];
 
 impl Plan {
-    pub fn new(f: &Function, builtins: &[zygvm_vm::builtin::Builtin]) -> Plan {
+    pub fn new(f: &Function, builtins: &[zygvm_vm::builtin::Builtin], consts: &[Const]) -> Plan {
         let n = f.num_regs as usize;
         let entry_end = super::cfg::block_end(f, 0);
         let mut inv_ref = vec![false; n];
@@ -183,11 +194,81 @@ impl Plan {
             m
         };
         let inv_snap: Vec<bool> = (0..n).map(|r| inv_ref[r] && writes_only_fresh && !mutated[r]).collect();
-        let mut plan = Plan { inv_ref, inv_snap, recompute: vec![false; n], once: vec![], def_of };
+        let lists = (0..f.lists.len()).map(|l| f.list(ListId(l as u32)).to_vec()).collect();
+        let loops = Loops::find(f, consts);
+        let mut plan =
+            Plan { inv_ref, inv_snap, recompute: vec![false; n], once: vec![], def_of, loops, entry_values: vec![], lists };
         for r in 0..n {
             plan.recompute[r] = plan.can_recompute(Reg(r as u32), 0);
         }
+        // A loop's adjoint decides its header's edge by its first index when the index's
+        // starting value is at hand there.
+        for l in 0..plan.loops.loops.len() {
+            let (init, header) = (plan.loops.loops[l].inductions[0].init, plan.loops.loops[l].header.index());
+            if plan.inv_ref[init.index()] || plan.available_at(init, header, 0) {
+                plan.loops.set_decided(l);
+                plan.note_value(init, header);
+            }
+        }
         plan
+    }
+
+    /// Whether the adjoint of block `b` can compute `r` without the tape: an invariant, a
+    /// recomputed value, an index of a loop containing `b`, or arithmetic, math and reads of
+    /// containers nothing writes over such values.
+    pub fn available_at(&self, r: Reg, b: usize, depth: u32) -> bool {
+        if self.inv_snap[r.index()] || self.recompute[r.index()] {
+            return true;
+        }
+        if self.loops.iv_loop(r).is_some() {
+            return self.loops.iv_known_in(r, b);
+        }
+        if depth > 4 {
+            return false;
+        }
+        let avail = |u: Reg| self.available_at(u, b, depth + 1);
+        match self.def_of[r.index()] {
+            Some(Instr::Index { obj, idx, .. }) => self.inv_snap[obj.index()] && avail(idx),
+            Some(Instr::Index2 { obj, ij, .. }) => {
+                self.inv_snap[obj.index()] && self.lists[ij.index()].iter().all(|&u| avail(u))
+            }
+            Some(Instr::Math1 { src, .. } | Instr::Neg { src, .. }) => avail(src),
+            Some(Instr::Add { a, b: c, .. } | Instr::Sub { a, b: c, .. } | Instr::Mul { a, b: c, .. }) => {
+                avail(a) && avail(c)
+            }
+            _ => false,
+        }
+    }
+
+    /// Registers what the adjoint needs to compute `r` at block `b` (`available_at` holds):
+    /// invariants go on the once-list, recomputed invariants into `entry_values`.
+    fn note_value(&mut self, r: Reg, b: usize) {
+        let i = r.index();
+        if self.recompute[i] {
+            if !self.entry_values.contains(&r) {
+                self.note_recompute(r);
+                self.entry_values.push(r);
+            }
+        } else if self.inv_snap[i] || self.inv_ref[i] {
+            self.once(r, self.inv_snap[i]);
+        } else if self.loops.iv_loop(r).is_none() {
+            for u in self.operands(r) {
+                self.note_value(u, b);
+            }
+        }
+    }
+
+    /// The registers the definition of `r` reads, in operand order.
+    pub fn operands(&self, r: Reg) -> Vec<Reg> {
+        let mut out = vec![];
+        if let Some(i) = self.def_of[r.index()] {
+            i.for_each_operand(|o| match o {
+                Operand::Use(u) => out.push(u),
+                Operand::List(l) => out.extend_from_slice(&self.lists[l.index()]),
+                _ => {}
+            });
+        }
+        out
     }
 
     fn available(&self, r: Reg, depth: u32) -> bool {
@@ -209,7 +290,7 @@ impl Plan {
 
     /// How each value an active instruction needs is obtained, in `saves` order; registers
     /// first seen here are added to the once-list.
-    pub fn records(&mut self, f: &Function, i: &Instr) -> Vec<Record> {
+    pub fn records(&mut self, f: &Function, i: &Instr, block: usize) -> Vec<Record> {
         // A negation the adjoint recomputes is deferred with its operand's chain (`adjoint.rs`):
         // its operand is an invariant nothing writes, so it needs no identity record.
         if let Instr::Neg { dst, .. } = *i {
@@ -223,6 +304,10 @@ impl Plan {
                 Save::Snap(r) | Save::Ref(r) if self.recompute[r.index()] => Record::Recompute(r),
                 Save::Snap(r) if self.inv_snap[r.index()] => self.once(r, true),
                 Save::Ref(r) if self.inv_ref[r.index()] => self.once(r, self.inv_snap[r.index()]),
+                Save::Snap(r) | Save::Ref(r) if self.available_at(r, block, 0) => {
+                    self.note_value(r, block);
+                    Record::Induced(r)
+                }
                 other => Record::Tape(other),
             })
             .collect()
