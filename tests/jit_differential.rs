@@ -106,6 +106,11 @@ fn errors_and_traces_agree_on_every_tier() {
         "let m = zeros(2, 3)\n  let s = 0.0\n  for i in 0..2 {\n for j in 0..5 {\n s += m[i, j] + x\n }\n }\n  s",
         "let v = zeros(4)\n  for i in 0..4 { v[i] = sin(x * i) }\n  let s = 0.0\n  for i in 0..4 {\n s = s * y + v[i] * v[3 - i]\n }\n  s",
         "let a = 1.0\n  let b = 0.0\n  for i in 0..200 {\n let c = a * x + b\n b = a\n a = c / (1.0 + c * c)\n }\n  a - b",
+        // Leaf built-ins called from native code through `step` (`Builtin::leaf`), one failing
+        // on the 251st call, one whose result changes type.
+        "let a = [x, y]\n  let s = 0.0\n  for i in 0..300 {\n if i == 250 { a = x }\n s += len(a) * x + max(s, y)\n }\n  s",
+        "let s = 0.0\n  for i in 0..300 {\n let (r, c) = shape(zeros(2, 3))\n s += r * c * x + abs(y - i)\n }\n  s + len(range(0, 5))",
+        "let s = 0.0\n  for i in 0..300 {\n s += sum(zeros(i % 7)) + pow(x, i % 3) + floor(y * i)\n }\n  s",
     ] {
         let src = format!("{prelude}  {body}\n}}\nfn dfx(x, y) {{ derivative(fn(t) {{ f(t, y) }}, x) }}\n");
         assert_tiers_agree(&src, &[(0.5, 0.25), (-1.5, 2.0)]);

@@ -30,6 +30,19 @@ use zygvm_vm::builtin::{Builtin, BuiltinImpl};
 const ANY: usize = usize::MAX;
 
 /// The standard library, in `BuiltinId` order.
+/// The built-ins that compute from their arguments alone: no callback into Zy (`map`,
+/// `gradient`, ...), no input or output, no host code (`Builtin::leaf`).
+const LEAF: &[&str] = &[
+    "int", "float", "str", "type", "parse_float", "parse_int", "abs", "sign", "floor", "ceil", "round", "relu", "atan2",
+    "pow", "hypot", "min", "max", "pi", "e", "inf", "nan", "isnan", "isinf", "len", "push", "pop", "insert", "remove",
+    "copy", "slice", "concat", "reverse", "sort", "range", "zeros", "ones", "fill", "linspace", "sum", "prod", "mean",
+    "maximum", "minimum", "argmax", "argmin", "dot", "norm", "logsumexp", "softmax", "cumsum", "zip", "enumerate",
+    "any", "all", "eye", "matrix", "shape", "rows", "cols", "transpose", "row", "col", "reshape", "flatten", "outer",
+    "trace", "det", "inv", "solve", "dict", "has", "keys", "values", "delete", "substr", "split", "join", "trim",
+    "lines", "contains", "starts_with", "ends_with", "replace", "find", "upper", "lower", "rand", "randn",
+    "stop_gradient",
+];
+
 pub fn builtins() -> Vec<Builtin> {
     let mut t: Vec<Builtin> = vec![];
     let mut add = |name: &str, min: usize, max: usize, f: zygvm_vm::builtin::NativeFn| {
@@ -168,7 +181,11 @@ pub fn builtins() -> Vec<Builtin> {
             tower: None,
             second: None,
             custom_second: None,
+            leaf: true,
         });
+    }
+    for b in &mut t {
+        b.leaf |= LEAF.contains(&b.name.as_str());
     }
     derivatives::attach(&mut t);
     tangents::attach(&mut t);

@@ -51,6 +51,10 @@ pub struct Builtin {
     pub second: Option<SecondFn>,
     /// Forward over reverse for a built-in with its own tape protocol (`Deriv::Custom`).
     pub custom_second: Option<CustomSecond>,
+    /// A *leaf*: runs no Zy code and no host code (no callback, no frame pushed, no function
+    /// added), so the shared semantics may run a call of it (`semantics.rs`), and native code
+    /// through `step` without leaving to the interpreter.
+    pub leaf: bool,
 }
 
 /// The tangents of a `Deriv::Custom` built-in's two steps: `tape(vm, args, ȧrgs)` returns
@@ -131,6 +135,7 @@ impl Builtin {
             tower: None,
             second: None,
             custom_second: None,
+            leaf: false,
         }
     }
 

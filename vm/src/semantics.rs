@@ -104,6 +104,13 @@ impl Vm {
             Instr::LoadK { dst, k } => set!(dst, self.consts[k.index()].clone()),
             Instr::LoadFunc { dst, func } => set!(dst, Value::Func(func)),
             Instr::LoadBuiltin { dst, builtin } => set!(dst, Value::Builtin(builtin)),
+            // A leaf pushes no frame and runs no code, so `regs` stays valid across the call
+            // (the interpreter runs every call itself; this is `native::step`'s path).
+            Instr::CallBuiltin { dst, builtin, args } if program.builtins[builtin.index()].leaf => {
+                let argv: smallvec::SmallVec<[Value; 4]> = func.list(args).iter().map(|r| reg!(r).clone()).collect();
+                let v = self.call_builtin(builtin, &argv)?;
+                set!(dst, v);
+            }
             Instr::LoadStruct { dst, strukt } => set!(dst, Value::StructCtor(strukt)),
             Instr::GetGlobal { dst, slot } => match &self.globals[slot.index()] {
                 Some(v) => set!(dst, v.clone()),

@@ -94,6 +94,8 @@ pub fn classify(program: &Program, f: &Function, types: &Types, pc: usize) -> Cl
         }
         Instr::Return { .. } => Class::Native,
         i if i.is_terminator() => Class::Exit,
+        // A leaf built-in (`Builtin::leaf`) runs no Zy code: the shared semantics call it.
+        Instr::CallBuiltin { builtin, .. } if program.builtins[builtin.index()].leaf => Class::Step,
         // What the shared semantics run without calling out.
         Instr::LoadFunc { .. }
         | Instr::LoadBuiltin { .. }
