@@ -141,8 +141,9 @@ pub struct Plan {
     pub loops: Loops,
     /// Invariants recomputed at the adjoint's entry because an induced value reads them.
     pub entry_values: Vec<Reg>,
-    /// The register lists of the function (for `Index2`'s indices).
-    lists: Vec<Vec<Reg>>,
+    /// The function's register lists (for `Index2`'s indices): `(start, len)` in `list_regs`.
+    lists: Vec<(u32, u32)>,
+    list_regs: Vec<Reg>,
 }
 
 /// Built-ins that return a container nobody else holds.
@@ -194,10 +195,19 @@ impl Plan {
             m
         };
         let inv_snap: Vec<bool> = (0..n).map(|r| inv_ref[r] && writes_only_fresh && !mutated[r]).collect();
-        let lists = (0..f.lists.len()).map(|l| f.list(ListId(l as u32)).to_vec()).collect();
+        let (lists, list_regs) = (f.lists.clone(), f.list_regs.clone());
         let loops = Loops::find(f, consts);
-        let mut plan =
-            Plan { inv_ref, inv_snap, recompute: vec![false; n], once: vec![], def_of, loops, entry_values: vec![], lists };
+        let mut plan = Plan {
+            inv_ref,
+            inv_snap,
+            recompute: vec![false; n],
+            once: vec![],
+            def_of,
+            loops,
+            entry_values: vec![],
+            lists,
+            list_regs,
+        };
         for r in 0..n {
             plan.recompute[r] = plan.can_recompute(Reg(r as u32), 0);
         }
@@ -230,7 +240,7 @@ impl Plan {
         match self.def_of[r.index()] {
             Some(Instr::Index { obj, idx, .. }) => self.inv_snap[obj.index()] && avail(idx),
             Some(Instr::Index2 { obj, ij, .. }) => {
-                self.inv_snap[obj.index()] && self.lists[ij.index()].iter().all(|&u| avail(u))
+                self.inv_snap[obj.index()] && self.list(ij).iter().all(|&u| avail(u))
             }
             Some(Instr::Math1 { src, .. } | Instr::Neg { src, .. }) => avail(src),
             Some(Instr::Add { a, b: c, .. } | Instr::Sub { a, b: c, .. } | Instr::Mul { a, b: c, .. }) => {
@@ -258,13 +268,18 @@ impl Plan {
         }
     }
 
+    fn list(&self, l: ListId) -> &[Reg] {
+        let (start, len) = self.lists[l.index()];
+        &self.list_regs[start as usize..(start + len) as usize]
+    }
+
     /// The registers the definition of `r` reads, in operand order.
     pub fn operands(&self, r: Reg) -> Vec<Reg> {
         let mut out = vec![];
         if let Some(i) = self.def_of[r.index()] {
             i.for_each_operand(|o| match o {
                 Operand::Use(u) => out.push(u),
-                Operand::List(l) => out.extend_from_slice(&self.lists[l.index()]),
+                Operand::List(l) => out.extend_from_slice(self.list(l)),
                 _ => {}
             });
         }
