@@ -126,37 +126,33 @@ impl<'a> Adjoint<'a> {
         self.b.emit_def(|dst| Instr::TapePop { dst }, span)
     }
 
-    /// Jumps to the adjoint of one of `targets`, replaying the recorded choice.
-    fn goto_choice(&mut self, targets: &[BlockId], span: Span) {
-        let k = targets.len();
-        for (j, &t) in targets.iter().enumerate() {
+    /// Replays a recorded choice among `k` ways (each but the last tested by one popped bit):
+    /// `go(self, j)` ends the block of way `j`.
+    fn choose(&mut self, k: usize, span: Span, mut go: impl FnMut(&mut Self, usize)) {
+        for j in 0..k {
             if j + 1 == k {
-                self.b.jump(t, span);
+                go(self, j);
             } else {
                 let (yes, no) = self.b.branch_ctl(span);
                 self.b.switch_to(yes);
-                self.b.jump(t, span);
+                go(self, j);
                 self.b.switch_to(no);
             }
         }
     }
 
+    /// Jumps to the adjoint of one of `targets`, replaying the recorded choice.
+    fn goto_choice(&mut self, targets: &[BlockId], span: Span) {
+        self.choose(targets.len(), span, |a, j| a.b.jump(targets[j], span));
+    }
+
     /// Jumps back along one of `edges` (a block's incoming edges) to the adjoint of its source,
     /// replaying the recorded choice, each way through `cross` first.
     fn goto_edge(&mut self, edges: &[Edge], targets: &[BlockId], span: Span) {
-        let k = edges.len();
-        for (j, e) in edges.iter().enumerate() {
-            let (yes, no) = if j + 1 == k { (self.b.current(), None) } else {
-                let (yes, no) = self.b.branch_ctl(span);
-                (yes, Some(no))
-            };
-            self.b.switch_to(yes);
-            self.cross(e, span);
-            self.b.jump(targets[e.from.index()], span);
-            if let Some(no) = no {
-                self.b.switch_to(no);
-            }
-        }
+        self.choose(edges.len(), span, |a, j| {
+            a.cross(&edges[j], span);
+            a.b.jump(targets[edges[j].from.index()], span);
+        });
     }
 
     /// The adjoint of a counted loop's header: back to the entry edge when the first index is
@@ -221,7 +217,8 @@ impl<'a> Adjoint<'a> {
     }
 
     /// A primal value the plan says is computable here without the tape
-    /// (`saves::Plan::available_at`): an invariant, a loop index, or its definition re-run.
+    /// (`saves::Plan::available_at`, `is_recomputed`): an invariant popped or computed at the
+    /// entry, a loop index, or its definition re-run on such values (once per block).
     fn value_at(&mut self, r: Reg, span: Span) -> Reg {
         if let Some(v) = self.invariant[r.index()] {
             return v;
@@ -232,30 +229,24 @@ impl<'a> Adjoint<'a> {
         if let Some(&(_, v)) = self.induced_here.iter().find(|(q, _)| *q == r) {
             return v;
         }
-        let mut i = self.cx.plan.def_of[r.index()].expect("induced value has a definition");
+        let mut i = self.cx.plan.def_of[r.index()].expect("a recomputed value has a definition");
+        let dst = self.b.new_reg();
         let mut operands = vec![];
         i.for_each_operand(|o| match o {
-            Operand::Use(u) => operands.push(vec![u]),
-            Operand::List(l) => operands.push(self.cx.f.list(l).to_vec()),
+            Operand::Use(u) => operands.push(Operand::Use(u)),
+            Operand::List(l) => operands.push(Operand::List(l)),
             _ => {}
         });
-        let mapped: Vec<Vec<Reg>> =
-            operands.iter().map(|us| us.iter().map(|&u| self.value_at(u, span)).collect()).collect();
-        let mut lists: Vec<ListId> = vec![];
-        for m in &mapped {
-            lists.push(self.b.list(m.clone()));
-        }
-        let dst = self.b.new_reg();
-        let mut k = 0;
+        let mut mapped = operands.into_iter().map(|o| match o {
+            Operand::Use(u) => Operand::Use(self.value_at(u, span)),
+            Operand::List(l) => {
+                let regs: Vec<Reg> = self.cx.f.list(l).iter().map(|&u| self.value_at(u, span)).collect();
+                Operand::List(self.b.list(regs))
+            }
+            o => o,
+        }).collect::<Vec<_>>().into_iter();
         i.map_operands(|o| match o {
-            Operand::Use(_) => {
-                k += 1;
-                Operand::Use(mapped[k - 1][0])
-            }
-            Operand::List(_) => {
-                k += 1;
-                Operand::List(lists[k - 1])
-            }
+            Operand::Use(_) | Operand::List(_) => mapped.next().expect("one mapped operand each"),
             Operand::Def(_) => Operand::Def(dst),
             o => o,
         });
@@ -311,7 +302,7 @@ impl<'a> Adjoint<'a> {
                     self.popped_here.iter().rev().find(|(q, _)| *q == r).expect("reused value popped later in the block").1
                 }
                 Record::Once(r) => self.invariant[r.index()].expect("invariant popped at entry"),
-                Record::Recompute(r) => self.recompute(r, span),
+                Record::Recompute(r) => self.value_at(r, span),
                 Record::Induced(r) => self.value_at(r, span),
             };
         }
@@ -432,28 +423,6 @@ impl<'a> Adjoint<'a> {
         (ia, ib)
     }
 
-    /// Recomputes a primal value from invariants and constants (`saves::Plan`).
-    fn recompute(&mut self, r: Reg, span: Span) -> Reg {
-        if let Some(v) = self.invariant[r.index()] {
-            return v;
-        }
-        let mut i = self.cx.plan.def_of[r.index()].expect("recomputed value has a definition");
-        let operands = self.cx.plan.recompute_operands(r);
-        let mapped: Vec<Reg> = operands.iter().map(|&u| self.recompute(u, span)).collect();
-        let mut k = 0;
-        let dst = self.b.new_reg();
-        i.map_operands(|o| match o {
-            Operand::Use(_) => {
-                k += 1;
-                Operand::Use(mapped[k - 1])
-            }
-            Operand::Def(_) => Operand::Def(dst),
-            o => o,
-        });
-        self.b.emit(i, span);
-        dst
-    }
-
     /// `obj̄ := rule(obj̄, recorded..., dy)`: an adjoint flowing into a container slot.
     fn into_container(&mut self, obj: Reg, rule: Rule, payload: u32, rest: &[Reg], span: Span) {
         if !self.varied(obj) {
@@ -559,7 +528,7 @@ pub fn adjoint(cx: &Context) -> Function {
     // Values recomputed from invariants are loop-invariant too: compute each once, here.
     for rec in cx.records.iter().flatten() {
         if let Record::Recompute(r) = *rec {
-            let v = a.recompute(r, span);
+            let v = a.value_at(r, span);
             a.invariant[r.index()] = Some(v);
         }
     }
@@ -567,7 +536,7 @@ pub fn adjoint(cx: &Context) -> Function {
     let steps = cx.plan.loops.loops.iter().flat_map(|l| l.inductions.iter().map(|iv| iv.step_reg));
     for r in cx.plan.entry_values.iter().copied().chain(steps).collect::<Vec<_>>() {
         if a.invariant[r.index()].is_none() {
-            let v = a.recompute(r, span);
+            let v = a.value_at(r, span);
             a.invariant[r.index()] = Some(v);
         }
     }
