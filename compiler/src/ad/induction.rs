@@ -50,6 +50,9 @@ pub struct Loop {
     pub inductions: Vec<Induction>,
     /// Nesting depth (0 for an outermost loop): exits push outer loops first.
     pub depth: usize,
+    /// Whether the adjoint decides the header's edge by the first index (`saves::Plan` sets it
+    /// when the index's start is at hand there); otherwise control bits are recorded.
+    pub decided: bool,
 }
 
 /// The counted loops of one function.
@@ -58,14 +61,12 @@ pub struct Loops {
     pub loops: Vec<Loop>,
     /// The loop whose induction variable each register is.
     iv_of: Vec<Option<usize>>,
-    /// Loops whose adjoint decides its header's edge by `p == init` (`saves::Plan` sets it).
-    decided: Vec<bool>,
 }
 
 impl Loops {
-    pub fn find(f: &Function, consts: &[Const]) -> Loops {
+    /// `def_of`: the instruction defining each register.
+    pub fn find(f: &Function, consts: &[Const], def_of: &[Option<Instr>]) -> Loops {
         let preds = predecessors(f);
-        let def_of = definitions(f);
         let int_const = |r: Reg| match def_of[r.index()] {
             Some(Instr::LoadK { k, .. }) => match consts.get(k.index()) {
                 Some(Const::Int(v)) => Some(*v),
@@ -111,7 +112,7 @@ impl Loops {
                 }
             }
             if !inductions.is_empty() {
-                loops.push(Loop { header: BlockId(h as u32), entry, back, body, inductions, depth: 0 });
+                loops.push(Loop { header: BlockId(h as u32), entry, back, body, inductions, depth: 0, decided: false });
             }
         }
         for i in 0..loops.len() {
@@ -124,8 +125,7 @@ impl Loops {
                 iv_of[iv.param.index()] = Some(i);
             }
         }
-        let decided = vec![false; loops.len()];
-        Loops { loops, iv_of, decided }
+        Loops { loops, iv_of }
     }
 
     /// The loop `r` is an induction variable of.
@@ -139,13 +139,9 @@ impl Loops {
         self.iv_loop(r).is_some_and(|l| self.loops[l].body[b])
     }
 
-    pub fn set_decided(&mut self, l: usize) {
-        self.decided[l] = true;
-    }
-
     /// The loop whose header `b` is, when its adjoint decides the edge by the induction.
     pub fn decided_header(&self, b: usize) -> Option<&Loop> {
-        self.loops.iter().zip(&self.decided).find(|(l, &d)| d && l.header.index() == b).map(|(l, _)| l)
+        self.loops.iter().find(|l| l.decided && l.header.index() == b)
     }
 
     /// The induction variables that an edge leaving loops carries out of them, in push order
@@ -162,19 +158,8 @@ impl Loops {
     }
 }
 
-fn definitions(f: &Function) -> Vec<Option<Instr>> {
-    let mut def_of = vec![None; f.num_regs as usize];
-    for i in &f.code {
-        if let Some(d) = i.def() {
-            def_of[d.index()] = Some(*i);
-        }
-    }
-    def_of
-}
-
 /// For a header `h` with two incoming edges: `(entry edge, back edge, body)` when one edge
-/// comes from a block that reaches `h`'s body only through `h` (a natural loop of one back
-/// edge, entered only at its header).
+/// comes back from a body that `h` dominates (a natural loop of one back edge).
 fn back_and_entry(f: &Function, preds: &[Vec<Edge>], h: usize) -> Option<(Edge, Edge, Vec<bool>)> {
     for (bi, ei) in [(0, 1), (1, 0)] {
         let (back, entry) = (preds[h][bi], preds[h][ei]);
@@ -190,15 +175,13 @@ fn back_and_entry(f: &Function, preds: &[Vec<Edge>], h: usize) -> Option<(Edge, 
             work.extend(preds[b].iter().map(|e| e.from.index()));
         }
         // The header dominates the back edge's source: no path from the function's entry
-        // reaches it without passing the header.
+        // reaches it without passing the header. (The walk took in every predecessor of the
+        // body's other blocks, so the body is entered only at the header.)
         if body[entry.from.index()] || body[0] {
             continue;
         }
-        // Entered only at the header: every other body block's predecessors are in the body.
-        let single_entry = (0..f.blocks.len()).filter(|&b| body[b] && b != h).all(|b| preds[b].iter().all(|e| body[e.from.index()]));
-        // The back edge must really come back: the source is reachable from the header.
-        let reaches = reachable_from(f, h, &body)[back.from.index()];
-        if single_entry && reaches {
+        // The back edge must really come back (its source is not dead code).
+        if reachable_from(f, h, &body)[back.from.index()] {
             return Some((entry, back, body));
         }
     }

@@ -88,7 +88,7 @@ pub fn differentiate_program(ssa: &[Function], builtins: &[Builtin], consts: &[C
         saves::share_within_blocks(f, &mut records);
         for r in records.iter().flatten() {
             if let saves::Record::Recompute(r) = r {
-                plan.note_recompute(*r);
+                plan.note_recompute(f, *r);
             }
         }
         let tape = primal::primal_with_tape(&primal::Context {

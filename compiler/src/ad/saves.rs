@@ -141,9 +141,6 @@ pub struct Plan {
     pub loops: Loops,
     /// Invariants recomputed at the adjoint's entry because an induced value reads them.
     pub entry_values: Vec<Reg>,
-    /// The function's register lists (for `Index2`'s indices): `(start, len)` in `list_regs`.
-    lists: Vec<(u32, u32)>,
-    list_regs: Vec<Reg>,
 }
 
 /// Built-ins that return a container nobody else holds.
@@ -195,19 +192,9 @@ impl Plan {
             m
         };
         let inv_snap: Vec<bool> = (0..n).map(|r| inv_ref[r] && writes_only_fresh && !mutated[r]).collect();
-        let (lists, list_regs) = (f.lists.clone(), f.list_regs.clone());
-        let loops = Loops::find(f, consts);
-        let mut plan = Plan {
-            inv_ref,
-            inv_snap,
-            recompute: vec![false; n],
-            once: vec![],
-            def_of,
-            loops,
-            entry_values: vec![],
-            lists,
-            list_regs,
-        };
+        let loops = Loops::find(f, consts, &def_of);
+        let mut plan =
+            Plan { inv_ref, inv_snap, recompute: vec![false; n], once: vec![], def_of, loops, entry_values: vec![] };
         for r in 0..n {
             plan.recompute[r] = plan.can_recompute(Reg(r as u32), 0);
         }
@@ -215,9 +202,9 @@ impl Plan {
         // starting value is at hand there.
         for l in 0..plan.loops.loops.len() {
             let (init, header) = (plan.loops.loops[l].inductions[0].init, plan.loops.loops[l].header.index());
-            if plan.inv_ref[init.index()] || plan.available_at(init, header, 0) {
-                plan.loops.set_decided(l);
-                plan.note_value(init, header);
+            if plan.inv_ref[init.index()] || plan.available_at(f, init, header, 0) {
+                plan.loops.loops[l].decided = true;
+                plan.note_value(f, init);
             }
         }
         plan
@@ -226,7 +213,7 @@ impl Plan {
     /// Whether the adjoint of block `b` can compute `r` without the tape: an invariant, a
     /// recomputed value, an index of a loop containing `b`, or arithmetic, math and reads of
     /// containers nothing writes over such values.
-    pub fn available_at(&self, r: Reg, b: usize, depth: u32) -> bool {
+    pub fn available_at(&self, f: &Function, r: Reg, b: usize, depth: u32) -> bool {
         if self.inv_snap[r.index()] || self.recompute[r.index()] {
             return true;
         }
@@ -236,11 +223,11 @@ impl Plan {
         if depth > 4 {
             return false;
         }
-        let avail = |u: Reg| self.available_at(u, b, depth + 1);
+        let avail = |u: Reg| self.available_at(f, u, b, depth + 1);
         match self.def_of[r.index()] {
             Some(Instr::Index { obj, idx, .. }) => self.inv_snap[obj.index()] && avail(idx),
             Some(Instr::Index2 { obj, ij, .. }) => {
-                self.inv_snap[obj.index()] && self.list(ij).iter().all(|&u| avail(u))
+                self.inv_snap[obj.index()] && f.list(ij).iter().all(|&u| avail(u))
             }
             Some(Instr::Math1 { src, .. } | Instr::Neg { src, .. }) => avail(src),
             Some(Instr::Add { a, b: c, .. } | Instr::Sub { a, b: c, .. } | Instr::Mul { a, b: c, .. }) => {
@@ -250,40 +237,22 @@ impl Plan {
         }
     }
 
-    /// Registers what the adjoint needs to compute `r` at block `b` (`available_at` holds):
+    /// Registers what the adjoint needs to compute `r` where `available_at` holds:
     /// invariants go on the once-list, recomputed invariants into `entry_values`.
-    fn note_value(&mut self, r: Reg, b: usize) {
+    fn note_value(&mut self, f: &Function, r: Reg) {
         let i = r.index();
         if self.recompute[i] {
             if !self.entry_values.contains(&r) {
-                self.note_recompute(r);
+                self.note_recompute(f, r);
                 self.entry_values.push(r);
             }
         } else if self.inv_snap[i] || self.inv_ref[i] {
             self.once(r, self.inv_snap[i]);
         } else if self.loops.iv_loop(r).is_none() {
-            for u in self.operands(r) {
-                self.note_value(u, b);
+            for u in self.operands(f, r) {
+                self.note_value(f, u);
             }
         }
-    }
-
-    fn list(&self, l: ListId) -> &[Reg] {
-        let (start, len) = self.lists[l.index()];
-        &self.list_regs[start as usize..(start + len) as usize]
-    }
-
-    /// The registers the definition of `r` reads, in operand order.
-    pub fn operands(&self, r: Reg) -> Vec<Reg> {
-        let mut out = vec![];
-        if let Some(i) = self.def_of[r.index()] {
-            i.for_each_operand(|o| match o {
-                Operand::Use(u) => out.push(u),
-                Operand::List(l) => out.extend_from_slice(self.list(l)),
-                _ => {}
-            });
-        }
-        out
     }
 
     fn available(&self, r: Reg, depth: u32) -> bool {
@@ -319,8 +288,8 @@ impl Plan {
                 Save::Snap(r) | Save::Ref(r) if self.recompute[r.index()] => Record::Recompute(r),
                 Save::Snap(r) if self.inv_snap[r.index()] => self.once(r, true),
                 Save::Ref(r) if self.inv_ref[r.index()] => self.once(r, self.inv_snap[r.index()]),
-                Save::Snap(r) | Save::Ref(r) if self.available_at(r, block, 0) => {
-                    self.note_value(r, block);
+                Save::Snap(r) | Save::Ref(r) if self.available_at(f, r, block, 0) => {
+                    self.note_value(f, r);
                     Record::Induced(r)
                 }
                 other => Record::Tape(other),
@@ -340,24 +309,25 @@ impl Plan {
         self.recompute[r.index()]
     }
 
-    /// The registers a recomputation of `r` reads (invariants or further recomputations).
-    pub fn recompute_operands(&self, r: Reg) -> Vec<Reg> {
+    /// The registers the definition of `r` reads, in operand order (what a recomputation of
+    /// `r` reads).
+    fn operands(&self, f: &Function, r: Reg) -> Vec<Reg> {
         let mut out = vec![];
         if let Some(i) = self.def_of[r.index()] {
-            i.for_each_operand(|o| {
-                if let Operand::Use(u) = o {
-                    out.push(u)
-                }
+            i.for_each_operand(|o| match o {
+                Operand::Use(u) => out.push(u),
+                Operand::List(l) => out.extend_from_slice(f.list(l)),
+                _ => {}
             });
         }
         out
     }
 
     /// Registers the adjoint needs as invariants for recomputing `r` (recursively).
-    pub fn note_recompute(&mut self, r: Reg) {
-        for u in self.recompute_operands(r) {
+    pub fn note_recompute(&mut self, f: &Function, r: Reg) {
+        for u in self.operands(f, r) {
             if self.recompute[u.index()] {
-                self.note_recompute(u);
+                self.note_recompute(f, u);
             } else {
                 let snap = self.inv_snap[u.index()];
                 self.once(u, snap);
