@@ -192,6 +192,42 @@ fn native_calls_agree_on_every_tier() {
     ]);
 }
 
+/// Built-ins that run Zy code, called from native code in place (`native::call_builtin`):
+/// gradients in a hot loop, callbacks that recurse deep enough to grow (move) the value
+/// stack under the native caller, errors raised inside a callback, a function that returns
+/// no number to `gradient`, derivatives nested inside callbacks.
+#[test]
+fn builtins_calling_back_agree_on_every_tier() {
+    assert_each_agrees("", &[
+        "fn sc(x) { sin(cos(x)) }\nfn f(x, y) { let s = 0.0\n for i in 0..300 { let (v, g) = value_and_gradient(sc, x + i * 0.01)\n s += v * g[0] + y }\n s }\n",
+        "fn deep(n, x) { if n == 0 { x } else { deep(n - 1, x) + 0.001 } }\nfn f(x, y) { let s = 0.0\n for i in 0..6 { s += map(fn(v) { deep(300 + i * 40, v) }, [x, y])[1] }\n s + x }\n",
+        // A closure's frame returns through the interpreter, which must see the moved stack.
+        "fn deep(n, x) { if n == 0 { x } else { deep(n - 1, x) + 0.001 } }\nfn f(x, y) { let k = fn(t) { map(fn(v) { deep(600, v) }, [t, y])[0] * 2.0 }\n k(x) + k(y) }\n",
+        "fn f(x, y) { let s = 0.0\n for i in 0..200 { s += reduce(fn(a, b) { if i == 150 { [a][3] } else { a * b } }, [x, y, 1.5], 1.0) }\n s }\n",
+        "fn w(x) { \"not a number\" }\nfn f(x, y) { let s = x\n for i in 0..200 { if i == 199 { s += gradient(w, y)[0] } else { s += 1.0 } }\n s }\n",
+        "fn f(x, y) { let s = 0.0\n for i in 0..100 { s += map(fn(v) { derivative(fn(t) { sin(t * v) }, v) }, [x, y])[0] }\n s }\n",
+    ]);
+}
+
+/// A function whose code is dropped (its entry guard failing too often) while one of its
+/// activations waits below a built-in it called: the code must outlive the activation
+/// (`NativeState::retired`), and every tier computes the same.
+#[test]
+fn code_dropped_under_a_live_activation_agrees() {
+    let src = "fn h(x, n) { if n == 0 { x * 2 } else { let s = 0\n for i in 0..2 { s = s + map(fn(v) { h(v, n - 1) }, [x, 1])[i] }\n s } }\nfn g(x) { h(x, 7) }\n";
+    let program = zygvm::Program::compile("drop.zy", src).unwrap();
+    let outcome = |mode: zygvm::JitMode| limited_call(&program, mode, zygvm::Limits::default(), "g", vec![zygvm::Value::Float(1.5)]);
+    let (want, steps, calls, _) = outcome(zygvm::JitMode::Off);
+    for mode in [zygvm::JitMode::Eager, zygvm::JitMode::Auto] {
+        let (got, got_steps, got_calls, stats) = outcome(mode);
+        assert_eq!(want, got, "--jit {mode:?}");
+        assert_eq!((steps, &calls), (got_steps, &got_calls), "--jit {mode:?}: counts");
+        if mode == zygvm::JitMode::Eager {
+            assert!(stats.dropped > 0, "no code was dropped under a live activation: {stats:?}");
+        }
+    }
+}
+
 /// Fuel running out, and `hotness()`'s call counts, inside recursion that runs as native
 /// calls: the same on every tier.
 #[test]

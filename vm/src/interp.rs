@@ -750,10 +750,19 @@ impl Vm {
                     if native_here {
                         let frames_before = self.frames.len();
                         if let Some(s) = self.run_native(func_id, $pc as u32, base) {
+                            // A built-in native code called may have run Zy code that grew
+                            // (moved) the stack.
+                            refresh!();
                             // Native code is entered only where nothing is left to count
                             // (`ip == run_start`), so the frame's pc it sets is all there is.
                             if let Err(e) = self.resume_after_native(s) {
                                 return Err(self.unwind(e, depth));
+                            }
+                            if self.frames.len() == depth {
+                                // Native code returned from this run's boundary frame: its
+                                // value waits in the slot (the interpreter's `Return` arm
+                                // would have returned it here).
+                                return Ok(std::mem::take(&mut self.native.returned));
                             }
                             if self.frames.len() != frames_before {
                                 // Native code called into other functions and left inside
@@ -1223,7 +1232,7 @@ impl Vm {
         }
     }
 
-    fn call_builtin_regs(&mut self, b: BuiltinId, base: usize, args: &[Reg]) -> VmResult<Value> {
+    pub(crate) fn call_builtin_regs(&mut self, b: BuiltinId, base: usize, args: &[Reg]) -> VmResult<Value> {
         let mut buf = std::mem::take(&mut self.scratch);
         buf.clear();
         buf.extend(args.iter().map(|r| self.stack[base + r.index()].clone()));

@@ -14,7 +14,8 @@
 //!   its own, with the same span and stack); `LIMIT(trace, next)`, the instruction budget
 //!   reached its next check at a jump (the interpreter runs the same check it would have run,
 //!   then goes on at `next`); `RETURNED`, the frame returned (popped, its value stored in the
-//!   caller's register).
+//!   caller's register, or, for a boundary frame, in `NativeState::returned`, which the
+//!   interpreter hands back to Rust).
 //!
 //! **Calls.** Native code calls Zy functions that have native code itself: it pushes the
 //! callee's `Frame` and registers onto the VM's two stacks in place (their layout is fixed:
@@ -29,11 +30,13 @@
 //! due, it leaves to the interpreter at the call, which does it.
 //!
 //! Native code counts instructions exactly as the interpreter does (`Vm::steps`, at the same
-//! points), so fuel, `--stats` and the limit checks agree between tiers. It never calls back
-//! into Zy except through those calls, and never reallocates the value stack: so the
-//! registers of every frame stay where they are for its whole run. What it does not compile
-//! itself it runs through `step` (the shared semantics of `semantics.rs`) or leaves to the
-//! interpreter.
+//! points), so fuel, `--stats` and the limit checks agree between tiers. It never grows a
+//! stack itself, but a built-in that calls back into Zy (`call_builtin`) may: then every
+//! native activation leaves (their register pointers are stale), the interpreter re-derives
+//! its own after every native run, and code replaced meanwhile is retired until no
+//! activation is live. What it
+//! does not compile itself it runs through `step` (the shared semantics of `semantics.rs`)
+//! or leaves to the interpreter.
 
 use crate::bytecode::FuncId;
 use crate::error::{VmError, VmResult};
@@ -100,6 +103,8 @@ pub struct Layout {
     pub run_size: usize,
     pub run_sym: usize,
     pub run_count: usize,
+    /// `NativeState::returned`: the value of a boundary frame native code returned from.
+    pub returned: usize,
     /// `ad::FLOAT` and `ad::INT`, the kinds of number entries.
     pub kind_float: u8,
     pub kind_int: u8,
@@ -132,6 +137,7 @@ pub fn layout() -> Layout {
         run_size: std::mem::size_of::<Run>(),
         run_sym: offset_of!(Run, sym),
         run_count: offset_of!(Run, count),
+        returned: offset_of!(Vm, native) + offset_of!(NativeState, returned),
         kind_float: crate::ad::FLOAT,
         kind_int: crate::ad::INT,
     }
@@ -353,6 +359,16 @@ pub struct NativeState {
     unspeculated: Vec<Vec<u32>>,
     /// The error an `ERROR` exit carries.
     pending: Option<VmError>,
+    /// Native activations entered from Rust and not yet left (`run_native` calls in
+    /// progress: more than one while a built-in called from native code runs Zy code).
+    active: u32,
+    /// Code replaced or dropped while an activation was live: the machine stack may still
+    /// return into it, so it is freed only once no native code runs.
+    retired: Vec<NativeCode>,
+    /// Where native code leaves the value of a boundary frame it returned from (a frame
+    /// pushed by `run_function`, whose value goes back to Rust, not into a register): the
+    /// interpreter takes it at once, so it holds `nil` whenever native code runs.
+    pub(crate) returned: Value,
     pub stats: JitStats,
 }
 
@@ -374,6 +390,9 @@ impl Default for NativeState {
             guard_failures: vec![],
             unspeculated: vec![],
             pending: None,
+            active: 0,
+            retired: vec![],
+            returned: Value::Nil,
             stats: JitStats::default(),
         }
     }
@@ -425,7 +444,10 @@ impl NativeState {
             self.call_entries.resize(functions.max(func.index() + 1), std::ptr::null());
         }
         self.call_entries[func.index()] = code.as_ref().map_or(std::ptr::null(), |c| c.call_entry);
-        self.code[func.index()] = code;
+        let old = std::mem::replace(&mut self.code[func.index()], code);
+        if let (Some(old), true) = (old, self.active > 0) {
+            self.retired.push(old);
+        }
     }
 
     fn slot<T: Default + Clone>(v: &mut Vec<T>, f: FuncId) -> &mut T {
@@ -532,13 +554,20 @@ impl Vm {
         let code = self.native.code.get(func.index())?.as_ref()?;
         let target = code.entry(pc)?;
         let enter = code.enter;
+        // Where this activation's locals are: the machine stack native code starts near.
+        // Native code running inside a built-in that native code called shares the outer
+        // activation's window, so nesting never multiplies it.
+        let stack_limit = match self.native.active {
+            0 => (&code as *const _ as usize).saturating_sub(NATIVE_STACK_BYTES),
+            _ => self.native.ctx.stack_limit,
+        };
         self.native.ctx = NativeCtx {
             calls: self.calls.as_mut_ptr(),
             entries: self.native.call_entries.as_ptr(),
             max_depth: self.limits.max_depth as u64,
-            // Where this activation's locals are: the machine stack native code starts near.
-            stack_limit: (&code as *const _ as usize).saturating_sub(NATIVE_STACK_BYTES),
+            stack_limit,
         };
+        self.native.active += 1;
         // SAFETY: `base` is the running frame's base, whose `num_regs` registers are live
         // below `stack.len()`; native code was compiled for this function from a verified
         // program, reads and writes only the registers of the frames it runs (this one and
@@ -551,6 +580,10 @@ impl Vm {
             let regs = self.stack.as_mut_ptr().add(base);
             enter(self as *mut Vm, regs, target)
         };
+        self.native.active -= 1;
+        if self.native.active == 0 && !self.native.retired.is_empty() {
+            self.native.retired.clear();
+        }
         self.native.stats.entries += 1;
         if s == status::RETURNED {
             return Some(s);
@@ -702,6 +735,64 @@ pub unsafe extern "C" fn step(vm: *mut Vm, regs: *mut Value, func: u32, pc: u32)
         match r {
             Ok(Simple::Done) => STEP_DONE,
             Ok(Simple::NotSimple) => status::encode(status::EXIT, pc, 0),
+            Err(e) => {
+                vm.native.pending = Some(e);
+                status::encode(status::ERROR, pc, 0)
+            }
+        }
+    }));
+    run.unwrap_or_else(|p| {
+        // SAFETY: as above; the panic unwound out of the closure, which holds no borrow now.
+        let vm = unsafe { &mut *vm };
+        vm.native.pending = Some(VmError::new(format!("internal error: {}", crate::host::panic_message(&*p))));
+        status::encode(status::ERROR, pc, 0)
+    })
+}
+
+/// Runs the `CallBuiltin` at `pc` of `func`, a built-in that may call back into Zy or the
+/// host (`Builtin::leaf` is false), as the interpreter's `CallBuiltin` arm does. Native code
+/// has counted the instruction, stored its count in `Vm::steps` and set its frame's pc to
+/// `pc + 1`, as the interpreter has at that point. The built-in may run Zy code, natively
+/// too: that may grow (move) the value stack, compile code, drop code and add functions.
+/// So native code reloads the count afterwards, `set_code` keeps replaced code alive while
+/// activations are live, and `NativeCtx` is refreshed here (its tables may have moved) with
+/// the outer activation's stack window. Returns `STEP_DONE`, the result in the call's
+/// register; `EXIT(pc + 1)` with the result stored when the stack moved (every native
+/// activation holds a pointer into it: all leave, the interpreter goes on after the call;
+/// the stack doubles when it grows, so this is rare); or `ERROR(pc)` with the error pending.
+///
+/// # Safety
+/// Called by native code only, running the frame on top of `vm`'s frames, of `func`.
+pub unsafe extern "C" fn call_builtin(vm: *mut Vm, func: u32, pc: u32) -> u64 {
+    let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        // SAFETY: the caller's contract: `vm` is live and not otherwise borrowed while native
+        // code runs (the interpreter waits in `run_native`).
+        let vm = unsafe { &mut *vm };
+        let program = vm.program.clone();
+        let f = &program.functions[func as usize];
+        let crate::bytecode::Instr::CallBuiltin { dst, builtin, args } = f.code[pc as usize] else {
+            return status::encode(status::EXIT, pc, 0);
+        };
+        let base = vm.frames.last().expect("native code runs a frame").base as usize;
+        let stack_limit = vm.native.ctx.stack_limit;
+        let registers_at = vm.stack.as_ptr();
+        let r = vm.call_builtin_regs(builtin, base, f.list(args));
+        vm.native.ctx = NativeCtx {
+            calls: vm.calls.as_mut_ptr(),
+            entries: vm.native.call_entries.as_ptr(),
+            max_depth: vm.limits.max_depth as u64,
+            stack_limit,
+        };
+        match r {
+            Ok(v) => {
+                vm.stack[base + dst.index()] = v;
+                // The stack grew and moved: the registers native activations point at are
+                // gone, so they all leave and the interpreter goes on after the call.
+                match vm.stack.as_ptr() == registers_at {
+                    true => STEP_DONE,
+                    false => status::encode(status::EXIT, pc + 1, 0),
+                }
+            }
             Err(e) => {
                 vm.native.pending = Some(e);
                 status::encode(status::ERROR, pc, 0)

@@ -5,8 +5,9 @@
 //! in `rbx`; `r12` stays the VM. Every entry point is called this way (the `Enter`
 //! trampoline calls one too, after saving what Rust expects saved), reserves its own frame
 //! and returns a status in `rax`; the callee may clobber every other register, so the caller
-//! keeps its `rbx` in its frame (`SAVED_RBX`) and needs nothing else after the call (a call
-//! is never inside a cached loop, whose homes live in registers). Every case the interpreter
+//! keeps its `rbx` in its frame (`SAVED_RBX`: the stack never moves under a native
+//! activation, `call_out`) and needs nothing else after the call (a call is never inside a
+//! cached loop, whose homes live in registers). Every case the interpreter
 //! handles differently or checks (no room on a stack, the depth limit, the machine stack
 //! bound `NativeCtx::stack_limit`, the budget check due) leaves to the interpreter *at the
 //! call*, before anything was done, so the interpreter performs it. A callee without native
@@ -16,8 +17,9 @@
 //! `r15`, the instruction count, is shared: the callee adds to it.
 //!
 //! A return pops the frame and stores the value into the caller's register, as the
-//! interpreter's `Return` does, unless the frame is one the interpreter handles itself (a
-//! boundary to Rust, a closure's frame, a discarded result): then it leaves at the `Return`.
+//! interpreter's `Return` does, or, from a boundary frame (one `run_function` pushed for a
+//! call from Rust), into `NativeState::returned`, where the interpreter picks it up to hand
+//! back. A closure's frame, or a discarded result, it leaves to the interpreter at the `Return`.
 
 use super::*;
 
@@ -136,29 +138,73 @@ impl<'a> Emitter<'a> {
         self.guard_result(pc, dst, after_types[dst.index()]);
     }
 
+    /// `dst = builtin(args)` for a built-in that may run Zy or host code
+    /// (`native::call_builtin`): counted, with the count and the frame's pc where the
+    /// interpreter would have them; afterwards the count is read back (code the built-in ran
+    /// added to it). If that code moved the stack, the helper leaves (`EXIT` after the call)
+    /// rather than return, so no activation goes on with a stale `rbx`.
+    pub(super) fn call_out(&mut self, pc: usize) {
+        let l = native::layout();
+        let (f_ptr, f_len, _) = stack_fields(l.frames);
+        let (size, f_pc) = (l.frame_size as i32, l.frame_pc as i32);
+        let steps = native::steps_offset() as i32;
+        self.count(pc + 1 - self.run_start);
+        self.run_start = pc + 1;
+        let (func, pcu, after) = (self.func.0 as i32, pc as i32, pc as i32 + 1);
+        dynasm!(self.ops ; .arch x64
+            ; mov QWORD [r12 + steps], r15
+            ; imul rcx, QWORD [r12 + f_len], size
+            ; add rcx, QWORD [r12 + f_ptr]
+            ; mov DWORD [rcx - size + f_pc], after
+            ; mov rdi, r12 ; mov esi, func ; mov edx, pcu
+        );
+        self.call(native::call_builtin as *const ());
+        let epilogue = self.epilogue;
+        dynasm!(self.ops ; .arch x64
+            ; mov r15, QWORD [r12 + steps]
+            ; cmp rax, -1
+            ; jne =>epilogue
+        );
+    }
+
     /// `Return src`.
     pub(super) fn ret(&mut self, pc: usize, src: Reg) {
         let l = native::layout();
-        let (s_ptr, s_len, _) = stack_fields(l.stack);
         let (f_ptr, f_len, _) = stack_fields(l.frames);
         let size = l.frame_size as i32;
-        let (f_base, f_ret, f_closure, f_boundary) =
-            (l.frame_base as i32, l.frame_ret as i32, l.frame_closure as i32, l.frame_boundary as i32);
+        let (f_ret, f_closure, f_boundary) = (l.frame_ret as i32, l.frame_closure as i32, l.frame_boundary as i32);
         let slow = self.cold_exit(pc);
-        let epilogue = self.epilogue;
+        let boundary = self.ops.new_dynamic_label();
         dynasm!(self.ops ; .arch x64
             ; mov rcx, QWORD [r12 + f_len]
             ; imul rcx, rcx, size
             ; add rcx, QWORD [r12 + f_ptr]
             ; cmp QWORD [rcx - size + f_closure], 0
             ; jne =>slow
+            // A boundary frame's value goes to Rust (its `ret` is the discard mark too).
             ; cmp BYTE [rcx - size + f_boundary], 0
-            ; jne =>slow
+            ; jne =>boundary
             ; cmp DWORD [rcx - size + f_ret], l.discard as i32
             ; je =>slow
         );
+        let run_start = self.run_start;
+        self.pop_and_return(pc, src, false);
+        dynasm!(self.ops ; .arch x64 ; =>boundary);
+        self.run_start = run_start;
+        self.pop_and_return(pc, src, true);
+    }
+
+    /// The rest of a `Return`: counts, drops the frame's other heap values (the interpreter's
+    /// `truncate_registers`), pops the frame and moves the value into the caller's register,
+    /// or for a boundary frame into `NativeState::returned` (which holds `nil`).
+    fn pop_and_return(&mut self, pc: usize, src: Reg, boundary: bool) {
+        let l = native::layout();
+        let (s_ptr, s_len, _) = stack_fields(l.stack);
+        let (f_ptr, f_len, _) = stack_fields(l.frames);
+        let size = l.frame_size as i32;
+        let (f_base, f_ret) = (l.frame_base as i32, l.frame_ret as i32);
+        let epilogue = self.epilogue;
         self.count(pc + 1 - self.run_start);
-        // The interpreter's `truncate_registers`: every other register's heap value dropped.
         let t = self.types.before[pc].clone().expect("reached");
         for (r, ty) in t.iter().enumerate() {
             if r != src.index() && !ty.plain() {
@@ -176,18 +222,25 @@ impl<'a> Emitter<'a> {
             ; add rcx, QWORD [r12 + f_ptr]
             ; mov eax, DWORD [rcx + f_base]
             ; mov QWORD [r12 + s_len], rax
-            // The caller's register: drop what it held, then move the value in.
-            ; mov eax, DWORD [rcx - size + f_base]
-            ; mov edx, DWORD [rcx + f_ret]
-            ; add rax, rdx
-            ; shl rax, 4
-            ; add rax, QWORD [r12 + s_ptr]
-            ; mov r13, rax
-            ; cmp QWORD [r13], tag::LAST_PLAIN as i32
-            ; jbe =>store
-            ; mov rdi, r13
         );
-        self.call(native::clear_slot as *const ());
+        if boundary {
+            let returned = l.returned as i32;
+            dynasm!(self.ops ; .arch x64 ; lea r13, [r12 + returned]);
+        } else {
+            dynasm!(self.ops ; .arch x64
+                // The caller's register: drop what it held, then move the value in.
+                ; mov eax, DWORD [rcx - size + f_base]
+                ; mov edx, DWORD [rcx + f_ret]
+                ; add rax, rdx
+                ; shl rax, 4
+                ; add rax, QWORD [r12 + s_ptr]
+                ; mov r13, rax
+                ; cmp QWORD [r13], tag::LAST_PLAIN as i32
+                ; jbe =>store
+                ; mov rdi, r13
+            );
+            self.call(native::clear_slot as *const ());
+        }
         dynasm!(self.ops ; .arch x64
             ; =>store
             ; mov rax, QWORD [rbx + s]

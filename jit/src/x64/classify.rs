@@ -11,6 +11,8 @@ pub enum Class {
     Native,
     /// A call of the VM's `step` helper.
     Step,
+    /// A call of a built-in that may run Zy or host code (`calls.rs`, `call_out`).
+    CallOut,
     /// Leave to the interpreter at this instruction.
     Exit,
 }
@@ -96,6 +98,8 @@ pub fn classify(program: &Program, f: &Function, types: &Types, pc: usize) -> Cl
         i if i.is_terminator() => Class::Exit,
         // A leaf built-in (`Builtin::leaf`) runs no Zy code: the shared semantics call it.
         Instr::CallBuiltin { builtin, .. } if program.builtins[builtin.index()].leaf => Class::Step,
+        // Any other built-in runs where the interpreter would run it, Zy callbacks included.
+        Instr::CallBuiltin { .. } => Class::CallOut,
         // What the shared semantics run without calling out.
         Instr::LoadFunc { .. }
         | Instr::LoadBuiltin { .. }
@@ -172,7 +176,8 @@ fn tally(program: &Program, f: &Function, types: &Types, pcs: impl Iterator<Item
     let (mut native_n, mut step_n, mut exit) = (0, 0, None);
     for pc in pcs {
         match classify(program, f, types, pc) {
-            Class::Native => native_n += 1,
+            // A built-in call costs native code what it costs the interpreter.
+            Class::Native | Class::CallOut => native_n += 1,
             Class::Step => step_n += 1,
             Class::Exit => {
                 exit.get_or_insert(pc);

@@ -33,6 +33,7 @@ impl<'a> Emitter<'a> {
                 }
                 return;
             }
+            Class::CallOut => return self.call_out(pc),
             Class::Native => {}
         }
         let ty = |r: Reg| t[r.index()];

@@ -64,6 +64,11 @@ fn with_tape_mark<T>(vm: &mut Vm, body: impl FnOnce(&mut Vm) -> VmResult<T>) -> 
 /// `value_and_gradient(f, args...)`: the value and one gradient per argument, shaped as §7 of
 /// the language reference says.
 pub fn value_and_gradient(vm: &mut Vm, f: &Value, args: &[Value]) -> VmResult<(Value, TupleItems)> {
+    if let Value::Func(id) = f {
+        if args.iter().all(|a| matches!(a, Value::Float(_) | Value::Int(_))) {
+            return with_tape_mark(vm, |vm| of_numbers(vm, *id, args));
+        }
+    }
     // The gradient has the shape of each argument as passed, even if `f` changes its length.
     let lengths: Vec<Option<usize>> =
         if args.iter().any(|a| matches!(a, Value::Array(_))) { args.iter().map(array_length).collect() } else { vec![] };
@@ -71,10 +76,7 @@ pub fn value_and_gradient(vm: &mut Vm, f: &Value, args: &[Value]) -> VmResult<(V
         let _scope = shadows::enter(&[]);
         let y = forward(vm, f, args)?;
         if !matches!(y, Value::Float(_) | Value::Int(_)) {
-            return Err(VmError::new(format!(
-                "gradient needs a function that returns a number, but it returned {}",
-                y.type_name()
-            )));
+            return Err(not_a_number(&y));
         }
         let d = with_shadows_of(backward(vm, Value::Float(1.0), args.len())?, args)?;
         let program = vm.program().clone();
@@ -86,6 +88,33 @@ pub fn value_and_gradient(vm: &mut Vm, f: &Value, args: &[Value]) -> VmResult<(V
             .collect();
         Ok((y, grads))
     })
+}
+
+/// `value_and_gradient` of a function without captures at number arguments, the common case
+/// (a training step, a scalar model): the general path less what cannot apply. No argument
+/// is a container, so none has a shadow or a length to keep; the callee is known, so its
+/// record is not taped only to be popped at once (the routines are the general path's).
+fn of_numbers(vm: &mut Vm, id: crate::bytecode::FuncId, args: &[Value]) -> VmResult<(Value, TupleItems)> {
+    let _scope = shadows::enter(&[]);
+    let d = vm.derivative_of(id)?;
+    let y = vm.run_function(d.tape, None, args)?;
+    if !matches!(y, Value::Float(_) | Value::Int(_)) {
+        return Err(not_a_number(&y));
+    }
+    vm.tape.note_peak();
+    let mut a: SmallVec<[Value; 4]> = SmallVec::new();
+    a.push(Value::Float(1.0));
+    a.resize(args.len() + 1, Value::Nil);
+    let Value::Tuple(t) = vm.run_function(d.adjoint, None, &a)? else {
+        return Err(VmError::new("internal differentiation error: an adjoint returned no tuple"));
+    };
+    let program = vm.program();
+    let grads = args.iter().enumerate().map(|(k, x)| to_gradient(t.0.get(k + 1).unwrap_or(&Value::Nil), x, program)).collect();
+    Ok((y, grads))
+}
+
+fn not_a_number(y: &Value) -> VmError {
+    VmError::new(format!("gradient needs a function that returns a number, but it returned {}", y.type_name()))
 }
 
 /// The arguments' adjoints: a container argument's is its shadow (`shadows.rs`), which
