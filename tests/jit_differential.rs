@@ -228,6 +228,22 @@ fn code_dropped_under_a_live_activation_agrees() {
     }
 }
 
+/// A read typed as a float read that finds something else (a tuple's element, an int array)
+/// fails its speculation a few times, then its code is compiled with a general read: the
+/// loop stops leaving to the interpreter at every iteration, with the same results.
+#[test]
+fn reads_of_other_containers_stop_leaving() {
+    let src = "fn g(x) { let t = (x, 2 * x)\n let a = [1, 2, 3]\n let s = 0.0\n for i in 0..2000 { s += t[i % 2] + a[i % 3] }\n s }\n";
+    let program = zygvm::Program::compile("reads.zy", src).unwrap();
+    let outcome = |mode: zygvm::JitMode| limited_call(&program, mode, zygvm::Limits::default(), "g", vec![zygvm::Value::Float(0.5)]);
+    let (want, steps, _, _) = outcome(zygvm::JitMode::Off);
+    for mode in [zygvm::JitMode::Eager, zygvm::JitMode::Auto] {
+        let (got, got_steps, _, stats) = outcome(mode);
+        assert_eq!((want.as_str(), steps), (got.as_str(), got_steps), "--jit {mode:?}");
+        assert!(stats.exits + stats.guard_failures < 40, "--jit {mode:?}: the loop keeps leaving: {stats:?}");
+    }
+}
+
 /// Fuel running out, and `hotness()`'s call counts, inside recursion that runs as native
 /// calls: the same on every tier.
 #[test]

@@ -264,6 +264,8 @@ pub fn infer_with(
             if let Some(d) = instr.def() {
                 t[d.index()] = match instr {
                     Instr::TapePop { .. } => popped(unspeculated, pc),
+                    // A float read that found something else before (`float_from_scratch`).
+                    Instr::Index { .. } | Instr::Index2 { .. } if unspeculated.contains(&(pc as u32)) => Ty::Any,
                     // Speculated: an element of a float adjoint array (checked after `step`).
                     Instr::Pull { rule, .. } if take_pull(rule) && !unspeculated.contains(&(pc as u32 + 1)) => Ty::Float,
                     // Speculated: the operand was not recorded (native code leaves otherwise).

@@ -107,10 +107,14 @@ impl<'a> Emitter<'a> {
         dynasm!(self.ops ; .arch x64 ; =>ok);
     }
 
-    /// After a typed read helper (`al`: it succeeded; the float in the scratch word at
-    /// `[rsp]`): leaves to the interpreter on failure, else stores the float into `dst`.
+    /// After a typed read helper of `Index`/`Index2` (`al`: it succeeded; the float in the
+    /// scratch word at `[rsp]`): stores the float into `dst`, else leaves with a failed
+    /// speculation at `pc` (the read did not happen; the interpreter runs it): a read that
+    /// keeps finding no float (a tuple's element, an int array) is compiled as a `step` with
+    /// an untyped result next time, rather than leaving at every run.
     pub(super) fn float_from_scratch(&mut self, pc: usize, dst: Reg) {
-        self.exit_unless_al(pc);
+        let failed = self.cold_guard(pc, status::SPECULATION);
+        dynasm!(self.ops ; .arch x64 ; test al, al ; jz =>failed);
         self.prepare_def(pc, dst);
         dynasm!(self.ops ; .arch x64 ; movsd xmm0, QWORD [rsp]);
         self.store_float(dst);

@@ -50,8 +50,8 @@ pub fn classify(program: &Program, f: &Function, types: &Types, pc: usize) -> Cl
         }
         Instr::Math1 { src, .. } if ty(src).numeric() => Class::Native,
         Instr::MulAdd { dst, a, b } if [ty(dst), ty(a), ty(b)] == [Ty::Float; 3] => Class::Native,
-        Instr::Index { idx, .. } if ty(idx) == Ty::Int => Class::Native,
-        Instr::Index2 { ij, .. } if f.list(*ij).iter().all(|r| ty(r) == Ty::Int) => Class::Native,
+        Instr::Index { idx, .. } if ty(idx) == Ty::Int && types.speculates(pc) => Class::Native,
+        Instr::Index2 { ij, .. } if f.list(*ij).iter().all(|r| ty(r) == Ty::Int) && types.speculates(pc) => Class::Native,
         Instr::SetIndex { idx, src, .. } if ty(idx) == Ty::Int && ty(src) == Ty::Float => Class::Native,
         Instr::SetIndex2 { ijv, .. } if f.list(*ijv).iter().map(|r| ty(r)).eq([Ty::Int, Ty::Int, Ty::Float]) => Class::Native,
         Instr::TapeSave { src } | Instr::TapePush { src } if ty(src).numeric() => Class::Native,
