@@ -470,7 +470,10 @@ impl Vm {
         self.native_depth += 1;
         let depth = self.frames.len();
         let result = match self.push_frame(func, closure, args, DISCARD, true) {
-            Ok(()) => self.execute(depth),
+            Ok(()) => match self.run_entry_natively(func, depth) {
+                Some(r) => r,
+                None => self.execute(depth),
+            },
             Err(e) => Err(e),
         };
         self.native_depth -= 1;
@@ -479,6 +482,25 @@ impl Vm {
             self.frames.clear();
         }
         result
+    }
+
+    /// The first step `execute` would take on a frame `run_function` just pushed, when its
+    /// function has native code: run that from the entry, without setting up the dispatch
+    /// loop (a gradient driver runs two such frames per call). The value if native code
+    /// returned from the frame; `None` when the interpreter must go on from the frame on top.
+    fn run_entry_natively(&mut self, func: FuncId, depth: usize) -> Option<VmResult<Value>> {
+        if !self.native.on() || !self.native.has_code(func) {
+            return None;
+        }
+        let base = self.frames.last()?.base as usize;
+        let s = self.run_native(func, 0, base)?;
+        if let Err(e) = self.resume_after_native(s) {
+            return Some(Err(self.unwind(e, depth)));
+        }
+        if self.frames.len() == depth {
+            return Some(Ok(std::mem::take(&mut self.native.returned)));
+        }
+        None
     }
 
     pub(crate) fn check_builtin_arity(&self, b: BuiltinId, n: usize) -> VmResult<()> {

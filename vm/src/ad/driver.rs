@@ -104,7 +104,7 @@ fn of_numbers(vm: &mut Vm, id: crate::bytecode::FuncId, args: &[Value]) -> VmRes
     vm.tape.note_peak();
     let mut a: SmallVec<[Value; 4]> = SmallVec::new();
     a.push(Value::Float(1.0));
-    a.resize(args.len() + 1, Value::Nil);
+    a.extend(args.iter().map(|_| Value::Nil));
     let Value::Tuple(t) = vm.run_function(d.adjoint, None, &a)? else {
         return Err(VmError::new("internal differentiation error: an adjoint returned no tuple"));
     };
