@@ -718,10 +718,7 @@ pub const STEP_DONE: u64 = u64::MAX;
 /// Called by native code only: `vm` is the VM running native code on the frame of `func`
 /// whose registers start at `regs`, and `pc` is an instruction of `func`.
 pub unsafe extern "C" fn step(vm: *mut Vm, regs: *mut Value, func: u32, pc: u32) -> u64 {
-    let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        // SAFETY: the caller's contract: `vm` is live and not otherwise borrowed while native
-        // code runs (the interpreter waits in `run_native`).
-        let vm = unsafe { &mut *vm };
+    let body = |vm: &mut Vm| -> VmResult<u64> {
         // SAFETY: a simple instruction never adds a function to the program (only the
         // differentiation drivers do, and they are calls), so the program `vm` holds stays
         // the same allocation while it runs: checked by the version below.
@@ -732,21 +729,33 @@ pub unsafe extern "C" fn step(vm: *mut Vm, regs: *mut Value, func: u32, pc: u32)
         // SAFETY: `regs` is the frame of `f` (caller's contract), verified registers.
         let r = unsafe { vm.exec_simple_outlined(program, f, regs, instr) };
         assert_eq!(version, vm.program_version, "a simple instruction changed the program");
-        match r {
-            Ok(Simple::Done) => STEP_DONE,
-            Ok(Simple::NotSimple) => status::encode(status::EXIT, pc, 0),
-            Err(e) => {
-                vm.native.pending = Some(e);
-                status::encode(status::ERROR, pc, 0)
-            }
-        }
-    }));
-    run.unwrap_or_else(|p| {
-        // SAFETY: as above; the panic unwound out of the closure, which holds no borrow now.
-        let vm = unsafe { &mut *vm };
-        vm.native.pending = Some(VmError::new(format!("internal error: {}", crate::host::panic_message(&*p))));
-        status::encode(status::ERROR, pc, 0)
-    })
+        r.map(|done| match done {
+            Simple::Done => STEP_DONE,
+            Simple::NotSimple => status::encode(status::EXIT, pc, 0),
+        })
+    };
+    // SAFETY: the caller's contract: `vm` is live and not otherwise borrowed while native
+    // code runs (the interpreter waits in `run_native`).
+    unsafe { helper_call(vm, pc, body) }
+}
+
+/// Runs a helper's `body` on the VM: its error becomes the pending error of an `ERROR(pc)`
+/// status, and so does a panic (which must not unwind into machine code).
+///
+/// # Safety
+/// `vm` is live and not otherwise borrowed (native code's helpers are called with it while
+/// the interpreter waits in `run_native`).
+unsafe fn helper_call(vm: *mut Vm, pc: u32, body: impl FnOnce(&mut Vm) -> VmResult<u64>) -> u64 {
+    // SAFETY: the caller's contract.
+    let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| body(unsafe { &mut *vm })));
+    let error = match run {
+        Ok(Ok(status)) => return status,
+        Ok(Err(e)) => e,
+        Err(p) => VmError::new(format!("internal error: {}", crate::host::panic_message(&*p))),
+    };
+    // SAFETY: as above; `body` has returned or unwound, so it holds no borrow now.
+    unsafe { (*vm).native.pending = Some(error) };
+    status::encode(status::ERROR, pc, 0)
 }
 
 /// Runs the `CallBuiltin` at `pc` of `func`, a built-in that may call back into Zy or the
@@ -764,14 +773,11 @@ pub unsafe extern "C" fn step(vm: *mut Vm, regs: *mut Value, func: u32, pc: u32)
 /// # Safety
 /// Called by native code only, running the frame on top of `vm`'s frames, of `func`.
 pub unsafe extern "C" fn call_builtin(vm: *mut Vm, func: u32, pc: u32) -> u64 {
-    let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        // SAFETY: the caller's contract: `vm` is live and not otherwise borrowed while native
-        // code runs (the interpreter waits in `run_native`).
-        let vm = unsafe { &mut *vm };
+    let body = |vm: &mut Vm| -> VmResult<u64> {
         let program = vm.program.clone();
         let f = &program.functions[func as usize];
         let crate::bytecode::Instr::CallBuiltin { dst, builtin, args } = f.code[pc as usize] else {
-            return status::encode(status::EXIT, pc, 0);
+            return Ok(status::encode(status::EXIT, pc, 0));
         };
         let base = vm.frames.last().expect("native code runs a frame").base as usize;
         let stack_limit = vm.native.ctx.stack_limit;
@@ -783,28 +789,17 @@ pub unsafe extern "C" fn call_builtin(vm: *mut Vm, func: u32, pc: u32) -> u64 {
             max_depth: vm.limits.max_depth as u64,
             stack_limit,
         };
-        match r {
-            Ok(v) => {
-                vm.stack[base + dst.index()] = v;
-                // The stack grew and moved: the registers native activations point at are
-                // gone, so they all leave and the interpreter goes on after the call.
-                match vm.stack.as_ptr() == registers_at {
-                    true => STEP_DONE,
-                    false => status::encode(status::EXIT, pc + 1, 0),
-                }
-            }
-            Err(e) => {
-                vm.native.pending = Some(e);
-                status::encode(status::ERROR, pc, 0)
-            }
-        }
-    }));
-    run.unwrap_or_else(|p| {
-        // SAFETY: as above; the panic unwound out of the closure, which holds no borrow now.
-        let vm = unsafe { &mut *vm };
-        vm.native.pending = Some(VmError::new(format!("internal error: {}", crate::host::panic_message(&*p))));
-        status::encode(status::ERROR, pc, 0)
-    })
+        vm.stack[base + dst.index()] = r?;
+        // The stack grew and moved: the registers native activations point at are gone, so
+        // they all leave and the interpreter goes on after the call.
+        Ok(match vm.stack.as_ptr() == registers_at {
+            true => STEP_DONE,
+            false => status::encode(status::EXIT, pc + 1, 0),
+        })
+    };
+    // SAFETY: the caller's contract: `vm` is live and not otherwise borrowed while native
+    // code runs (the interpreter waits in `run_native`).
+    unsafe { helper_call(vm, pc, body) }
 }
 
 /// Drops the value in a register and leaves `nil` (before native code stores a number over a
