@@ -494,6 +494,15 @@ impl Vm {
         }
         let base = self.frames.last()?.base as usize;
         let s = self.run_native(func, 0, base)?;
+        self.after_native(s, depth)
+    }
+
+    /// Takes over from native code that left with status `s` inside the run of `depth`
+    /// (`execute`'s): the run's result when native code failed (the error, unwound) or
+    /// returned from the run's boundary frame (its value waits in `NativeState::returned`,
+    /// where the interpreter's `Return` arm would have returned it); `None` when the
+    /// interpreter goes on from the frame on top.
+    fn after_native(&mut self, s: u64, depth: usize) -> Option<VmResult<Value>> {
         if let Err(e) = self.resume_after_native(s) {
             return Some(Err(self.unwind(e, depth)));
         }
@@ -777,14 +786,8 @@ impl Vm {
                             refresh!();
                             // Native code is entered only where nothing is left to count
                             // (`ip == run_start`), so the frame's pc it sets is all there is.
-                            if let Err(e) = self.resume_after_native(s) {
-                                return Err(self.unwind(e, depth));
-                            }
-                            if self.frames.len() == depth {
-                                // Native code returned from this run's boundary frame: its
-                                // value waits in the slot (the interpreter's `Return` arm
-                                // would have returned it here).
-                                return Ok(std::mem::take(&mut self.native.returned));
+                            if let Some(r) = self.after_native(s, depth) {
+                                return r;
                             }
                             if self.frames.len() != frames_before {
                                 // Native code called into other functions and left inside

@@ -561,12 +561,7 @@ impl Vm {
             0 => (&code as *const _ as usize).saturating_sub(NATIVE_STACK_BYTES),
             _ => self.native.ctx.stack_limit,
         };
-        self.native.ctx = NativeCtx {
-            calls: self.calls.as_mut_ptr(),
-            entries: self.native.call_entries.as_ptr(),
-            max_depth: self.limits.max_depth as u64,
-            stack_limit,
-        };
+        self.refresh_ctx(stack_limit);
         self.native.active += 1;
         // SAFETY: `base` is the running frame's base, whose `num_regs` registers are live
         // below `stack.len()`; native code was compiled for this function from a verified
@@ -612,6 +607,17 @@ impl Vm {
             _ => {}
         }
         Some(s)
+    }
+
+    /// Points `NativeCtx` at the tables native code reads now (they move when functions are
+    /// added or code installed), with the machine-stack bound `stack_limit`.
+    fn refresh_ctx(&mut self, stack_limit: usize) {
+        self.native.ctx = NativeCtx {
+            calls: self.calls.as_mut_ptr(),
+            entries: self.native.call_entries.as_ptr(),
+            max_depth: self.limits.max_depth as u64,
+            stack_limit,
+        };
     }
 
     /// Counts a failed entry or speculation against `func`'s code; at `limit` the code is
@@ -783,12 +789,7 @@ pub unsafe extern "C" fn call_builtin(vm: *mut Vm, func: u32, pc: u32) -> u64 {
         let stack_limit = vm.native.ctx.stack_limit;
         let registers_at = vm.stack.as_ptr();
         let r = vm.call_builtin_regs(builtin, base, f.list(args));
-        vm.native.ctx = NativeCtx {
-            calls: vm.calls.as_mut_ptr(),
-            entries: vm.native.call_entries.as_ptr(),
-            max_depth: vm.limits.max_depth as u64,
-            stack_limit,
-        };
+        vm.refresh_ctx(stack_limit);
         vm.stack[base + dst.index()] = r?;
         // The stack grew and moved: the registers native activations point at are gone, so
         // they all leave and the interpreter goes on after the call.

@@ -11,7 +11,7 @@ use super::adjoints::{check_cotangent, deep_copy, to_gradient};
 use super::{shadows, Segment};
 use crate::error::{VmError, VmResult};
 use crate::interp::Vm;
-use crate::value::{Partial, TupleItems, Value};
+use crate::value::{Partial, Tuple, TupleItems, Value};
 use smallvec::SmallVec;
 use std::rc::Rc;
 
@@ -29,19 +29,13 @@ fn forward(vm: &mut Vm, f: &Value, args: &[Value]) -> VmResult<Value> {
 /// Pops the callee record and runs its adjoint with cotangent `dy`; the arguments' adjoints.
 fn backward(vm: &mut Vm, dy: Value, nargs: usize) -> VmResult<TupleItems> {
     let f = vm.tape_pop()?;
-    let out = match &f {
-        // The common case without the general path's argument shuffling: `(dy, nil..)`.
+    let t = match &f {
+        // The common case without the general path's argument shuffling.
         Value::Func(id) => {
             let adjoint = vm.derivative_of(*id)?.adjoint;
-            let mut a: SmallVec<[Value; 4]> = SmallVec::new();
-            a.push(dy);
-            a.resize(nargs + 1, Value::Nil);
-            vm.run_function(adjoint, None, &a)?
+            run_adjoint(vm, adjoint, dy, nargs)?
         }
-        _ => vm.call_adjoint(&f, dy, vec![Value::Nil; nargs])?,
-    };
-    let Value::Tuple(t) = out else {
-        return Err(VmError::new("internal differentiation error: an adjoint returned no tuple"));
+        _ => adjoint_tuple(vm.call_adjoint(&f, dy, vec![Value::Nil; nargs])?)?,
     };
     // The adjoint's tuple is usually ours alone: move its elements out rather than copy.
     let mut items = match Rc::try_unwrap(t) {
@@ -102,15 +96,26 @@ fn of_numbers(vm: &mut Vm, id: crate::bytecode::FuncId, args: &[Value]) -> VmRes
         return Err(not_a_number(&y));
     }
     vm.tape.note_peak();
-    let mut a: SmallVec<[Value; 4]> = SmallVec::new();
-    a.push(Value::Float(1.0));
-    a.extend(args.iter().map(|_| Value::Nil));
-    let Value::Tuple(t) = vm.run_function(d.adjoint, None, &a)? else {
-        return Err(VmError::new("internal differentiation error: an adjoint returned no tuple"));
-    };
+    let t = run_adjoint(vm, d.adjoint, Value::Float(1.0), args.len())?;
     let program = vm.program();
     let grads = args.iter().enumerate().map(|(k, x)| to_gradient(t.0.get(k + 1).unwrap_or(&Value::Nil), x, program)).collect();
     Ok((y, grads))
+}
+
+/// Runs an adjoint routine with cotangent `dy` and no incoming adjoints for its `nargs`
+/// arguments: `(dy, nil..)`; its tuple `(d closure, d_1 .. d_n)`.
+fn run_adjoint(vm: &mut Vm, adjoint: crate::bytecode::FuncId, dy: Value, nargs: usize) -> VmResult<Rc<Tuple>> {
+    let mut a: SmallVec<[Value; 4]> = SmallVec::new();
+    a.push(dy);
+    a.extend((0..nargs).map(|_| Value::Nil));
+    adjoint_tuple(vm.run_function(adjoint, None, &a)?)
+}
+
+fn adjoint_tuple(out: Value) -> VmResult<Rc<Tuple>> {
+    match out {
+        Value::Tuple(t) => Ok(t),
+        _ => Err(VmError::new("internal differentiation error: an adjoint returned no tuple")),
+    }
 }
 
 fn not_a_number(y: &Value) -> VmError {
