@@ -287,6 +287,26 @@ fn written_back_homes_agree_on_every_tier() {
     ]);
 }
 
+/// Cached loops that keep the tape's top in registers (`jit/src/loops.rs`, batches): the
+/// words' buffer growing midway (the push's slow path), a pop that finds an int where the
+/// batch pops floats (the pop's slow path, leaving), errors and limit checks with pushes not
+/// yet committed, batches of ints, and nested loops whose inner batch ends at each exit.
+#[test]
+fn tape_batches_agree_on_every_tier() {
+    assert_each_agrees("", &[
+        // 4,000 floats pushed: the words grow several times inside the loop.
+        "fn f(x, y) { let r = 1.0\n for i in 0..4000 { r = r * (1.0 + 0.0001 * cos(x * i)) }\n r * y }\n",
+        // The first value saved is an int (`r` starts as 1): the adjoint's last pop finds it.
+        "fn f(x, y) { let r = 1\n for i in 0..300 { r = r * x + y }\n r }\n",
+        // An index out of bounds after pushes in the same run of the loop.
+        "fn f(x, y) { let a = [x, y, x * y]\n let s = 1.0\n for i in 0..5 { s = s * a[i] }\n s }\n",
+        // Ints saved every iteration beside the float arithmetic.
+        "fn f(x, y) { let k = 1\n let s = 0.0\n for i in 0..500 { s = s * 0.5 + x * k\n k = (k * 7 + 3) % 11 }\n s * y }\n",
+        // Nested loops: the inner loop's floats end at its index, pushed at each exit.
+        "fn f(x, y) { let s = 1.0\n for i in 0..30 { for j in 0..40 { s = s * cos(x + j * y) } }\n s }\n",
+    ]);
+}
+
 /// Calls of float leaves, which native code runs in place (`jit/src/x64/inline.rs`): values,
 /// gradients, instruction counts, `hotness()`'s call counts, fuel running out and the depth
 /// limit reached at the call, the same on every tier.

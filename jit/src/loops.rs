@@ -31,6 +31,15 @@
 //!   the tape's pushes and pops (primal-with-tape and adjoint loops) call small helpers. All
 //!   `xmm` registers and some homes are caller-saved, so those homes are reloaded from the frame
 //!   after each call (write-through makes the frame exact: no spill).
+//! - **The tape's top in registers.** A loop whose value-tape entries are all pushes of one
+//!   number kind, or all pops of one (`TapeBatch`), keeps a cursor into the tape's words in
+//!   `r13` and a limit in `r14`, and the cursor where the batch began in a stack slot
+//!   (`TAPE_START`): a push is a compare, a store and an add, a pop a compare, a subtract and
+//!   a load. The limit is the words' capacity for pushes, and for pops the start of the run
+//!   of that kind on top (so every entry popped is of the kind the run says). The entries'
+//!   kinds and the words' length are brought up to date (*committed*) on every way out of the
+//!   loop, before a helper that touches the tape (the slow paths, which then start a new
+//!   batch), and nowhere else: no other code runs while the loop does.
 //! - **Hoisted math.** A `Math1` whose operand the loop never writes is computed once by the
 //!   entry stub into a stack slot; the instruction itself, in the loop, copies that value into
 //!   its destination. Scalar math of a number is pure and cannot fail, so computing it early
@@ -73,6 +82,17 @@ pub struct CachedLoop {
     /// View fields kept in a callee-saved register while the loop runs: (view, field: 0 data
     /// pointer, 1 length or rows, 2 columns, general register).
     pub view_regs: Vec<(usize, usize, u8)>,
+    /// Value-tape entries all of one kind and direction (`r13`, `r14`: see the module).
+    pub tape: Option<TapeBatch>,
+}
+
+/// A loop's value-tape traffic when it is all of one kind and direction.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TapeBatch {
+    /// Pops (else pushes).
+    pub pop: bool,
+    /// The entries' kind (`native::layout().kind_float` or `kind_int`).
+    pub kind: u8,
 }
 
 /// The callee-saved general registers that hold view fields when no int home uses them
@@ -237,6 +257,9 @@ fn qualify(program: &Program, f: &Function, types: &Types, first: usize, last: u
             }
         });
     }
+    let tape = tape_batch(f, types, first, last);
+    // A batch keeps the tape's cursor and limit in `r13` and `r14`.
+    let gp_homes: Vec<u8> = GP_HOMES.into_iter().filter(|g| tape.is_none() || !VIEW_REGS.contains(g)).collect();
     let mut homes = vec![None; n];
     let (mut xi, mut gi) = (0, 0);
     for r in 0..n {
@@ -245,8 +268,8 @@ fn qualify(program: &Program, f: &Function, types: &Types, first: usize, last: u
                 homes[r] = Some(Home::Xmm(XMM_HOMES[xi]));
                 xi += 1;
             }
-            (Some(Ty::Int), false) if gi < GP_HOMES.len() => {
-                homes[r] = Some(Home::Gp(GP_HOMES[gi]));
+            (Some(Ty::Int), false) if gi < gp_homes.len() => {
+                homes[r] = Some(Home::Gp(gp_homes[gi]));
                 gi += 1;
             }
             _ => {}
@@ -254,8 +277,37 @@ fn qualify(program: &Program, f: &Function, types: &Types, first: usize, last: u
     }
     let written: Vec<bool> = written.iter().map(|&n| n > 0).collect();
     let lazy = (0..n).map(|r| written[r] && matches!(homes[r], Some(Home::Xmm(_)))).collect();
-    let view_regs = view_registers(f, first, last, &views, &homes);
-    Some(CachedLoop { first, last, hoisted, homes, views, written, lazy, view_regs })
+    let view_regs = if tape.is_some() { vec![] } else { view_registers(f, first, last, &views, &homes) };
+    Some(CachedLoop { first, last, hoisted, homes, views, written, lazy, view_regs, tape })
+}
+
+/// The loop's value-tape entries, if it has some and they are all pushes of floats, all
+/// pushes of ints, all pops of floats or all pops of ints (`TapePopIf` pops nothing on the
+/// path native code runs: taken, it leaves).
+fn tape_batch(f: &Function, types: &Types, first: usize, last: usize) -> Option<TapeBatch> {
+    let l = zygvm_vm::native::layout();
+    let mut batch: Option<TapeBatch> = None;
+    for pc in first..=last {
+        let t = types.before[pc].as_ref()?;
+        let this = match f.code[pc] {
+            Instr::TapeSave { src } | Instr::TapePush { src } => match t[src.index()] {
+                Ty::Float => TapeBatch { pop: false, kind: l.kind_float },
+                Ty::Int => TapeBatch { pop: false, kind: l.kind_int },
+                _ => return None,
+            },
+            Instr::TapePop { .. } => match types.popped(pc) {
+                Ty::Float => TapeBatch { pop: true, kind: l.kind_float },
+                Ty::Int => TapeBatch { pop: true, kind: l.kind_int },
+                _ => return None,
+            },
+            _ => continue,
+        };
+        match batch {
+            Some(b) if b != this => return None,
+            _ => batch = Some(this),
+        }
+    }
+    batch
 }
 
 /// The view fields read most often in the loop, given the callee-saved registers the homes

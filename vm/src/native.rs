@@ -1110,6 +1110,16 @@ pub unsafe extern "C" fn tape_push_float(vm: *mut Vm, x: f64) {
     unsafe { &mut *vm }.tape.push_float(x);
 }
 
+/// Commits a cached loop's batch of `n` pushes of kind `kind` (`jit/src/loops.rs`): native
+/// code wrote their words after the words' length, within capacity.
+///
+/// # Safety
+/// As for `pop_control`; the batch's contract above.
+pub unsafe extern "C" fn tape_commit_pushes(vm: *mut Vm, n: usize, kind: u8) {
+    // SAFETY: the caller's contract.
+    unsafe { (*vm).tape.commit_words(kind, n) };
+}
+
 /// `TapeSave`/`TapePush` of an int.
 ///
 /// # Safety

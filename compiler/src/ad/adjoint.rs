@@ -161,13 +161,15 @@ impl<'a> Adjoint<'a> {
         let iv = l.inductions[0];
         let cur = self.index_value(iv.param);
         let init = self.value_at(iv.init, span);
-        // `p == init` on every value `p` takes; an ordered test ends the loop whatever happens.
-        let at_start = if iv.increasing {
-            self.b.emit_def(|dst| Instr::Le { dst, a: cur, b: init }, span)
+        // `p != init` on every value `p` takes; an ordered test ends the loop whatever happens.
+        // Both are ints (an induction's values are), so `!(p <= init)` is `p > init`: written
+        // so, the test and its branch to the back edge fuse (`fuse.rs`: the then-block next).
+        let past_start = if iv.increasing {
+            self.b.emit_def(|dst| Instr::Gt { dst, a: cur, b: init }, span)
         } else {
-            self.b.emit_def(|dst| Instr::Ge { dst, a: cur, b: init }, span)
+            self.b.emit_def(|dst| Instr::Lt { dst, a: cur, b: init }, span)
         };
-        let (entry, back) = self.b.branch(at_start, span);
+        let (back, entry) = self.b.branch(past_start, span);
         for (blk, e) in [(entry, l.entry), (back, l.back)] {
             self.b.switch_to(blk);
             self.cross(&e, span);

@@ -307,12 +307,16 @@ impl<'a> Emitter<'a> {
             Instr::TapePop { dst } => {
                 // Before popping: dropping the old value is a call, which clobbers `xmm0`.
                 self.prepare_def(pc, dst);
-                if self.types.popped(pc) == Ty::Int {
-                    self.tape_pop_number(pc, false);
-                    self.store_int(dst);
+                let float = self.types.popped(pc) != Ty::Int;
+                if self.batch().is_some() {
+                    self.tape_pop_batched(pc, float);
                 } else {
-                    self.tape_pop_number(pc, true);
+                    self.tape_pop_number(pc, float);
+                }
+                if float {
                     self.store_float(dst);
+                } else {
+                    self.store_int(dst);
                 }
             }
             Instr::TapePopCtl { dst } => {
@@ -379,10 +383,11 @@ impl<'a> Emitter<'a> {
                     Some(Home::Gp(g)) => dynasm!(self.ops ; .arch x64 ; mov rax, Rq(g)),
                     None => dynasm!(self.ops ; .arch x64 ; mov rax, QWORD [rbx + s]),
                 }
-                if ty(src) == Ty::Float {
-                    self.tape_push_number(l.kind_float, true);
+                let (kind, float) = if ty(src) == Ty::Float { (l.kind_float, true) } else { (l.kind_int, false) };
+                if self.batch().is_some() {
+                    self.tape_push_batched(float);
                 } else {
-                    self.tape_push_number(l.kind_int, false);
+                    self.tape_push_number(kind, float);
                 }
             }
             Instr::TapePushCtl { bit } => self.tape_push_control(bit as u8),

@@ -19,7 +19,8 @@
 //! Each activation's stack frame (`FRAME_BYTES`, reserved by the entry point it was called
 //! at): `[rsp]` a helper's scratch word, then the cached loop's views and hoisted values
 //! (`view_offset`, `hoist_offset`), then the caller's `rbx` during a native call, then the
-//! registers of an inlined float leaf (`inline.rs`).
+//! registers of an inlined float leaf (`inline.rs`), then where the cached loop's tape batch
+//! began (`TAPE_START`).
 //!
 //! Each instruction is lowered one of three ways (`Class`): typed machine code; a call of the
 //! VM's `step` (the shared semantics of `semantics.rs`), which may decline or fail and then
@@ -73,7 +74,10 @@ const SAVED_RBX: i32 = hoist_offset(crate::loops::MAX_HOISTS);
 /// views, the hoisted values, the saved `rbx` and the registers of an inlined callee
 /// (`inline.rs`), keeping `rsp` 16-byte aligned at calls (entered by a `call`, so the return
 /// address leaves `rsp` at 8 modulo 16).
-const FRAME_BYTES: i32 = SAVED_RBX + 16 + 8 * inline::INLINE_SLOTS as i32;
+const FRAME_BYTES: i32 = TAPE_START + 8;
+
+/// Where a cached loop's tape batch began (`loops.rs`: the cursor when last committed).
+const TAPE_START: i32 = SAVED_RBX + 8 + 8 * inline::INLINE_SLOTS as i32;
 const _: () = assert!(FRAME_BYTES % 16 == 8, "the native frame would misalign calls");
 
 /// The byte offset of register `r`'s tag word (payload at `+ 8`).
@@ -110,6 +114,8 @@ struct Emitter<'a> {
     stubs: Vec<(Stub, usize, DynamicLabel)>,
     /// Rare exits still to emit (`cold_exit`).
     cold: Vec<Cold>,
+    /// Slow paths of batched tape pushes and pops still to emit (`tape.rs`).
+    slow: Vec<tape::Slow>,
 }
 
 /// A way into the cached loop with the given index (loading its homes), or out of it
@@ -211,7 +217,9 @@ impl<'a> Emitter<'a> {
     /// (the count lives in `r15` everywhere).
     pub(super) fn target(&mut self, to: usize) -> DynamicLabel {
         let stub = match (self.cur, self.loop_of[to]) {
-            (Some(l), dest) if dest != Some(l) && self.loops[l].lazy.contains(&true) => Stub::Leave(l),
+            (Some(l), dest) if dest != Some(l) && (self.loops[l].lazy.contains(&true) || self.loops[l].tape.is_some()) => {
+                Stub::Leave(l)
+            }
             (_, Some(l)) if self.cur != Some(l) => Stub::Enter(l),
             _ => return self.labels[to],
         };
@@ -252,9 +260,22 @@ impl<'a> Emitter<'a> {
         }
     }
 
+    /// What every way out of the current cached loop does first: its written-back homes
+    /// stored, its tape batch committed (`loops.rs`). Clobbers the scratch registers and,
+    /// when it commits pushes, the caller-saved ones.
+    pub(super) fn settle_loop(&mut self) {
+        self.write_back();
+        self.tape_commit();
+    }
+
+    /// The current cached loop's tape batch.
+    pub(super) fn batch(&self) -> Option<crate::loops::TapeBatch> {
+        self.cur.and_then(|l| self.loops[l].tape)
+    }
+
     /// Leaves with `status` in `rax` after counting `counted` instructions.
     pub(super) fn leave(&mut self, counted: usize, st: u64) {
-        self.write_back();
+        self.settle_loop();
         self.count(counted);
         let ep = self.epilogue;
         dynasm!(self.ops ; .arch x64 ; mov rax, QWORD st as i64 ; jmp =>ep);
@@ -570,6 +591,7 @@ pub fn compile(program: &Program, func: FuncId, types: &Types) -> Result<NativeC
         cur: None,
         stubs: vec![],
         cold: vec![],
+        slow: vec![],
         pc: None,
         pc_offsets: vec![],
     };
@@ -609,6 +631,7 @@ pub fn compile(program: &Program, func: FuncId, types: &Types) -> Result<NativeC
     }
     // Native callers enter a fresh frame: only the arguments need checking.
     let call_entry = e.types.before[0].is_some().then(|| e.entry(0, true));
+    e.emit_slow();
     e.emit_cold();
     e.emit_stubs();
     let size = e.ops.offset().0;

@@ -18,7 +18,7 @@ impl<'a> Emitter<'a> {
                 Stub::Leave(l) => {
                     dynasm!(self.ops ; .arch x64 ; =>label);
                     self.cur = Some(l);
-                    self.write_back();
+                    self.settle_loop();
                     self.cur = None;
                     let next = self.target(to);
                     dynasm!(self.ops ; .arch x64 ; jmp =>next);
@@ -58,6 +58,7 @@ impl<'a> Emitter<'a> {
             }
             self.cur = Some(l);
             self.load_homes(false);
+            self.tape_reserve();
             self.cur = None;
             let target = self.labels[to];
             dynasm!(self.ops ; .arch x64 ; jmp =>target);

@@ -87,6 +87,24 @@ impl Runs {
         self.runs.push(Run { sym, count: 1 });
     }
 
+    /// `push(sym)` `n` times.
+    pub fn push_n(&mut self, sym: u8, n: usize) {
+        self.len += n;
+        let mut left = n;
+        if let Some(last) = self.runs.last_mut() {
+            if last.sym == sym {
+                let k = left.min((u32::MAX - last.count) as usize);
+                last.count += k as u32;
+                left -= k;
+            }
+        }
+        while left > 0 {
+            let k = left.min(u32::MAX as usize);
+            self.runs.push(Run { sym, count: k as u32 });
+            left -= k;
+        }
+    }
+
     #[inline(always)]
     pub fn pop(&mut self) -> Option<u8> {
         let last = self.runs.last_mut()?;
@@ -181,6 +199,18 @@ impl Tape {
     pub fn push_int(&mut self, i: i64) {
         self.words.push(i as u64);
         self.kinds.push(INT);
+    }
+
+    /// Counts `n` entries of number kind `kind` whose words native code has already written
+    /// after the words' length (a cached loop's batch of pushes, `jit/src/loops.rs`).
+    ///
+    /// # Safety
+    /// `len + n` is within the words' capacity and those `n` words were written.
+    pub unsafe fn commit_words(&mut self, kind: u8, n: usize) {
+        let len = self.words.len() + n;
+        // SAFETY: the caller's contract (`u64` has no invalid bit patterns).
+        unsafe { self.words.set_len(len) };
+        self.kinds.push_n(kind, n);
     }
 
     #[inline(always)]
