@@ -282,6 +282,13 @@ fn written_back_homes_agree_on_every_tier() {
         "fn f(x, y) { let m = zeros(3, 4)\n for i in 0..3 { for j in 0..4 { m[i, j] = x * i - y * j } }\n let r = zeros(3)\n for i in 0..3 { let z = 0.0\n for j in 0..4 { z += m[i, j] * m[i, j] }\n r[i] = z }\n r[0] + r[1] * r[2] }\n",
         // A column out of bounds in a matrix loop.
         "fn f(x, y) { let m = zeros(2, 2)\n m[0, 0] = x\n let z = y\n for j in 0..3 { z = z * 0.5 + m[0, j] }\n z }\n",
+        // A matrix indexed with one index in a loop that views it: the interpreter's error
+        // (a view once let `m[i]` read the matrix's elements).
+        "fn f(x, y) { let m = zeros(2, 3)\n m[0, 1] = x\n let s = y\n for i in 0..2 { s += m[i] }\n s }\n",
+        // Adjoint arrays and matrices accumulated in place through views (`into_adjoint`),
+        // the first contribution made by the interpreter (the `nil` adjoint).
+        "fn f(x, y) { let a = [x, y, x * y, 2.0]\n let m = zeros(2, 4)\n m[1, 2] = y\n let s = 0.0\n for i in 0..4 { s += a[i] * a[i] * m[1, i] + sin(a[i]) }\n s }\n",
+        "fn f(x, y) { let m = zeros(3, 3)\n for i in 0..3 { for j in 0..3 { m[i, j] = x * i + y * j } }\n let v = [x, y, 1.0]\n let s = 0.0\n for i in 0..3 { let z = 0.0\n for j in 0..3 { z += m[i, j] * v[j] }\n s += tanh(z) }\n s }\n",
         // Negation and constants of written-back floats.
         "fn f(x, y) { let s = x\n for i in 0..50 { s = -s * 0.75 + 1.25\n s = s - y }\n s }\n",
     ]);

@@ -22,11 +22,15 @@
 //! - **The instruction count in `r15`**, as in all native code (`x64/mod.rs`): counting in
 //!   memory would put a store-to-load chain through `Vm::steps` in every iteration.
 //! - **Arrays read in place.** `a[i]` and `m[i, j]` of a container register the loop never
-//!   writes read through a *view* (data pointer, length or rows, columns) that the entry stub
+//!   writes read through a *view* (data pointer, array length, columns, rows) that the entry stub
 //!   takes (`native::float_view`); the loop only bounds-checks and loads. Nothing in the loop
 //!   can resize or free the buffer (it calls nothing but scalar math). The view fields read
 //!   most often are also kept in `r13`/`r14` when no int home took them (`view_regs`): a
-//!   dot product's loop is bound by its loads, not its arithmetic.
+//!   dot product's loop is bound by its loads, not its arithmetic. An adjoint container that
+//!   `Pull Index`/`Index2` accumulates into in place (`into_adjoint`) gets a view too: the
+//!   loop adds to its elements, which changes neither the register nor the buffer; when it
+//!   is not a float container yet (the `nil` adjoint before the first contribution), its view
+//!   is empty and the first accumulation leaves to the interpreter, which makes it.
 //! - **Helper calls.** A `Math1` that cannot be hoisted calls the built-in's scalar function;
 //!   the tape's pushes and pops (primal-with-tape and adjoint loops) call small helpers. All
 //!   `xmm` registers and some homes are caller-saved, so those homes are reloaded from the frame
@@ -47,7 +51,7 @@
 //!   where and when it always was, and the instruction count is unchanged (counts are per
 //!   straight-line run, by position).
 
-use crate::types::{float_pull, reads, successors, writes, Ty, Types};
+use crate::types::{float_pull, index_pull, reads, successors, writes, Ty, Types};
 use zygvm_vm::bytecode::{Instr, Reg};
 use zygvm_vm::program::{Const, Function, Program};
 
@@ -80,7 +84,7 @@ pub struct CachedLoop {
     /// writes; indexed by register).
     pub lazy: Vec<bool>,
     /// View fields kept in a callee-saved register while the loop runs: (view, field: 0 data
-    /// pointer, 1 length or rows, 2 columns, general register).
+    /// pointer, 1 an array's length, 2 a matrix's columns, 3 its rows; general register).
     pub view_regs: Vec<(usize, usize, u8)>,
     /// Value-tape entries all of one kind and direction (`r13`, `r14`: see the module).
     pub tape: Option<TapeBatch>,
@@ -149,9 +153,19 @@ fn qualify(program: &Program, f: &Function, types: &Types, first: usize, last: u
         types.before[pc].as_ref()?;
         writes(f, &f.code[pc], |r| written[r.index()] += 1);
     }
+    // Writes that change a register: all but the in-place accumulations into an adjoint
+    // container, which keep its value (or leave).
+    let mut replaced = vec![0u32; f.num_regs as usize];
+    for pc in first..=last {
+        let t = types.before[pc].as_ref()?;
+        if !into_adjoint(f, &f.code[pc], t) {
+            writes(f, &f.code[pc], |r| replaced[r.index()] += 1);
+        }
+    }
     let mut hoisted = vec![];
     let mut views: Vec<Reg> = vec![];
-    // A container read in place: not written in the loop, and a view slot free.
+    // A container read or accumulated into in place: its register keeps its value in the
+    // loop, and a view slot is free.
     let view = |views: &mut Vec<Reg>, obj: Reg, written: &[u32]| {
         if written[obj.index()] != 0 {
             return false;
@@ -169,10 +183,11 @@ fn qualify(program: &Program, f: &Function, types: &Types, first: usize, last: u
         let t = types.before[pc].as_ref()?;
         let num = |r: Reg| t[r.index()].numeric();
         let plain = |r: Reg| t[r.index()].plain();
-        // Every definition stores over a plain value (no drop call).
+        // Every definition stores over a plain value (no drop call), but for an adjoint
+        // container accumulated in place, which its helper stores (`into_adjoint`).
         let mut defs_plain = true;
         writes(f, &instr, |r| defs_plain &= plain(r));
-        if !defs_plain {
+        if !defs_plain && !into_adjoint(f, &instr, t) {
             return None;
         }
         let ok = match instr {
@@ -206,9 +221,9 @@ fn qualify(program: &Program, f: &Function, types: &Types, first: usize, last: u
                 }
                 num(src)
             }
-            Instr::Index { obj, idx, .. } => t[idx.index()] == Ty::Int && view(&mut views, obj, &written),
+            Instr::Index { obj, idx, .. } => t[idx.index()] == Ty::Int && view(&mut views, obj, &replaced),
             Instr::Index2 { obj, ij, .. } => {
-                f.list(ij).iter().all(|&r| t[r.index()] == Ty::Int) && view(&mut views, obj, &written)
+                f.list(ij).iter().all(|&r| t[r.index()] == Ty::Int) && view(&mut views, obj, &replaced)
             }
             // The tape's pushes and pops of numbers and decisions, and the float pullbacks:
             // helper calls (homes reloaded after) or straight-line code.
@@ -218,11 +233,20 @@ fn qualify(program: &Program, f: &Function, types: &Types, first: usize, last: u
             Instr::TapePopCtl { .. } => true,
             Instr::TapePopIf { code, .. } => t[code.index()] == Ty::Int && types.speculates(pc),
             Instr::TapePop { .. } => types.speculates(pc),
+            Instr::Pull { args, .. } if into_adjoint(f, &instr, t) => {
+                // Through a view when one is free, else the helper.
+                view(&mut views, f.list(args)[0], &replaced);
+                true
+            }
             Instr::Pull { rule, args, .. } => float_pull(program, rule, f.list(args), t),
             Instr::PullAdd { dst, rule, args } => {
                 float_pull(program, rule, f.list(args), t) && matches!(t[dst.index()], Ty::Float | Ty::Nil | Ty::Plain)
             }
-            Instr::Jump { args, .. } => f.list(args).iter().all(|&r| plain(r)),
+            // What a jump copies is plain (an identity copies nothing).
+            Instr::Jump { target, args } => {
+                let params = f.list(f.blocks[target.index()].params);
+                params.iter().zip(f.list(args)).all(|(&p, &a)| p == a || plain(a))
+            }
             Instr::Branch { cond, .. } => t[cond.index()] == Ty::Bool,
             Instr::BranchNotLt { a, b, .. }
             | Instr::BranchNotLe { a, b, .. }
@@ -281,6 +305,20 @@ fn qualify(program: &Program, f: &Function, types: &Types, first: usize, last: u
     Some(CachedLoop { first, last, hoisted, homes, views, written, lazy, view_regs, tape })
 }
 
+/// `Pull Index`/`Index2` of a float into the adjoint container it accumulates into, in place
+/// (its destination is its accumulator's register): the helper (`native::pull_index_float`)
+/// adds to an element; anything else, such as the `nil` adjoint before the first
+/// contribution, leaves to the interpreter. It resizes no buffer, so views stay valid.
+pub fn into_adjoint(f: &Function, instr: &Instr, t: &[Ty]) -> bool {
+    match *instr {
+        Instr::Pull { dst, rule, args } => {
+            let l = f.list(args);
+            index_pull(rule, l, t) && l.first() == Some(&dst)
+        }
+        _ => false,
+    }
+}
+
 /// The loop's value-tape entries, if it has some and they are all pushes of floats, all
 /// pushes of ints, all pops of floats or all pops of ints (`TapePopIf` pops nothing on the
 /// path native code runs: taken, it leaves).
@@ -316,7 +354,7 @@ fn view_registers(f: &Function, first: usize, last: usize, views: &[Reg], homes:
     let free: Vec<u8> = VIEW_REGS.into_iter().filter(|g| !homes.contains(&Some(Home::Gp(*g)))).collect();
     // Reads per (view, field): an index reads the data pointer and the length, a matrix
     // index the data pointer, the rows, and the columns twice (bound and stride).
-    let mut uses = vec![[0u32; 3]; views.len()];
+    let mut uses = vec![[0u32; 4]; views.len()];
     for pc in first..=last {
         match f.code[pc] {
             Instr::Index { obj, .. } => {
@@ -328,7 +366,7 @@ fn view_registers(f: &Function, first: usize, last: usize, views: &[Reg], homes:
             Instr::Index2 { obj, .. } => {
                 if let Some(v) = views.iter().position(|&r| r == obj) {
                     uses[v][0] += 1;
-                    uses[v][1] += 1;
+                    uses[v][3] += 1;
                     uses[v][2] += 2;
                 }
             }
@@ -336,7 +374,7 @@ fn view_registers(f: &Function, first: usize, last: usize, views: &[Reg], homes:
         }
     }
     let mut fields: Vec<(u32, usize, usize)> =
-        uses.iter().enumerate().flat_map(|(v, u)| (0..3).map(move |k| (u[k], v, k))).filter(|x| x.0 > 0).collect();
+        uses.iter().enumerate().flat_map(|(v, u)| (0..4).map(move |k| (u[k], v, k))).filter(|x| x.0 > 0).collect();
     fields.sort_by(|a, b| b.0.cmp(&a.0).then((a.1, a.2).cmp(&(b.1, b.2))));
     fields.into_iter().zip(free).map(|((_, v, k), g)| (v, k, g)).collect()
 }

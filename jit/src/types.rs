@@ -125,6 +125,18 @@ pub fn float_pull(program: &Program, rule: u32, args: &[Reg], t: &[Ty]) -> bool 
         }
 }
 
+/// A container pullback whose float fast path native code calls (`native::pull_index_float`,
+/// `pull_index2_float`): int indices, a float cotangent.
+pub fn index_pull(rule: u32, args: &[Reg], t: &[Ty]) -> bool {
+    use zygvm_vm::ad::rules::Rule;
+    let ty = |k: usize| args.get(k).map(|r| t[r.index()]);
+    match Rule::decode(rule).0 {
+        Rule::Index => args.len() == 4 && ty(2) == Some(Ty::Int) && ty(3) == Some(Ty::Float),
+        Rule::Index2 => args.len() == 5 && ty(2) == Some(Ty::Int) && ty(3) == Some(Ty::Int) && ty(4) == Some(Ty::Float),
+        _ => false,
+    }
+}
+
 /// A pullback that reads an element of an adjoint (`TakeIndex`, `TakeIndex2`): run through
 /// `step`, its result speculated to be a float and checked after.
 pub fn take_pull(rule: u32) -> bool {

@@ -925,9 +925,12 @@ pub unsafe extern "C" fn index_float(obj: *const Value, i: i64, out: *mut f64) -
 }
 
 /// A view of a float array or matrix for a loop that reads it in place (`jit/src/loops.rs`):
-/// `out` gets the data pointer, the length (a matrix: its rows) and the column count (an
-/// array: 0). Anything else, or a container being modified, gets length 0, so that every
-/// access through the view leaves to the interpreter, which runs the general semantics.
+/// `out` gets the data pointer, the length of an array, the columns of a matrix and the rows
+/// of a matrix (fields an array or a matrix does not have are 0). Anything else, or a
+/// container being modified, gets all lengths 0, so that every access through the view
+/// leaves to the interpreter, which runs the general semantics: `a[i]` checks `i` against
+/// the array length (0 for a matrix, which needs two indices), `m[i, j]` against the rows and
+/// columns (0 for an array).
 ///
 /// The pointer stays valid while the loop runs: the register holding the container is not
 /// written in the loop (so the container stays alive), and the loop calls nothing that could
@@ -936,21 +939,21 @@ pub unsafe extern "C" fn index_float(obj: *const Value, i: i64, out: *mut f64) -
 ///
 /// # Safety
 /// `obj` is a live register; `out` is writable.
-pub unsafe extern "C" fn float_view(obj: *const Value, out: *mut [u64; 3]) {
+pub unsafe extern "C" fn float_view(obj: *const Value, out: *mut [u64; 4]) {
     // SAFETY: the caller's contract.
     let (obj, out) = unsafe { (&*obj, &mut *out) };
-    *out = [0, 0, 0];
+    *out = [0, 0, 0, 0];
     match obj {
         Value::Array(a) => {
             if let Ok(a) = a.try_borrow() {
                 if let crate::value::Array::Floats(v) = &*a {
-                    *out = [v.as_ptr() as u64, v.len() as u64, 0];
+                    *out = [v.as_ptr() as u64, v.len() as u64, 0, 0];
                 }
             }
         }
         Value::Matrix(m) => {
             if let Ok(m) = m.try_borrow() {
-                *out = [m.data.as_ptr() as u64, m.rows as u64, m.cols as u64];
+                *out = [m.data.as_ptr() as u64, 0, m.cols as u64, m.rows as u64];
             }
         }
         _ => {}

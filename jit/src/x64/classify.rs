@@ -1,6 +1,6 @@
 //! What each instruction lowers to (`Class`), and whether a hot loop is worth compiling.
 
-use crate::types::{float_pull, Ty, Types};
+use crate::types::{float_pull, index_pull, Ty, Types};
 use zygvm_vm::bytecode::{Instr, Reg};
 use zygvm_vm::program::{Function, Program};
 
@@ -146,18 +146,6 @@ pub fn classify(program: &Program, f: &Function, types: &Types, pc: usize) -> Cl
         | Instr::PullAdd { .. }
         | Instr::MulAdd { .. } => Class::Step,
         _ => Class::Exit,
-    }
-}
-
-/// A container pullback whose float fast path native code calls (`native::pull_index_float`,
-/// `pull_index2_float`): int indices, a float cotangent.
-pub fn index_pull(rule: u32, args: &[Reg], t: &[Ty]) -> bool {
-    use zygvm_vm::ad::rules::Rule;
-    let ty = |k: usize| args.get(k).map(|r| t[r.index()]);
-    match Rule::decode(rule).0 {
-        Rule::Index => args.len() == 4 && ty(2) == Some(Ty::Int) && ty(3) == Some(Ty::Float),
-        Rule::Index2 => args.len() == 5 && ty(2) == Some(Ty::Int) && ty(3) == Some(Ty::Int) && ty(4) == Some(Ty::Float),
-        _ => false,
     }
 }
 

@@ -265,9 +265,9 @@ impl<'a> Emitter<'a> {
                 self.prepare_def(pc, dst);
                 self.load_int(i, false);
                 let col = self.int_reg(j, true);
-                match self.view_reg(obj, 1) {
+                match self.view_reg(obj, 3) {
                     Some(g) => dynasm!(self.ops ; .arch x64 ; cmp rax, Rq(g) ; jae =>out),
-                    None => dynasm!(self.ops ; .arch x64 ; cmp rax, QWORD [rsp + v + 8] ; jae =>out),
+                    None => dynasm!(self.ops ; .arch x64 ; cmp rax, QWORD [rsp + v + 24] ; jae =>out),
                 }
                 match self.view_reg(obj, 2) {
                     Some(g) => dynasm!(self.ops ; .arch x64 ; cmp Rq(col), Rq(g) ; jae =>out ; imul rax, Rq(g)),
@@ -333,6 +333,11 @@ impl<'a> Emitter<'a> {
                 let s = slot(dst);
                 dynasm!(self.ops ; .arch x64 ; mov QWORD [rbx + s], tag::NIL as i32);
             }
+            Instr::Pull { args, .. }
+                if crate::loops::into_adjoint(self.f, &instr, &t) && self.view_slot(self.f.list(args)[0]).is_some() =>
+            {
+                self.pull_into_view(pc, args);
+            }
             Instr::Pull { dst, rule, args } if index_pull(rule, self.f.list(args), &t) => {
                 let l = self.f.list(args).to_vec();
                 let s = |k: usize| slot(l[k]);
@@ -345,11 +350,16 @@ impl<'a> Emitter<'a> {
                 } else {
                     self.call(native::pull_index_float as *const ());
                 }
-                // Off the fast path: the general semantics.
-                let done = self.ops.new_dynamic_label();
-                dynasm!(self.ops ; .arch x64 ; test al, al ; jnz =>done);
-                self.step(pc);
-                dynasm!(self.ops ; .arch x64 ; =>done);
+                // Off the fast path: the general semantics (in a cached loop, which runs no
+                // `step`, the interpreter's).
+                if self.cur.is_some() {
+                    self.exit_unless_al(pc);
+                } else {
+                    let done = self.ops.new_dynamic_label();
+                    dynasm!(self.ops ; .arch x64 ; test al, al ; jnz =>done);
+                    self.step(pc);
+                    dynasm!(self.ops ; .arch x64 ; =>done);
+                }
             }
             Instr::Pull { dst, rule, args } => {
                 // Before computing: dropping the old value is a call, which clobbers `xmm0`.

@@ -45,11 +45,11 @@ mod lower;
 mod tape;
 mod ways;
 
-pub use classify::{check_profitable, check_profitable_entry, classify, index_pull, no_worse, Class};
+pub use classify::{check_profitable, check_profitable_entry, classify, no_worse, Class};
 
 
 use crate::loops::{CachedLoop, Home};
-use crate::types::{Ty, Types};
+use crate::types::{index_pull, Ty, Types};
 use dynasmrt::x64::Assembler;
 use dynasmrt::{dynasm, AssemblyOffset, DynamicLabel, DynasmApi, DynasmLabelApi};
 use zygvm_vm::bytecode::{BlockId, FuncId, Instr, ListId, Reg};
@@ -430,6 +430,54 @@ impl<'a> Emitter<'a> {
         }
     }
 
+    /// `Pull Index`/`Index2` accumulating a float into the adjoint container it names, in
+    /// place through the current loop's view of it (`loops::into_adjoint`): `acc[i] += d`
+    /// (`acc[i, j] += d`), the element first as the rule adds; out of range (or no float
+    /// container: an empty view) leaves to the interpreter before anything changed.
+    pub(super) fn pull_into_view(&mut self, pc: usize, args: ListId) {
+        let l = self.f.list(args).to_vec();
+        let acc = l[0];
+        let v = self.view_slot(acc).expect("a view of the accumulator");
+        let out = self.cold_exit(pc);
+        let d = *l.last().expect("a cotangent");
+        if l.len() == 4 {
+            let ix = self.int_reg(l[2], false);
+            match self.view_reg(acc, 1) {
+                Some(g) => dynasm!(self.ops ; .arch x64 ; cmp Rq(ix), Rq(g) ; jae =>out),
+                None => dynasm!(self.ops ; .arch x64 ; cmp Rq(ix), QWORD [rsp + v + 8] ; jae =>out),
+            }
+            if ix != 0 {
+                dynasm!(self.ops ; .arch x64 ; mov rax, Rq(ix));
+            }
+        } else {
+            self.load_int(l[2], false);
+            let col = self.int_reg(l[3], true);
+            match self.view_reg(acc, 3) {
+                Some(g) => dynasm!(self.ops ; .arch x64 ; cmp rax, Rq(g) ; jae =>out),
+                None => dynasm!(self.ops ; .arch x64 ; cmp rax, QWORD [rsp + v + 24] ; jae =>out),
+            }
+            match self.view_reg(acc, 2) {
+                Some(g) => dynasm!(self.ops ; .arch x64 ; cmp Rq(col), Rq(g) ; jae =>out ; imul rax, Rq(g)),
+                None => dynasm!(self.ops ; .arch x64
+                    ; cmp Rq(col), QWORD [rsp + v + 16] ; jae =>out ; imul rax, QWORD [rsp + v + 16]),
+            }
+            dynasm!(self.ops ; .arch x64 ; add rax, Rq(col));
+        }
+        let base = match self.view_reg(acc, 0) {
+            Some(g) => g,
+            None => {
+                dynasm!(self.ops ; .arch x64 ; mov rdx, QWORD [rsp + v]);
+                2
+            }
+        };
+        self.load_float(pc, d, true);
+        dynasm!(self.ops ; .arch x64
+            ; movsd xmm0, QWORD [Rq(base) + rax * 8]
+            ; addsd xmm0, xmm1
+            ; movsd QWORD [Rq(base) + rax * 8], xmm0
+        );
+    }
+
     /// Loads a number register as a float into `xmm0` (`second`: `xmm1`).
     pub(super) fn load_float(&mut self, pc: usize, r: Reg, second: bool) {
         let s = slot(r) + 8;
@@ -512,8 +560,17 @@ impl<'a> Emitter<'a> {
                 self.clear_if_heap(dst);
             }
             match src_ty.tag() {
+                // A loop-carried value of one type: its tag is there already.
+                Some(_) if dst_ty == src_ty && self.tag_known(dst, src_ty) => {}
                 Some(tg) => dynasm!(self.ops ; .arch x64 ; mov QWORD [rbx + d], tg as i32),
                 None => dynasm!(self.ops ; .arch x64 ; mov rax, QWORD [rbx + s] ; mov QWORD [rbx + d], rax),
+            }
+            // A float from one written-back home to another: a register move.
+            if let (Some(Home::Xmm(k)), Ty::Float, Some(Home::Xmm(dk)), true) =
+                (self.home(src), src_ty, self.home(dst), self.lazy(dst))
+            {
+                dynasm!(self.ops ; .arch x64 ; movapd Rx(dk), Rx(k));
+                return;
             }
             // The payload from the source's home when it has one (no store-to-load chain
             // through the frame for a loop-carried value).
