@@ -314,6 +314,21 @@ fn tape_batches_agree_on_every_tier() {
     ]);
 }
 
+/// Fused compare-and-branch instructions whose operands are not two ints or two floats: an
+/// int against a float (ordered exactly, as the interpreter does), a NaN, operands of unknown
+/// type (strings ordered by the interpreter), and the reversed loops of adjoints, whose
+/// counters are popped from the tape.
+#[test]
+fn mixed_compare_branches_agree_on_every_tier() {
+    let lt = "fn lt(a, b) { if a < b { 1 } else { 0 } }\nfn ge(a, b) { if a >= b { 1 } else { 0 } }\n";
+    assert_each_agrees(lt, &[
+        "fn f(x, y) { let i = 0\n let s = 0.0\n while i < x * 300.0 + 9007199254740993.0 - 9007199254740993.0 { s += y\n i += 1 }\n s + i }\n",
+        "fn f(x, y) { let i = 10\n let s = 0.0\n while i > x / (y - y) * 0.0 { s += y\n i -= 1 }\n s + i }\n",
+        "fn f(x, y) { lt(\"a\", \"b\") * x + ge(3, 2.5) * y + lt(2, x) + ge(x, 1) + lt(\"b\", \"a\") }\n",
+        "fn f(x, y) { let a = [x, y, x * y]\n let s = 0.0\n for k in 0..3 { for i in 0..3 { s += a[i] * a[k] * (i + 1) } }\n s }\n",
+    ]);
+}
+
 /// Calls of float leaves, which native code runs in place (`jit/src/x64/inline.rs`): values,
 /// gradients, instruction counts, `hotness()`'s call counts, fuel running out and the depth
 /// limit reached at the call, the same on every tier.

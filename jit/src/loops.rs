@@ -1,9 +1,11 @@
 //! Call-free inner loops: which Zy registers live in machine registers while one runs, and
 //! which one-argument math is computed once on entry instead of in every iteration.
 //!
-//! A *cached loop* is a contiguous range of instructions `first..=last` closed by a back edge
-//! to `first`, in which every instruction lowers to machine code that calls nothing (no
-//! helper, no `step`, no drop of a heap value). Inside it:
+//! A *cached loop* is a natural loop of blocks (a header `first` and the blocks that reach a
+//! back edge to it without passing it; every edge into them from outside enters at the
+//! header), not necessarily contiguous in the code (an adjoint's blocks are laid out in the
+//! order the differentiator made them), in which every instruction lowers to machine code
+//! that calls nothing (no helper, no `step`, no drop of a heap value). Inside it:
 //!
 //! - **Homes.** Each register the loop reads with one number type throughout (all reads
 //!   `Float`, or all `Int`) gets a *home*: an `xmm` or general register; reads use the home
@@ -69,8 +71,10 @@ const GP_HOMES: [u8; 6] = [8, 9, 10, 11, 13, 14];
 
 #[derive(Clone, Debug)]
 pub struct CachedLoop {
+    /// The header's first instruction.
     pub first: usize,
-    pub last: usize,
+    /// The loop's instructions, in code order (the header's first among them).
+    pub pcs: Vec<usize>,
     /// Hoisted `Math1` instructions, by pc (the value of the `i`th in hoist slot `i`).
     pub hoisted: Vec<usize>,
     /// Register homes (indexed by register).
@@ -108,55 +112,83 @@ pub const MAX_VIEWS: usize = 4;
 /// Hoisted values a loop may hold (stack slots, likewise).
 pub const MAX_HOISTS: usize = 4;
 
-impl CachedLoop {
-    pub fn contains(&self, pc: usize) -> bool {
-        (self.first..=self.last).contains(&pc)
-    }
-}
 
 /// The cached loops of `f` under `types`: innermost first, never overlapping.
 pub fn find(program: &Program, f: &Function, types: &Types) -> Vec<CachedLoop> {
-    let mut block_of = vec![0; f.code.len()];
-    for (b, info) in f.blocks.iter().enumerate() {
-        let end = f.blocks.get(b + 1).map_or(f.code.len(), |n| n.start as usize);
-        block_of[info.start as usize..end].iter_mut().for_each(|x| *x = b);
-    }
-    let mut candidates = vec![];
-    for (pc, instr) in f.code.iter().enumerate() {
-        if types.before[pc].is_none() || !instr.is_terminator() {
+    let nb = f.blocks.len();
+    let end_of = |b: usize| f.blocks.get(b + 1).map_or(f.code.len(), |n| n.start as usize);
+    // Edges between reached blocks (each block's terminator is its last instruction).
+    let mut succs = vec![vec![]; nb];
+    let mut preds = vec![vec![]; nb];
+    for b in 0..nb {
+        let last = end_of(b) - 1;
+        if end_of(b) == f.blocks[b].start as usize || types.before[last].is_none() {
             continue;
         }
-        for s in successors(f, instr, block_of[pc]) {
-            let h = f.blocks[s].start as usize;
-            if h <= pc {
-                candidates.push((h, pc));
+        for s in successors(f, &f.code[last], b) {
+            succs[b].push(s);
+            preds[s].push(b);
+        }
+    }
+    // Candidates: an edge to a block at or before its source, and the natural loop it closes.
+    let mut candidates: Vec<(usize, Vec<usize>)> = vec![];
+    for b in 0..nb {
+        for &h in &succs[b] {
+            if f.blocks[h].start <= f.blocks[b].start {
+                if let Some(body) = natural_loop(&preds, h, b) {
+                    candidates.push((h, body));
+                }
             }
         }
     }
-    candidates.sort_by_key(|&(h, l)| (l - h, h));
+    let pcs_of = |body: &[usize]| -> Vec<usize> { body.iter().flat_map(|&b| f.blocks[b].start as usize..end_of(b)).collect() };
+    let mut candidates: Vec<(usize, Vec<usize>)> = candidates.into_iter().map(|(h, body)| (h, pcs_of(&body))).collect();
+    candidates.sort_by_key(|(h, pcs)| (pcs.len(), *h));
     let mut found: Vec<CachedLoop> = vec![];
-    for (first, last) in candidates {
-        if found.iter().any(|c| first <= c.last && c.first <= last) {
+    let mut taken = vec![false; f.code.len()];
+    for (h, pcs) in candidates {
+        if pcs.iter().any(|&pc| taken[pc]) {
             continue;
         }
-        if let Some(c) = qualify(program, f, types, first, last) {
+        if let Some(c) = qualify(program, f, types, f.blocks[h].start as usize, pcs) {
+            c.pcs.iter().for_each(|&pc| taken[pc] = true);
             found.push(c);
         }
     }
     found
 }
 
-fn qualify(program: &Program, f: &Function, types: &Types, first: usize, last: usize) -> Option<CachedLoop> {
+/// The blocks of the natural loop of the back edge `tail -> header`, in code order (blocks
+/// are numbered in code order): the header and the blocks that reach `tail` without passing
+/// it; `None` when some edge enters them elsewhere than at the header.
+fn natural_loop(preds: &[Vec<usize>], header: usize, tail: usize) -> Option<Vec<usize>> {
+    let mut inside = vec![false; preds.len()];
+    inside[header] = true;
+    let mut work = vec![tail];
+    while let Some(b) = work.pop() {
+        if !inside[b] {
+            inside[b] = true;
+            work.extend(preds[b].iter().copied());
+        }
+    }
+    let body: Vec<usize> = (0..preds.len()).filter(|&b| inside[b]).collect();
+    // The function's entry block is entered from outside too.
+    let entered_elsewhere =
+        body.iter().any(|&b| b != header && (b == 0 || preds[b].iter().any(|&p| !inside[p])));
+    (!entered_elsewhere).then_some(body)
+}
+
+fn qualify(program: &Program, f: &Function, types: &Types, first: usize, pcs: Vec<usize>) -> Option<CachedLoop> {
     let ty = |pc: usize, r: Reg| types.before[pc].as_ref().map(|t| t[r.index()]);
     let mut written = vec![0u32; f.num_regs as usize];
-    for pc in first..=last {
+    for &pc in &pcs {
         types.before[pc].as_ref()?;
         writes(f, &f.code[pc], |r| written[r.index()] += 1);
     }
     // Writes that change a register: all but the in-place accumulations into an adjoint
     // container, which keep its value (or leave).
     let mut replaced = vec![0u32; f.num_regs as usize];
-    for pc in first..=last {
+    for &pc in &pcs {
         let t = types.before[pc].as_ref()?;
         if !into_adjoint(f, &f.code[pc], t) {
             writes(f, &f.code[pc], |r| replaced[r.index()] += 1);
@@ -178,7 +210,7 @@ fn qualify(program: &Program, f: &Function, types: &Types, first: usize, last: u
         }
         true
     };
-    for pc in first..=last {
+    for &pc in &pcs {
         let instr = f.code[pc];
         let t = types.before[pc].as_ref()?;
         let num = |r: Reg| t[r.index()].numeric();
@@ -265,7 +297,7 @@ fn qualify(program: &Program, f: &Function, types: &Types, first: usize, last: u
     let n = f.num_regs as usize;
     let mut read_ty: Vec<Option<Ty>> = vec![None; n];
     let mut mixed = vec![false; n];
-    for pc in first..=last {
+    for &pc in &pcs {
         if hoisted.contains(&pc) {
             continue;
         }
@@ -281,7 +313,7 @@ fn qualify(program: &Program, f: &Function, types: &Types, first: usize, last: u
             }
         });
     }
-    let tape = tape_batch(f, types, first, last);
+    let tape = tape_batch(f, types, &pcs);
     // A batch keeps the tape's cursor and limit in `r13` and `r14`.
     let gp_homes: Vec<u8> = GP_HOMES.into_iter().filter(|g| tape.is_none() || !VIEW_REGS.contains(g)).collect();
     let mut homes = vec![None; n];
@@ -301,8 +333,8 @@ fn qualify(program: &Program, f: &Function, types: &Types, first: usize, last: u
     }
     let written: Vec<bool> = written.iter().map(|&n| n > 0).collect();
     let lazy = (0..n).map(|r| written[r] && matches!(homes[r], Some(Home::Xmm(_)))).collect();
-    let view_regs = if tape.is_some() { vec![] } else { view_registers(f, first, last, &views, &homes) };
-    Some(CachedLoop { first, last, hoisted, homes, views, written, lazy, view_regs, tape })
+    let view_regs = if tape.is_some() { vec![] } else { view_registers(f, &pcs, &views, &homes) };
+    Some(CachedLoop { first, pcs, hoisted, homes, views, written, lazy, view_regs, tape })
 }
 
 /// `Pull Index`/`Index2` of a float into the adjoint container it accumulates into, in place
@@ -322,10 +354,10 @@ pub fn into_adjoint(f: &Function, instr: &Instr, t: &[Ty]) -> bool {
 /// The loop's value-tape entries, if it has some and they are all pushes of floats, all
 /// pushes of ints, all pops of floats or all pops of ints (`TapePopIf` pops nothing on the
 /// path native code runs: taken, it leaves).
-fn tape_batch(f: &Function, types: &Types, first: usize, last: usize) -> Option<TapeBatch> {
+fn tape_batch(f: &Function, types: &Types, pcs: &[usize]) -> Option<TapeBatch> {
     let l = zygvm_vm::native::layout();
     let mut batch: Option<TapeBatch> = None;
-    for pc in first..=last {
+    for &pc in pcs {
         let t = types.before[pc].as_ref()?;
         let this = match f.code[pc] {
             Instr::TapeSave { src } | Instr::TapePush { src } => match t[src.index()] {
@@ -350,12 +382,12 @@ fn tape_batch(f: &Function, types: &Types, first: usize, last: usize) -> Option<
 
 /// The view fields read most often in the loop, given the callee-saved registers the homes
 /// left free.
-fn view_registers(f: &Function, first: usize, last: usize, views: &[Reg], homes: &[Option<Home>]) -> Vec<(usize, usize, u8)> {
+fn view_registers(f: &Function, pcs: &[usize], views: &[Reg], homes: &[Option<Home>]) -> Vec<(usize, usize, u8)> {
     let free: Vec<u8> = VIEW_REGS.into_iter().filter(|g| !homes.contains(&Some(Home::Gp(*g)))).collect();
     // Reads per (view, field): an index reads the data pointer and the length, a matrix
     // index the data pointer, the rows, and the columns twice (bound and stride).
     let mut uses = vec![[0u32; 4]; views.len()];
-    for pc in first..=last {
+    for &pc in pcs {
         match f.code[pc] {
             Instr::Index { obj, .. } => {
                 if let Some(v) = views.iter().position(|&r| r == obj) {

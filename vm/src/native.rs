@@ -1113,6 +1113,24 @@ pub unsafe extern "C" fn tape_push_float(vm: *mut Vm, x: f64) {
     unsafe { &mut *vm }.tape.push_float(x);
 }
 
+/// How two numbers order (`ops::compare`, exact between an int and a float): -1, 0 or 1, 2
+/// when unordered (a NaN), 3 when either is not a number (native code then leaves).
+///
+/// # Safety
+/// `a` and `b` are live registers.
+pub unsafe extern "C" fn order_numbers(a: *const Value, b: *const Value) -> i64 {
+    // SAFETY: the caller's contract.
+    let (a, b) = unsafe { (&*a, &*b) };
+    if !matches!(a, Value::Int(_) | Value::Float(_)) || !matches!(b, Value::Int(_) | Value::Float(_)) {
+        return 3;
+    }
+    match crate::ops::compare(a, b, "<") {
+        Ok(Some(o)) => o as i64,
+        Ok(None) => 2,
+        Err(_) => 3,
+    }
+}
+
 /// Commits a cached loop's batch of `n` pushes of kind `kind` (`jit/src/loops.rs`): native
 /// code wrote their words after the words' length, within capacity.
 ///

@@ -25,6 +25,7 @@ pub mod cfg;
 pub mod induction;
 pub mod primal;
 pub mod saves;
+pub mod layout;
 pub mod simplify;
 pub mod tangent;
 
@@ -109,6 +110,7 @@ pub fn differentiate_program(ssa: &[Function], builtins: &[Builtin], consts: &[C
             adjoint_of: &adjoint_of,
         });
         simplify::simplify(&mut adj);
+        layout::layout(&mut adj);
         let tan = tangent::tangent_routine(&tangent::Context { f, varied: &varied, builtins, tangent_of: &tangent_of })
             .expect("a function of the source has a tangent routine");
         // Forward over reverse: the tangent routines of the two reverse-mode routines.

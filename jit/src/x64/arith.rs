@@ -173,6 +173,9 @@ impl<'a> Emitter<'a> {
     /// unordered float comparison is false), or when not (`negate`): the flags straight into
     /// the branch.
     pub(super) fn compare_jump(&mut self, pc: usize, instr: Instr, t: Ty, a: Reg, b: Reg, to: DynamicLabel, negate: bool) {
+        if t != self.ty(pc, b) || !t.numeric() {
+            return self.mixed_compare_jump(pc, instr, a, b, to, negate);
+        }
         if t == Ty::Int {
             self.int_cmp(a, b);
             match (instr, negate) {
@@ -199,6 +202,28 @@ impl<'a> Emitter<'a> {
             (Instr::Lt { .. } | Instr::Gt { .. }, true) => dynasm!(self.ops ; .arch x64 ; jbe =>to),
             (_, false) => dynasm!(self.ops ; .arch x64 ; jae =>to),
             (_, true) => dynasm!(self.ops ; .arch x64 ; jb =>to),
+        }
+    }
+
+    /// `compare_jump` of an int and a float, compared exactly, or of operands whose types are
+    /// not known (`native::order_numbers`; anything but two numbers leaves).
+    fn mixed_compare_jump(&mut self, pc: usize, instr: Instr, a: Reg, b: Reg, to: DynamicLabel, negate: bool) {
+        let (sa, sb) = (slot(a), slot(b));
+        dynasm!(self.ops ; .arch x64 ; lea rdi, [rbx + sa] ; lea rsi, [rbx + sb]);
+        self.call(native::order_numbers as *const ());
+        let odd = self.cold_exit(pc);
+        dynasm!(self.ops ; .arch x64 ; cmp rax, 3 ; je =>odd);
+        // -1 less, 0 equal, 1 greater, 2 unordered (every comparison false).
+        match (instr, negate) {
+            (Instr::Lt { .. }, false) => dynasm!(self.ops ; .arch x64 ; cmp rax, -1 ; je =>to),
+            (Instr::Lt { .. }, true) => dynasm!(self.ops ; .arch x64 ; cmp rax, -1 ; jne =>to),
+            (Instr::Le { .. }, false) => dynasm!(self.ops ; .arch x64 ; cmp rax, 0 ; jle =>to),
+            (Instr::Le { .. }, true) => dynasm!(self.ops ; .arch x64 ; cmp rax, 0 ; jg =>to),
+            (Instr::Gt { .. }, false) => dynasm!(self.ops ; .arch x64 ; cmp rax, 1 ; je =>to),
+            (Instr::Gt { .. }, true) => dynasm!(self.ops ; .arch x64 ; cmp rax, 1 ; jne =>to),
+            // Ge: 0 or 1, unsigned at most 1.
+            (_, false) => dynasm!(self.ops ; .arch x64 ; cmp rax, 1 ; jbe =>to),
+            (_, true) => dynasm!(self.ops ; .arch x64 ; cmp rax, 1 ; ja =>to),
         }
     }
 

@@ -77,12 +77,9 @@ pub fn classify(program: &Program, f: &Function, types: &Types, pc: usize) -> Cl
         // Terminators.
         Instr::Jump { .. } | Instr::JumpPar { .. } | Instr::BranchCtl { .. } => Class::Native,
         Instr::Branch { cond, .. } if ty(cond) == Ty::Bool => Class::Native,
-        Instr::BranchNotLt { a, b, .. }
-        | Instr::BranchNotLe { a, b, .. }
-        | Instr::BranchNotGt { a, b, .. }
-        | Instr::BranchNotGe { a, b, .. }
-            if same_plain(a, b) =>
-        {
+        // Two ints or two floats inline; other operands through a helper that orders two
+        // numbers exactly (and leaves for anything else).
+        Instr::BranchNotLt { .. } | Instr::BranchNotLe { .. } | Instr::BranchNotGt { .. } | Instr::BranchNotGe { .. } => {
             Class::Native
         }
         Instr::AddJump { dst, k, .. } | Instr::SubJump { dst, k, .. } if same_plain(dst, k) => Class::Native,
@@ -231,7 +228,7 @@ pub fn check_profitable(program: &Program, f: &Function, seed: u32, types: &Type
         .flat_map(|b| (f.blocks[b].start as usize..end_of(b)).take_while(|&pc| types.before[pc].is_some()));
     let (native_n, step_n, exit) = tally(program, f, types, body);
     if let Some(pc) = exit {
-        return Err(format!("the loop leaves to the interpreter at instruction {pc}"));
+        return Err(format!("the loop leaves to the interpreter at instruction {pc} ({})", f.code[pc].name()));
     }
     if step_n > native_n {
         return Err(format!("the loop is mostly helper calls ({step_n} of {})", step_n + native_n));

@@ -622,7 +622,7 @@ pub fn compile(program: &Program, func: FuncId, types: &Types) -> Result<NativeC
     let loops: Vec<CachedLoop> = crate::loops::find(program, f, types)
         .into_iter()
         .filter(|l| {
-            (l.first..=l.last).all(|pc| {
+            l.pcs.iter().all(|&pc| {
                 l.hoisted.contains(&pc)
                     || classify(program, f, types, pc) == Class::Native
             })
@@ -630,7 +630,7 @@ pub fn compile(program: &Program, func: FuncId, types: &Types) -> Result<NativeC
         .collect();
     let mut loop_of = vec![None; f.code.len()];
     for (i, l) in loops.iter().enumerate() {
-        loop_of[l.first..=l.last].iter_mut().for_each(|x| *x = Some(i));
+        l.pcs.iter().for_each(|&pc| loop_of[pc] = Some(i));
     }
     let mut e = Emitter {
         ops,
