@@ -311,6 +311,12 @@ fn tape_batches_agree_on_every_tier() {
         "fn f(x, y) { let k = 1\n let s = 0.0\n for i in 0..500 { s = s * 0.5 + x * k\n k = (k * 7 + 3) % 11 }\n s * y }\n",
         // Nested loops: the inner loop's floats end at its index, pushed at each exit.
         "fn f(x, y) { let s = 1.0\n for i in 0..30 { for j in 0..40 { s = s * cos(x + j * y) } }\n s }\n",
+        // A shape code per `+` of two numbers (a control batch of pushes, and of pops in the
+        // adjoint), over a loop long enough to meet limit checks.
+        "fn f(x, y) { let a = zeros(3000)\n for i in 0..3000 { a[i] = x * i }\n let s = 0.0\n for i in 0..3000 { s += exp(a[i] * 0.0001) * y }\n s }\n",
+        // Branches inside the loop: the adjoint pops runs of alternating decisions (each run's
+        // end is the control batch's slow path).
+        "fn f(x, y) { let s = 0.0\n for i in 0..400 { if i % 3 == 0 { s = s * 0.5 + x } else { s = s + y * i } }\n s }\n",
     ]);
 }
 

@@ -45,7 +45,9 @@
 //!   of that kind on top (so every entry popped is of the kind the run says). The entries'
 //!   kinds and the words' length are brought up to date (*committed*) on every way out of the
 //!   loop, before a helper that touches the tape (the slow paths, which then start a new
-//!   batch), and nowhere else: no other code runs while the loop does.
+//!   batch), and nowhere else: no other code runs while the loop does. Control decisions
+//!   are batched the same way when they are all pushes of one symbol (a count in a stack
+//!   slot) or all pops (the entries left in the top run, and its symbol, in stack slots).
 //! - **Hoisted math.** A `Math1` whose operand the loop never writes is computed once by the
 //!   entry stub into a stack slot; the instruction itself, in the loop, copies that value into
 //!   its destination. Scalar math of a number is pure and cannot fail, so computing it early
@@ -92,6 +94,17 @@ pub struct CachedLoop {
     pub view_regs: Vec<(usize, usize, u8)>,
     /// Value-tape entries all of one kind and direction (`r13`, `r14`: see the module).
     pub tape: Option<TapeBatch>,
+    /// Control decisions all pushes of one symbol, or all pops (counted in stack slots).
+    pub ctl: Option<CtlBatch>,
+}
+
+/// A loop's control-stack traffic when it is all pushes of one symbol or all pops.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CtlBatch {
+    /// Pops (else pushes).
+    pub pop: bool,
+    /// The symbol pushed (pops: 0, the symbol being the top run's).
+    pub sym: u8,
 }
 
 /// A loop's value-tape traffic when it is all of one kind and direction.
@@ -334,7 +347,8 @@ fn qualify(program: &Program, f: &Function, types: &Types, first: usize, pcs: Ve
     let written: Vec<bool> = written.iter().map(|&n| n > 0).collect();
     let lazy = (0..n).map(|r| written[r] && matches!(homes[r], Some(Home::Xmm(_)))).collect();
     let view_regs = if tape.is_some() { vec![] } else { view_registers(f, &pcs, &views, &homes) };
-    Some(CachedLoop { first, pcs, hoisted, homes, views, written, lazy, view_regs, tape })
+    let ctl = ctl_batch(f, &pcs);
+    Some(CachedLoop { first, pcs, hoisted, homes, views, written, lazy, view_regs, tape, ctl })
 }
 
 /// `Pull Index`/`Index2` of a float into the adjoint container it accumulates into, in place
@@ -349,6 +363,25 @@ pub fn into_adjoint(f: &Function, instr: &Instr, t: &[Ty]) -> bool {
         }
         _ => false,
     }
+}
+
+/// The loop's control decisions, if it has some and they are all pushes of one symbol
+/// (`TapeShape` of two numbers pushes shape code 0) or all pops (`TapePopCtl`, `BranchCtl`).
+fn ctl_batch(f: &Function, pcs: &[usize]) -> Option<CtlBatch> {
+    let mut batch: Option<CtlBatch> = None;
+    for &pc in pcs {
+        let this = match f.code[pc] {
+            Instr::TapeShape { .. } => CtlBatch { pop: false, sym: 0 },
+            Instr::TapePushCtl { bit } => CtlBatch { pop: false, sym: bit as u8 },
+            Instr::TapePopCtl { .. } | Instr::BranchCtl { .. } => CtlBatch { pop: true, sym: 0 },
+            _ => continue,
+        };
+        match batch {
+            Some(b) if b != this => return None,
+            _ => batch = Some(this),
+        }
+    }
+    batch
 }
 
 /// The loop's value-tape entries, if it has some and they are all pushes of floats, all

@@ -1141,6 +1141,15 @@ pub unsafe extern "C" fn tape_commit_pushes(vm: *mut Vm, n: usize, kind: u8) {
     unsafe { (*vm).tape.commit_words(kind, n) };
 }
 
+/// Commits a cached loop's batch of `n` control decisions `sym` (`jit/src/loops.rs`).
+///
+/// # Safety
+/// As for `pop_control`.
+pub unsafe extern "C" fn tape_commit_controls(vm: *mut Vm, n: usize, sym: u8) {
+    // SAFETY: the caller's contract.
+    unsafe { (*vm).tape.ctl.push_n(sym, n) };
+}
+
 /// `TapeSave`/`TapePush` of an int.
 ///
 /// # Safety

@@ -213,6 +213,15 @@ impl<'a> Emitter<'a> {
                 dynasm!(self.ops ; .arch x64 ; =>taken);
                 self.branch_edge(pc, then_blk);
             }
+            Instr::BranchCtl { then_blk, else_blk } if self.ctl_batch().is_some() => {
+                let empty = self.cold_exit(pc);
+                self.ctl_pop_batched(empty);
+                let taken = self.ops.new_dynamic_label();
+                dynasm!(self.ops ; .arch x64 ; test rax, rax ; jnz =>taken);
+                self.branch_edge(pc, else_blk);
+                dynasm!(self.ops ; .arch x64 ; =>taken);
+                self.branch_edge(pc, then_blk);
+            }
             Instr::BranchCtl { then_blk, else_blk } => {
                 self.tape_pop_control(None);
                 let empty = self.ops.new_dynamic_label();
@@ -322,7 +331,11 @@ impl<'a> Emitter<'a> {
             Instr::TapePopCtl { dst } => {
                 self.prepare_def(pc, dst);
                 let empty = self.cold_exit(pc);
-                self.tape_pop_control(Some(empty));
+                if self.ctl_batch().is_some() {
+                    self.ctl_pop_batched(empty);
+                } else {
+                    self.tape_pop_control(Some(empty));
+                }
                 self.store_int(dst);
             }
             Instr::TapePopIf { dst, code, mask } => {
@@ -400,6 +413,7 @@ impl<'a> Emitter<'a> {
                     self.tape_push_number(kind, float);
                 }
             }
+            Instr::TapePushCtl { .. } | Instr::TapeShape { .. } if self.ctl_batch().is_some() => self.ctl_push_batched(),
             Instr::TapePushCtl { bit } => self.tape_push_control(bit as u8),
             Instr::TapeShape { .. } => self.tape_push_control(0),
             Instr::CallDirect { dst, func, args } => self.call_direct(pc, dst, func, args),

@@ -19,8 +19,8 @@
 //! Each activation's stack frame (`FRAME_BYTES`, reserved by the entry point it was called
 //! at): `[rsp]` a helper's scratch word, then the cached loop's views and hoisted values
 //! (`view_offset`, `hoist_offset`), then the caller's `rbx` during a native call, then the
-//! registers of an inlined float leaf (`inline.rs`), then where the cached loop's tape batch
-//! began (`TAPE_START`).
+//! registers of an inlined float leaf (`inline.rs`), then the cached loop's tape batches
+//! (`TAPE_START`, `CTL_N`, `CTL_START`, `CTL_SYM`; `batch.rs`).
 //!
 //! Each instruction is lowered one of three ways (`Class`): typed machine code; a call of the
 //! VM's `step` (the shared semantics of `semantics.rs`), which may decline or fail and then
@@ -38,6 +38,7 @@
 #![allow(clippy::useless_conversion)]
 
 mod arith;
+mod batch;
 mod calls;
 mod classify;
 mod inline;
@@ -74,10 +75,15 @@ const SAVED_RBX: i32 = hoist_offset(crate::loops::MAX_HOISTS);
 /// views, the hoisted values, the saved `rbx` and the registers of an inlined callee
 /// (`inline.rs`), keeping `rsp` 16-byte aligned at calls (entered by a `call`, so the return
 /// address leaves `rsp` at 8 modulo 16).
-const FRAME_BYTES: i32 = TAPE_START + 8;
+const FRAME_BYTES: i32 = CTL_SYM + 16;
 
 /// Where a cached loop's tape batch began (`loops.rs`: the cursor when last committed).
 const TAPE_START: i32 = SAVED_RBX + 8 + 8 * inline::INLINE_SLOTS as i32;
+/// A cached loop's control batch (`batch.rs`): the count of pushes not yet committed or of
+/// entries still to pop, that count as of the last commit (pops), and the top run's symbol.
+const CTL_N: i32 = TAPE_START + 8;
+const CTL_START: i32 = CTL_N + 8;
+const CTL_SYM: i32 = CTL_START + 8;
 const _: () = assert!(FRAME_BYTES % 16 == 8, "the native frame would misalign calls");
 
 /// The byte offset of register `r`'s tag word (payload at `+ 8`).
@@ -115,7 +121,7 @@ struct Emitter<'a> {
     /// Rare exits still to emit (`cold_exit`).
     cold: Vec<Cold>,
     /// Slow paths of batched tape pushes and pops still to emit (`tape.rs`).
-    slow: Vec<tape::Slow>,
+    slow: Vec<batch::Slow>,
 }
 
 /// A way into the cached loop with the given index (loading its homes), or out of it
@@ -217,7 +223,8 @@ impl<'a> Emitter<'a> {
     /// (the count lives in `r15` everywhere).
     pub(super) fn target(&mut self, to: usize) -> DynamicLabel {
         let stub = match (self.cur, self.loop_of[to]) {
-            (Some(l), dest) if dest != Some(l) && (self.loops[l].lazy.contains(&true) || self.loops[l].tape.is_some()) => {
+            (Some(l), dest) if dest != Some(l) && (self.loops[l].lazy.contains(&true) || self.loops[l].tape.is_some() || self.loops[l].ctl.is_some()) =>
+            {
                 Stub::Leave(l)
             }
             (_, Some(l)) if self.cur != Some(l) => Stub::Enter(l),
@@ -266,6 +273,12 @@ impl<'a> Emitter<'a> {
     pub(super) fn settle_loop(&mut self) {
         self.write_back();
         self.tape_commit();
+        self.ctl_commit();
+    }
+
+    /// The current cached loop's control batch.
+    pub(super) fn ctl_batch(&self) -> Option<crate::loops::CtlBatch> {
+        self.cur.and_then(|l| self.loops[l].ctl)
     }
 
     /// The current cached loop's tape batch.

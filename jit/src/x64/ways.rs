@@ -59,6 +59,7 @@ impl<'a> Emitter<'a> {
             self.cur = Some(l);
             self.load_homes(false);
             self.tape_reserve();
+            self.ctl_reserve();
             self.cur = None;
             let target = self.labels[to];
             dynasm!(self.ops ; .arch x64 ; jmp =>target);
