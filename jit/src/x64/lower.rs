@@ -259,31 +259,15 @@ impl<'a> Emitter<'a> {
                 let v = self.view_slot(obj).unwrap_or_default();
                 let out = self.cold_exit(pc);
                 self.prepare_def(pc, dst);
-                let ix = self.int_reg(idx, false);
-                match self.view_reg(obj, 1) {
-                    Some(g) => dynasm!(self.ops ; .arch x64 ; cmp Rq(ix), Rq(g) ; jae =>out),
-                    None => dynasm!(self.ops ; .arch x64 ; cmp Rq(ix), QWORD [rsp + v + 8] ; jae =>out),
-                }
+                let ix = self.view_index(obj, idx, out);
                 self.load_element(obj, v, ix, dst);
             }
             Instr::Index2 { dst, obj, ij } if self.view_slot(obj).is_some() => {
                 let v = self.view_slot(obj).unwrap_or_default();
                 let out = self.cold_exit(pc);
                 let l = self.f.list(ij);
-                let (i, j) = (l[0], l[1]);
                 self.prepare_def(pc, dst);
-                self.load_int(i, false);
-                let col = self.int_reg(j, true);
-                match self.view_reg(obj, 3) {
-                    Some(g) => dynasm!(self.ops ; .arch x64 ; cmp rax, Rq(g) ; jae =>out),
-                    None => dynasm!(self.ops ; .arch x64 ; cmp rax, QWORD [rsp + v + 24] ; jae =>out),
-                }
-                match self.view_reg(obj, 2) {
-                    Some(g) => dynasm!(self.ops ; .arch x64 ; cmp Rq(col), Rq(g) ; jae =>out ; imul rax, Rq(g)),
-                    None => dynasm!(self.ops ; .arch x64
-                        ; cmp Rq(col), QWORD [rsp + v + 16] ; jae =>out ; imul rax, QWORD [rsp + v + 16]),
-                }
-                dynasm!(self.ops ; .arch x64 ; add rax, Rq(col));
+                self.view_index2(obj, l[0], l[1], out);
                 self.load_element(obj, v, 0, dst);
             }
             Instr::Index { dst, obj, idx } => {

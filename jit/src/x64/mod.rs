@@ -443,6 +443,38 @@ impl<'a> Emitter<'a> {
         }
     }
 
+    /// Checks int register `idx` against the array length of the view of `obj` (jumping to
+    /// `out` when out of range, or when the view is not of an array); returns the general
+    /// register holding the index.
+    pub(super) fn view_index(&mut self, obj: Reg, idx: Reg, out: DynamicLabel) -> u8 {
+        let v = self.view_slot(obj).expect("a view");
+        let ix = self.int_reg(idx, false);
+        match self.view_reg(obj, 1) {
+            Some(g) => dynasm!(self.ops ; .arch x64 ; cmp Rq(ix), Rq(g) ; jae =>out),
+            None => dynasm!(self.ops ; .arch x64 ; cmp Rq(ix), QWORD [rsp + v + 8] ; jae =>out),
+        }
+        ix
+    }
+
+    /// `rax :=` the flat index of `[i, j]` in the view of matrix `obj`, after checking both
+    /// against its rows and columns (jumping to `out` when out of range, or when the view is
+    /// not of a matrix). Uses `rcx` for `j` when it has no home.
+    pub(super) fn view_index2(&mut self, obj: Reg, i: Reg, j: Reg, out: DynamicLabel) {
+        let v = self.view_slot(obj).expect("a view");
+        self.load_int(i, false);
+        let col = self.int_reg(j, true);
+        match self.view_reg(obj, 3) {
+            Some(g) => dynasm!(self.ops ; .arch x64 ; cmp rax, Rq(g) ; jae =>out),
+            None => dynasm!(self.ops ; .arch x64 ; cmp rax, QWORD [rsp + v + 24] ; jae =>out),
+        }
+        match self.view_reg(obj, 2) {
+            Some(g) => dynasm!(self.ops ; .arch x64 ; cmp Rq(col), Rq(g) ; jae =>out ; imul rax, Rq(g)),
+            None => dynasm!(self.ops ; .arch x64
+                ; cmp Rq(col), QWORD [rsp + v + 16] ; jae =>out ; imul rax, QWORD [rsp + v + 16]),
+        }
+        dynasm!(self.ops ; .arch x64 ; add rax, Rq(col));
+    }
+
     /// `Pull Index`/`Index2` accumulating a float into the adjoint container it names, in
     /// place through the current loop's view of it (`loops::into_adjoint`): `acc[i] += d`
     /// (`acc[i, j] += d`), the element first as the rule adds; out of range (or no float
@@ -454,27 +486,12 @@ impl<'a> Emitter<'a> {
         let out = self.cold_exit(pc);
         let d = *l.last().expect("a cotangent");
         if l.len() == 4 {
-            let ix = self.int_reg(l[2], false);
-            match self.view_reg(acc, 1) {
-                Some(g) => dynasm!(self.ops ; .arch x64 ; cmp Rq(ix), Rq(g) ; jae =>out),
-                None => dynasm!(self.ops ; .arch x64 ; cmp Rq(ix), QWORD [rsp + v + 8] ; jae =>out),
-            }
+            let ix = self.view_index(acc, l[2], out);
             if ix != 0 {
                 dynasm!(self.ops ; .arch x64 ; mov rax, Rq(ix));
             }
         } else {
-            self.load_int(l[2], false);
-            let col = self.int_reg(l[3], true);
-            match self.view_reg(acc, 3) {
-                Some(g) => dynasm!(self.ops ; .arch x64 ; cmp rax, Rq(g) ; jae =>out),
-                None => dynasm!(self.ops ; .arch x64 ; cmp rax, QWORD [rsp + v + 24] ; jae =>out),
-            }
-            match self.view_reg(acc, 2) {
-                Some(g) => dynasm!(self.ops ; .arch x64 ; cmp Rq(col), Rq(g) ; jae =>out ; imul rax, Rq(g)),
-                None => dynasm!(self.ops ; .arch x64
-                    ; cmp Rq(col), QWORD [rsp + v + 16] ; jae =>out ; imul rax, QWORD [rsp + v + 16]),
-            }
-            dynasm!(self.ops ; .arch x64 ; add rax, Rq(col));
+            self.view_index2(acc, l[2], l[3], out);
         }
         let base = match self.view_reg(acc, 0) {
             Some(g) => g,
