@@ -131,22 +131,23 @@ pub fn find(program: &Program, f: &Function, types: &Types) -> Vec<CachedLoop> {
     let nb = f.blocks.len();
     let end_of = |b: usize| f.blocks.get(b + 1).map_or(f.code.len(), |n| n.start as usize);
     // Edges between reached blocks (each block's terminator is its last instruction).
-    let mut succs = vec![vec![]; nb];
+    let succs: Vec<Vec<usize>> = (0..nb)
+        .map(|b| {
+            let end = end_of(b);
+            match end > f.blocks[b].start as usize && types.before[end - 1].is_some() {
+                true => successors(f, &f.code[end - 1], b),
+                false => vec![],
+            }
+        })
+        .collect();
     let mut preds = vec![vec![]; nb];
-    for b in 0..nb {
-        let last = end_of(b) - 1;
-        if end_of(b) == f.blocks[b].start as usize || types.before[last].is_none() {
-            continue;
-        }
-        for s in successors(f, &f.code[last], b) {
-            succs[b].push(s);
-            preds[s].push(b);
-        }
+    for (b, ss) in succs.iter().enumerate() {
+        ss.iter().for_each(|&s| preds[s].push(b));
     }
     // Candidates: an edge to a block at or before its source, and the natural loop it closes.
     let mut candidates: Vec<(usize, Vec<usize>)> = vec![];
-    for b in 0..nb {
-        for &h in &succs[b] {
+    for (b, ss) in succs.iter().enumerate() {
+        for &h in ss {
             if f.blocks[h].start <= f.blocks[b].start {
                 if let Some(body) = natural_loop(&preds, h, b) {
                     candidates.push((h, body));
