@@ -12,6 +12,12 @@
 //! already-allocated predecessor. A jump whose copies are all identities after allocation
 //! carries no arguments at all.
 //!
+//! Without a hint, a definition takes the lowest free register that has so far held values of
+//! its *kind* only (`kind`: a derivative routine's recorded shape codes and the operands
+//! `TapePopIf` may pop, or anything else), else the lowest free register. Sharing a register
+//! between a shape code and a float made the JIT give neither a machine register in a
+//! reversed loop (a register gets one when every read has one type: `jit/src/loops.rs`).
+//!
 //! Input: a verified SSA function. Output: the executable function (registers reused, so no
 //! longer single-assignment; `verify_function(.., ssa = false)` checks it). Functions too large
 //! for dense liveness sets are left as they are (identity allocation).
@@ -94,6 +100,20 @@ fn reverse_postorder(f: &Function) -> Vec<usize> {
 }
 
 /// Allocates registers for one SSA function.
+/// The kinds of values `take` keeps apart: most values, and a derivative routine's control
+/// values (shape codes, and what `TapePopIf` pops: `nil` but for broadcasting operands).
+const DATA: u8 = 0;
+const SHAPE: u8 = 1;
+const MAYBE_POPPED: u8 = 2;
+
+fn kind(i: &Instr) -> u8 {
+    match i {
+        Instr::TapePopCtl { .. } => SHAPE,
+        Instr::TapePopIf { .. } => MAYBE_POPPED,
+        _ => DATA,
+    }
+}
+
 pub fn allocate(f: &Function) -> Function {
     let nvals = f.num_regs as usize;
     let nblocks = f.blocks.len();
@@ -171,21 +191,25 @@ pub fn allocate(f: &Function) -> Function {
     let mut busy: Vec<bool> = vec![];
     let mut dying: Vec<(usize, Reg)> = vec![];
     let mut dead_def: Vec<bool> = vec![];
-    let take = |busy: &mut Vec<bool>, hint: Option<u32>| -> u32 {
-        if let Some(h) = hint {
-            if !busy.get(h as usize).copied().unwrap_or(false) {
-                if busy.len() <= h as usize {
-                    busy.resize(h as usize + 1, false);
-                }
-                busy[h as usize] = true;
-                return h;
+    // The kind of values each register has held (`kind`), `None` while it held none.
+    let mut kind_of_reg: Vec<Option<u8>> = vec![];
+    let take = |busy: &mut Vec<bool>, kinds: &mut Vec<Option<u8>>, hint: Option<u32>, kind: u8| -> u32 {
+        let r = match hint {
+            Some(h) if !busy.get(h as usize).copied().unwrap_or(false) => h as usize,
+            _ => {
+                let free = |r: &usize| !busy[*r];
+                let same_kind = |r: &usize| kinds.get(*r).copied().flatten().is_none_or(|k| k == kind);
+                (0..busy.len()).find(|r| free(r) && same_kind(r)).unwrap_or(busy.len())
             }
+        };
+        if busy.len() <= r {
+            busy.resize(r + 1, false);
         }
-        let r = busy.iter().position(|b| !b).unwrap_or(busy.len());
-        if r == busy.len() {
-            busy.push(false);
+        if kinds.len() <= r {
+            kinds.resize(r + 1, None);
         }
         busy[r] = true;
+        kinds[r].get_or_insert(kind);
         r as u32
     };
     for &b in &rpo {
@@ -236,7 +260,7 @@ pub fn allocate(f: &Function) -> Function {
                 let a = f.list(args)[k];
                 (reg_of[a.index()] != NONE).then(|| reg_of[a.index()])
             });
-            reg_of[p.index()] = take(&mut busy, hint);
+            reg_of[p.index()] = take(&mut busy, &mut kind_of_reg, hint, DATA);
         }
         for &p in params {
             if !live.contains(p.index()) {
@@ -258,7 +282,7 @@ pub fn allocate(f: &Function) -> Function {
                     let p = f.list(f.blocks[t].params)[k];
                     (reg_of[p.index()] != NONE).then(|| reg_of[p.index()])
                 });
-                let r = take(&mut busy, hint);
+                let r = take(&mut busy, &mut kind_of_reg, hint, kind(i));
                 reg_of[d.index()] = r;
                 if dead_def[pc - start] {
                     busy[r as usize] = false;
@@ -421,5 +445,30 @@ mod tests {
         let (ssa, exe) = function(&p, "f");
         assert!(ssa.num_regs > 100);
         assert!(exe.num_regs <= 6, "frame of {} registers", exe.num_regs);
+    }
+
+    /// In an adjoint, the registers that receive shape codes (`TapePopCtl`) or what
+    /// `TapePopIf` pops receive nothing else, so the values of a reversed loop each keep one
+    /// type per register (and the JIT gives the floats machine registers).
+    #[test]
+    fn control_values_keep_registers_of_their_own() {
+        let p = compile("fn f(W, x, n) { let s = 0.0\n for i in 0..n { s += W[0, i] * x[i] + s * x[i] }\n s }");
+        let i = p.functions.iter().position(|f| f.name == "f").unwrap();
+        let adj = &p.functions[p.derivatives[i].as_ref().unwrap().adjoint.index()];
+        let kind_of = |r: usize| -> Vec<u8> {
+            let mut kinds: Vec<u8> = adj.code.iter().filter(|i| i.def().map(|d| d.index()) == Some(r)).map(super::kind).collect();
+            kinds.dedup();
+            kinds
+        };
+        let defined_by_control = (0..adj.num_regs as usize).filter(|&r| kind_of(r).iter().any(|&k| k != super::DATA));
+        let mut any = false;
+        for r in defined_by_control {
+            any = true;
+            let mut k = kind_of(r);
+            k.sort();
+            k.dedup();
+            assert_eq!(k.len(), 1, "register r{r} holds values of kinds {k:?}");
+        }
+        assert!(any, "the adjoint pops no shape codes");
     }
 }
