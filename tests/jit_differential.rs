@@ -280,6 +280,12 @@ fn written_back_homes_agree_on_every_tier() {
         "fn f(x, y) { let s = 0.0\n let t = x\n for i in 0..200 { t = sin(t + y)\n s += t * t }\n s + t }\n",
         // A matrix read in place with an accumulator per row, the rows' sums stored out.
         "fn f(x, y) { let m = zeros(3, 4)\n for i in 0..3 { for j in 0..4 { m[i, j] = x * i - y * j } }\n let r = zeros(3)\n for i in 0..3 { let z = 0.0\n for j in 0..4 { z += m[i, j] * m[i, j] }\n r[i] = z }\n r[0] + r[1] * r[2] }\n",
+        // Fixed rows (`CachedLoop::rows`): a row out of range, a negative one, two indices
+        // into an array, and a row read and accumulated into (the adjoint) in one loop.
+        "fn f(x, y) { let m = zeros(2, 3)\n m[1, 1] = x\n let r = 2\n let z = y\n for j in 0..3 { z = z * 0.5 + m[r, j] }\n z }\n",
+        "fn f(x, y) { let m = zeros(2, 3)\n let r = -1\n let z = y\n for j in 0..3 { z += m[r, j] * x }\n z }\n",
+        "fn f(x, y) { let a = [x, y, 1.0]\n let z = y\n for j in 0..3 { z += a[0, j] }\n z }\n",
+        "fn f(x, y) { let m = zeros(3, 40)\n for i in 0..3 { for j in 0..40 { m[i, j] = x * j - y * i } }\n let z = 0.0\n for i in 0..3 { for j in 0..40 { z += m[i, j] * m[i, j] * y } }\n z }\n",
         // A column out of bounds in a matrix loop.
         "fn f(x, y) { let m = zeros(2, 2)\n m[0, 0] = x\n let z = y\n for j in 0..3 { z = z * 0.5 + m[0, j] }\n z }\n",
         // A matrix indexed with one index in a loop that views it: the interpreter's error

@@ -92,6 +92,10 @@ pub struct CachedLoop {
     /// View fields kept in a callee-saved register while the loop runs: (view, field: 0 data
     /// pointer, 1 an array's length, 2 a matrix's columns, 3 its rows; general register).
     pub view_regs: Vec<(usize, usize, u8)>,
+    /// Matrix rows fixed while the loop runs: `m[i, j]` (or an accumulation into `m`) of a
+    /// viewed `m` with `i` unchanged in the loop. The entry stub checks `i` and computes
+    /// `i * cols` once (`row_offset`); each access then checks `j` only.
+    pub rows: Vec<(Reg, Reg)>,
     /// Value-tape entries all of one kind and direction (`r13`, `r14`: see the module).
     pub tape: Option<TapeBatch>,
     /// Control decisions all pushes of one symbol, or all pops (counted in stack slots).
@@ -124,6 +128,8 @@ const VIEW_REGS: [u8; 2] = [13, 14];
 pub const MAX_VIEWS: usize = 4;
 /// Hoisted values a loop may hold (stack slots, likewise).
 pub const MAX_HOISTS: usize = 4;
+/// Fixed matrix rows a loop may hold (two stack slots each, likewise).
+pub const MAX_ROWS: usize = 4;
 
 
 /// The cached loops of `f` under `types`: innermost first, never overlapping.
@@ -347,9 +353,10 @@ fn qualify(program: &Program, f: &Function, types: &Types, first: usize, pcs: Ve
     }
     let written: Vec<bool> = written.iter().map(|&n| n > 0).collect();
     let lazy = (0..n).map(|r| written[r] && matches!(homes[r], Some(Home::Xmm(_)))).collect();
-    let view_regs = if tape.is_some() { vec![] } else { view_registers(f, &pcs, &views, &homes) };
+    let rows = fixed_rows(f, types, &pcs, &views, &written);
+    let view_regs = if tape.is_some() { vec![] } else { view_registers(f, &pcs, &views, &homes, &rows) };
     let ctl = ctl_batch(f, &pcs);
-    Some(CachedLoop { first, pcs, hoisted, homes, views, written, lazy, view_regs, tape, ctl })
+    Some(CachedLoop { first, pcs, hoisted, homes, views, written, lazy, view_regs, rows, tape, ctl })
 }
 
 /// `Pull Index`/`Index2` of a float into the adjoint container it accumulates into, in place
@@ -364,6 +371,28 @@ pub fn into_adjoint(f: &Function, instr: &Instr, t: &[Ty]) -> bool {
         }
         _ => false,
     }
+}
+
+/// The (matrix, row index) pairs of the loop's viewed two-index reads and accumulations whose
+/// row index the loop does not write (`CachedLoop::rows`).
+fn fixed_rows(f: &Function, types: &Types, pcs: &[usize], views: &[Reg], written: &[bool]) -> Vec<(Reg, Reg)> {
+    let mut rows = vec![];
+    for &pc in pcs {
+        let pair = match f.code[pc] {
+            Instr::Index2 { obj, ij, .. } => Some((obj, f.list(ij)[0])),
+            i @ Instr::Pull { args, .. } if f.list(args).len() == 5 => {
+                let t = types.before[pc].as_ref().expect("a loop's instructions are reached");
+                into_adjoint(f, &i, t).then(|| (f.list(args)[0], f.list(args)[2]))
+            }
+            _ => None,
+        };
+        if let Some((m, i)) = pair {
+            if views.contains(&m) && !written[i.index()] && !rows.contains(&(m, i)) && rows.len() < MAX_ROWS {
+                rows.push((m, i));
+            }
+        }
+    }
+    rows
 }
 
 /// The loop's control decisions, if it has some and they are all pushes of one symbol
@@ -416,10 +445,11 @@ fn tape_batch(f: &Function, types: &Types, pcs: &[usize]) -> Option<TapeBatch> {
 
 /// The view fields read most often in the loop, given the callee-saved registers the homes
 /// left free.
-fn view_registers(f: &Function, pcs: &[usize], views: &[Reg], homes: &[Option<Home>]) -> Vec<(usize, usize, u8)> {
+fn view_registers(f: &Function, pcs: &[usize], views: &[Reg], homes: &[Option<Home>], rows: &[(Reg, Reg)]) -> Vec<(usize, usize, u8)> {
     let free: Vec<u8> = VIEW_REGS.into_iter().filter(|g| !homes.contains(&Some(Home::Gp(*g)))).collect();
     // Reads per (view, field): an index reads the data pointer and the length, a matrix
-    // index the data pointer, the rows, and the columns twice (bound and stride).
+    // index the data pointer, the rows, and the columns twice (bound and stride), or, in a
+    // fixed row, the data pointer only (the row's slots hold the rest).
     let mut uses = vec![[0u32; 4]; views.len()];
     for &pc in pcs {
         match f.code[pc] {
@@ -429,11 +459,13 @@ fn view_registers(f: &Function, pcs: &[usize], views: &[Reg], homes: &[Option<Ho
                     uses[v][1] += 1;
                 }
             }
-            Instr::Index2 { obj, .. } => {
+            Instr::Index2 { obj, ij, .. } => {
                 if let Some(v) = views.iter().position(|&r| r == obj) {
                     uses[v][0] += 1;
-                    uses[v][3] += 1;
-                    uses[v][2] += 2;
+                    if !rows.contains(&(obj, f.list(ij)[0])) {
+                        uses[v][3] += 1;
+                        uses[v][2] += 2;
+                    }
                 }
             }
             _ => {}

@@ -17,8 +17,8 @@
 //! callee's registers in `rbx` and restores the caller's from its frame after.
 //!
 //! Each activation's stack frame (`FRAME_BYTES`, reserved by the entry point it was called
-//! at): `[rsp]` a helper's scratch word, then the cached loop's views and hoisted values
-//! (`view_offset`, `hoist_offset`), then the caller's `rbx` during a native call, then the
+//! at): `[rsp]` a helper's scratch word, then the cached loop's views, hoisted values and
+//! fixed rows (`view_offset`, `hoist_offset`, `row_offset`), then the caller's `rbx` during a native call, then the
 //! registers of an inlined float leaf (`inline.rs`), then the cached loop's tape batches
 //! (`TAPE_START`, `CTL_N`, `CTL_START`, `CTL_SYM`; `batch.rs`).
 //!
@@ -68,8 +68,15 @@ const fn hoist_offset(i: usize) -> i32 {
     view_offset(crate::loops::MAX_VIEWS) + 8 * i as i32
 }
 
+/// The stack offset of fixed row `i` of a cached loop (`loops::CachedLoop::rows`): the row's
+/// offset `i * cols`, then the column bound (0 when the row is out of range or the view is
+/// not of a matrix, so that every access leaves).
+const fn row_offset(i: usize) -> i32 {
+    hoist_offset(crate::loops::MAX_HOISTS) + 16 * i as i32
+}
+
 /// Where a native call keeps the caller's `rbx` (the callee pins its own registers there).
-const SAVED_RBX: i32 = hoist_offset(crate::loops::MAX_HOISTS);
+const SAVED_RBX: i32 = row_offset(crate::loops::MAX_ROWS);
 
 /// Stack bytes each activation reserves below its return address: the scratch word, the
 /// views, the hoisted values, the saved `rbx` and the registers of an inlined callee
@@ -461,6 +468,13 @@ impl<'a> Emitter<'a> {
     /// not of a matrix). Uses `rcx` for `j` when it has no home.
     pub(super) fn view_index2(&mut self, obj: Reg, i: Reg, j: Reg, out: DynamicLabel) {
         let v = self.view_slot(obj).expect("a view");
+        if let Some(k) = self.cur.and_then(|l| self.loops[l].rows.iter().position(|&x| x == (obj, i))) {
+            // A fixed row: checked and multiplied out on the way in.
+            let r = row_offset(k);
+            let col = self.int_reg(j, true);
+            dynasm!(self.ops ; .arch x64 ; cmp Rq(col), QWORD [rsp + r + 8] ; jae =>out ; mov rax, QWORD [rsp + r] ; add rax, Rq(col));
+            return;
+        }
         self.load_int(i, false);
         let col = self.int_reg(j, true);
         match self.view_reg(obj, 3) {

@@ -42,6 +42,25 @@ impl<'a> Emitter<'a> {
                 dynasm!(self.ops ; .arch x64 ; lea rdi, [rbx + so] ; lea rsi, [rsp + v]);
                 self.call(native::float_view as *const ());
             }
+            // Fixed rows: `i * cols` and the column bound, or a bound of 0 when `i` is out of
+            // range (each access then leaves, and the interpreter raises the error).
+            for (k, (m, i)) in self.loops[l].rows.clone().into_iter().enumerate() {
+                let v = view_offset(self.loops[l].views.iter().position(|&x| x == m).expect("a viewed matrix"));
+                let (s_i, r) = (slot(i) + 8, row_offset(k));
+                dynasm!(self.ops ; .arch x64
+                    ; mov rax, QWORD [rbx + s_i]
+                    ; xor ecx, ecx
+                    ; xor edx, edx
+                    ; cmp rax, QWORD [rsp + v + 24]
+                    ; jae >out
+                    ; mov rdx, QWORD [rsp + v + 16]
+                    ; imul rax, rdx
+                    ; mov rcx, rax
+                    ; out:
+                    ; mov QWORD [rsp + r], rcx
+                    ; mov QWORD [rsp + r + 8], rdx
+                );
+            }
             for (v, field, g) in self.loops[l].view_regs.clone() {
                 let o = view_offset(v) + 8 * field as i32;
                 dynasm!(self.ops ; .arch x64 ; mov Rq(g), QWORD [rsp + o]);
