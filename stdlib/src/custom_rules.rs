@@ -71,12 +71,38 @@ pub fn custom_gradient_tape(vm: &mut Vm, a: &[Value]) -> VmResult<Value> {
             )))
         }
     };
+    // The inputs (references), so that the adjoint can check what `back` returns.
+    vm.tape_push(Value::tuple(a[CUSTOM_BOUND..].to_vec()));
     vm.tape_push(back);
     Ok(y)
 }
 
+/// The adjoint `back` returned for input `k` (from 1) against the input: a number's adjoint is
+/// not a container, and an array's or matrix's is one of the same shape (or `nil`). A
+/// mismatch is the rule's error, reported as such (adding it to the input's adjoint would
+/// fail later with a shape error that names no rule).
+pub fn check_back(k: usize, g: &Value, x: &Value) -> VmResult<()> {
+    let container = |v: &Value| matches!(v, Value::Array(_) | Value::Matrix(_));
+    let bad = match (g, x) {
+        (g, Value::Int(_) | Value::Float(_)) => container(g),
+        (g, x) if container(x) && container(g) => zygvm_vm::ops::shape_text(g) != zygvm_vm::ops::shape_text(x),
+        _ => false,
+    };
+    if bad {
+        return Err(VmError::new(format!(
+            "custom_gradient's back returned an adjoint of shape {} for input {k}, of shape {}",
+            zygvm_vm::ops::shape_text(g),
+            zygvm_vm::ops::shape_text(x)
+        )));
+    }
+    Ok(())
+}
+
 pub fn custom_gradient_adjoint(vm: &mut Vm, dy: Value, d: &mut [Value]) -> VmResult<()> {
     let back = vm.tape_pop()?;
+    let Value::Tuple(inputs) = vm.tape_pop()? else {
+        return Err(VmError::new("internal differentiation error: custom_gradient record"));
+    };
     if matches!(dy, Value::Nil) {
         return Ok(());
     }
@@ -85,6 +111,9 @@ pub fn custom_gradient_adjoint(vm: &mut Vm, dy: Value, d: &mut [Value]) -> VmRes
     zygvm_vm::nesting::check(&dx, "differentiate")?;
     match &dx {
         Value::Tuple(t) if t.len() == n => {
+            for (k, (g, x)) in t.iter().zip(inputs.iter()).enumerate() {
+                check_back(k + 1, g, x)?;
+            }
             for (slot, g) in d[CUSTOM_BOUND..].iter_mut().zip(t.iter()) {
                 *slot = accumulate(std::mem::take(slot), g.clone())?;
             }

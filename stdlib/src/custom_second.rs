@@ -198,6 +198,8 @@ fn custom_gradient_tape(vm: &mut Vm, a: &[Value], t: &[Value]) -> VmResult<(Valu
     if !back.is_callable() {
         return Err(VmError::new("custom_gradient's rule must return a tuple (y, back) with a function back"));
     }
+    // As in first order (`custom_rules::custom_gradient_tape`): the inputs, then `back`.
+    vm.tape_push(Value::tuple(a[k..].to_vec()));
     vm.tape_push(back);
     vm.tape_push(element(&tr, 1));
     Ok((element(&r, 0), element(&tr, 0)))
@@ -205,6 +207,7 @@ fn custom_gradient_tape(vm: &mut Vm, a: &[Value], t: &[Value]) -> VmResult<(Valu
 fn custom_gradient_adjoint(vm: &mut Vm, dy: &Value, d: &mut [Value], tdy: &Value, td: &mut [Value]) -> VmResult<()> {
     let tback = vm.tape_pop()?;
     let back = vm.tape_pop()?;
+    let inputs = vm.tape_pop()?;
     if matches!(dy, Value::Nil) && matches!(tdy, Value::Nil) {
         return Ok(());
     }
@@ -213,6 +216,9 @@ fn custom_gradient_adjoint(vm: &mut Vm, dy: &Value, d: &mut [Value], tdy: &Value
     let n = d.len() - k0;
     if !matches!(&dx, Value::Tuple(t) if t.len() == n) {
         return Err(VmError::new(format!("custom_gradient's back must return a tuple of {n} adjoints (one per input), got {}", dx.type_name())));
+    }
+    for k in 0..n {
+        crate::custom_rules::check_back(k + 1, &element(&dx, k), &element(&inputs, k))?;
     }
     for k in k0..d.len() {
         add_into(&mut d[k], element(&dx, k - k0))?;
