@@ -14,7 +14,8 @@
 //!
 //! Without a hint, a definition takes the lowest free register that has so far held values of
 //! its *kind* only (`kind`: a derivative routine's recorded shape codes and the operands
-//! `TapePopIf` may pop, or anything else), else the lowest free register. Sharing a register
+//! `TapePopIf` may pop, or anything else), else a new register (so a derivative routine may
+//! use a few more registers than the optimal colouring). Sharing a register
 //! between a shape code and a float made the JIT give neither a machine register in a
 //! reversed loop (a register gets one when every read has one type: `jit/src/loops.rs`).
 //!
@@ -455,18 +456,16 @@ mod tests {
         let p = compile("fn f(W, x, n) { let s = 0.0\n for i in 0..n { s += W[0, i] * x[i] + s * x[i] }\n s }");
         let i = p.functions.iter().position(|f| f.name == "f").unwrap();
         let adj = &p.functions[p.derivatives[i].as_ref().unwrap().adjoint.index()];
-        let kind_of = |r: usize| -> Vec<u8> {
+        // The kinds of the values defined into register `r`, each once.
+        let kinds_of = |r: usize| -> Vec<u8> {
             let mut kinds: Vec<u8> = adj.code.iter().filter(|i| i.def().map(|d| d.index()) == Some(r)).map(super::kind).collect();
+            kinds.sort();
             kinds.dedup();
             kinds
         };
-        let defined_by_control = (0..adj.num_regs as usize).filter(|&r| kind_of(r).iter().any(|&k| k != super::DATA));
         let mut any = false;
-        for r in defined_by_control {
+        for (r, k) in (0..adj.num_regs as usize).map(|r| (r, kinds_of(r))).filter(|(_, k)| k.iter().any(|&k| k != super::DATA)) {
             any = true;
-            let mut k = kind_of(r);
-            k.sort();
-            k.dedup();
             assert_eq!(k.len(), 1, "register r{r} holds values of kinds {k:?}");
         }
         assert!(any, "the adjoint pops no shape codes");

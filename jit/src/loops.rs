@@ -3,8 +3,7 @@
 //!
 //! A *cached loop* is a natural loop of blocks (a header `first` and the blocks that reach a
 //! back edge to it without passing it; every edge into them from outside enters at the
-//! header), not necessarily contiguous in the code (an adjoint's blocks are laid out in the
-//! order the differentiator made them), in which every instruction lowers to machine code
+//! header), not necessarily contiguous in the code, in which every instruction lowers to machine code
 //! that calls nothing (no helper, no `step`, no drop of a heap value). Inside it:
 //!
 //! - **Homes.** Each register the loop reads with one number type throughout (all reads
@@ -100,6 +99,14 @@ pub struct CachedLoop {
     pub tape: Option<TapeBatch>,
     /// Control decisions all pushes of one symbol, or all pops (counted in stack slots).
     pub ctl: Option<CtlBatch>,
+}
+
+impl CachedLoop {
+    /// Whether leaving the loop has something to do: written-back homes to store, tape
+    /// batches to commit (`x64` `settle_loop`).
+    pub fn settles_on_exit(&self) -> bool {
+        self.lazy.contains(&true) || self.tape.is_some() || self.ctl.is_some()
+    }
 }
 
 /// A loop's control-stack traffic when it is all pushes of one symbol or all pops.
@@ -200,19 +207,16 @@ fn natural_loop(preds: &[Vec<usize>], header: usize, tail: usize) -> Option<Vec<
 
 fn qualify(program: &Program, f: &Function, types: &Types, first: usize, pcs: Vec<usize>) -> Option<CachedLoop> {
     let ty = |pc: usize, r: Reg| types.before[pc].as_ref().map(|t| t[r.index()]);
+    // Writes, and the writes that change a register: all but the in-place accumulations into
+    // an adjoint container, which keep its value (or leave).
     let mut written = vec![0u32; f.num_regs as usize];
-    for &pc in &pcs {
-        types.before[pc].as_ref()?;
-        writes(f, &f.code[pc], |r| written[r.index()] += 1);
-    }
-    // Writes that change a register: all but the in-place accumulations into an adjoint
-    // container, which keep its value (or leave).
     let mut replaced = vec![0u32; f.num_regs as usize];
     for &pc in &pcs {
-        let t = types.before[pc].as_ref()?;
-        if !into_adjoint(f, &f.code[pc], t) {
-            writes(f, &f.code[pc], |r| replaced[r.index()] += 1);
-        }
+        let in_place = into_adjoint(f, &f.code[pc], types.before[pc].as_ref()?);
+        writes(f, &f.code[pc], |r| {
+            written[r.index()] += 1;
+            replaced[r.index()] += u32::from(!in_place);
+        });
     }
     let mut hoisted = vec![];
     let mut views: Vec<Reg> = vec![];

@@ -71,27 +71,31 @@ impl<'a> Emitter<'a> {
             return;
         }
         let w_len = (l.tape_words + LEN_OFFSET) as i32;
-        let (k_runs_len, k_runs_ptr, k_len) =
-            ((l.tape_kinds + LEN_OFFSET) as i32, (l.tape_kinds + PTR_OFFSET) as i32, (l.tape_kinds + l.runs_len) as i32);
-        let count = l.run_count as i32;
-        // The run the batch pops from is the last one (`tape_reserve`), and it holds at least
-        // the entries popped.
         dynasm!(self.ops ; .arch x64
             ; mov rax, QWORD [rsp + TAPE_START]
             ; sub rax, r13
             ; jz =>skip
+            ; mov QWORD [rsp + TAPE_START], r13
             ; shr rax, 3
             ; sub QWORD [r12 + w_len], rax
-            ; sub QWORD [r12 + k_len], rax
-            ; mov rdx, QWORD [r12 + k_runs_len]
-            ; mov rsi, QWORD [r12 + k_runs_ptr]
-            ; lea rsi, [rsi + rdx * 8 - 8]
+        );
+        self.shorten_top_run(l.tape_kinds, skip);
+        dynasm!(self.ops ; .arch x64 ; =>skip);
+    }
+
+    /// Takes `rax` entries (at least one) off the top run of the `Runs` at `runs` (a `Vm`
+    /// offset), which holds them (the run a batch popped from: `tape_reserve`,
+    /// `ctl_reserve`), and the run itself when that empties it; then goes to `done`.
+    fn shorten_top_run(&mut self, runs: usize, done: DynamicLabel) {
+        let l = native::layout();
+        let (runs_len, entries, count) = ((runs + LEN_OFFSET) as i32, (runs + l.runs_len) as i32, l.run_count as i32);
+        dynasm!(self.ops ; .arch x64 ; sub QWORD [r12 + entries], rax);
+        self.last_run(runs, done);
+        dynasm!(self.ops ; .arch x64
             ; sub DWORD [rsi + count], eax
-            ; mov QWORD [rsp + TAPE_START], r13
-            ; jnz =>skip
+            ; jnz =>done
             ; sub rdx, 1
-            ; mov QWORD [r12 + k_runs_len], rdx
-            ; =>skip
+            ; mov QWORD [r12 + runs_len], rdx
         );
     }
 
@@ -138,14 +142,10 @@ impl<'a> Emitter<'a> {
                     dynasm!(self.ops ; .arch x64 ; =>label ; mov QWORD [rsp], rax);
                     self.write_back();
                     self.tape_commit();
-                    dynasm!(self.ops ; .arch x64 ; mov rax, QWORD [rsp] ; mov rdi, r12);
-                    if float {
-                        dynasm!(self.ops ; .arch x64 ; movq xmm0, rax);
-                        dynasm!(self.ops ; .arch x64 ; mov rax, QWORD native::tape_push_float as *const () as i64 ; call rax);
-                    } else {
-                        dynasm!(self.ops ; .arch x64 ; mov rsi, rax);
-                        dynasm!(self.ops ; .arch x64 ; mov rax, QWORD native::tape_push_int as *const () as i64 ; call rax);
-                    }
+                    dynasm!(self.ops ; .arch x64 ; mov rax, QWORD [rsp]);
+                    // Homes stay stored: the reload comes after the new batch starts.
+                    let helper = self.push_helper_args(float) as i64;
+                    dynasm!(self.ops ; .arch x64 ; mov rax, QWORD helper ; call rax);
                     self.tape_reserve();
                     self.load_homes(true);
                     dynasm!(self.ops ; .arch x64 ; jmp =>done);
@@ -226,27 +226,15 @@ impl<'a> Emitter<'a> {
             );
             return;
         }
-        let l = native::layout();
-        let (c_runs_len, c_runs_ptr, c_len) =
-            ((l.tape_ctl + LEN_OFFSET) as i32, (l.tape_ctl + PTR_OFFSET) as i32, (l.tape_ctl + l.runs_len) as i32);
-        let count = l.run_count as i32;
-        // The entries popped came from the top run (`ctl_reserve`), which holds them.
         dynasm!(self.ops ; .arch x64
+            ; mov rdx, QWORD [rsp + CTL_N]
             ; mov rax, QWORD [rsp + CTL_START]
-            ; sub rax, QWORD [rsp + CTL_N]
+            ; sub rax, rdx
             ; jz =>skip
-            ; sub QWORD [r12 + c_len], rax
-            ; mov rdx, QWORD [r12 + c_runs_len]
-            ; mov rsi, QWORD [r12 + c_runs_ptr]
-            ; lea rsi, [rsi + rdx * 8 - 8]
-            ; sub DWORD [rsi + count], eax
-            ; mov rax, QWORD [rsp + CTL_N]
-            ; mov QWORD [rsp + CTL_START], rax
-            ; jnz =>skip
-            ; sub rdx, 1
-            ; mov QWORD [r12 + c_runs_len], rdx
-            ; =>skip
+            ; mov QWORD [rsp + CTL_START], rdx
         );
+        self.shorten_top_run(native::layout().tape_ctl, skip);
+        dynasm!(self.ops ; .arch x64 ; =>skip);
     }
 
     /// A batched push of the current loop's control symbol: one more pending.

@@ -127,7 +127,7 @@ struct Emitter<'a> {
     stubs: Vec<(Stub, usize, DynamicLabel)>,
     /// Rare exits still to emit (`cold_exit`).
     cold: Vec<Cold>,
-    /// Slow paths of batched tape pushes and pops still to emit (`tape.rs`).
+    /// Slow paths of batched tape pushes and pops still to emit (`batch.rs`).
     slow: Vec<batch::Slow>,
 }
 
@@ -230,10 +230,7 @@ impl<'a> Emitter<'a> {
     /// (the count lives in `r15` everywhere).
     pub(super) fn target(&mut self, to: usize) -> DynamicLabel {
         let stub = match (self.cur, self.loop_of[to]) {
-            (Some(l), dest) if dest != Some(l) && (self.loops[l].lazy.contains(&true) || self.loops[l].tape.is_some() || self.loops[l].ctl.is_some()) =>
-            {
-                Stub::Leave(l)
-            }
+            (Some(l), dest) if dest != Some(l) && self.loops[l].settles_on_exit() => Stub::Leave(l),
             (_, Some(l)) if self.cur != Some(l) => Stub::Enter(l),
             _ => return self.labels[to],
         };
@@ -499,14 +496,12 @@ impl<'a> Emitter<'a> {
         let v = self.view_slot(acc).expect("a view of the accumulator");
         let out = self.cold_exit(pc);
         let d = *l.last().expect("a cotangent");
-        if l.len() == 4 {
-            let ix = self.view_index(acc, l[2], out);
-            if ix != 0 {
-                dynasm!(self.ops ; .arch x64 ; mov rax, Rq(ix));
-            }
+        let ix = if l.len() == 4 {
+            self.view_index(acc, l[2], out)
         } else {
             self.view_index2(acc, l[2], l[3], out);
-        }
+            0
+        };
         let base = match self.view_reg(acc, 0) {
             Some(g) => g,
             None => {
@@ -516,9 +511,9 @@ impl<'a> Emitter<'a> {
         };
         self.load_float(pc, d, true);
         dynasm!(self.ops ; .arch x64
-            ; movsd xmm0, QWORD [Rq(base) + rax * 8]
+            ; movsd xmm0, QWORD [Rq(base) + Rq(ix) * 8]
             ; addsd xmm0, xmm1
-            ; movsd QWORD [Rq(base) + rax * 8], xmm0
+            ; movsd QWORD [Rq(base) + Rq(ix) * 8], xmm0
         );
     }
 

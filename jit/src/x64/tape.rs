@@ -87,16 +87,23 @@ impl<'a> Emitter<'a> {
             ; add QWORD [r12 + k_len], 1
             ; jmp =>done
             ; =>slow
-            ; mov rdi, r12
         );
+        let helper = self.push_helper_args(float);
+        self.call(helper);
+        dynasm!(self.ops ; .arch x64 ; =>done);
+    }
+
+    /// The arguments of the helper that pushes the number in `rax` the general way
+    /// (`native::tape_push_float` or `tape_push_int`), put in place; returns the helper.
+    pub(super) fn push_helper_args(&mut self, float: bool) -> *const () {
+        dynasm!(self.ops ; .arch x64 ; mov rdi, r12);
         if float {
             dynasm!(self.ops ; .arch x64 ; movq xmm0, rax);
-            self.call(native::tape_push_float as *const ());
+            native::tape_push_float as *const ()
         } else {
             dynasm!(self.ops ; .arch x64 ; mov rsi, rax);
-            self.call(native::tape_push_int as *const ());
+            native::tape_push_int as *const ()
         }
-        dynasm!(self.ops ; .arch x64 ; =>done);
     }
 
     /// Pops a number of kind `kind` (a float into `xmm0`, an int into `rax`), or leaves with a
