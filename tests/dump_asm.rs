@@ -37,3 +37,26 @@ fn dump_asm_lists_machine_code_under_each_instruction() {
     assert!(err.contains("compiled no function"), "{err}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A counted loop's reads through views are checked once on entry (`jit/src/clamp.rs`): the
+/// header tests the index against the clamped bound, and the loop body has no bound check.
+#[test]
+fn counted_loop_reads_are_checked_on_entry() {
+    let dir = std::env::temp_dir().join(format!("zygvm-dump-clamp-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let script = dir.join("dot.zy");
+    std::fs::write(
+        &script,
+        "fn rowdot(m, i, x) {\n  let (r, k) = shape(m)\n  let z = 0.0\n  for j in 0..k { z += m[i, j] * x[j] }\n  z\n}\nlet m = ones(3, 50)\nlet x = ones(50)\nlet s = 0.0\nfor t in 0..100 { s += rowdot(m, t % 3, x) }\nprint(s)\n",
+    )
+    .unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_zygvm")).args(["--dump", "asm", "--fn", "rowdot"]).arg(&script).output().unwrap();
+    let out = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.starts_with("5000"), "{out}");
+    let lines: Vec<&str> = out.lines().collect();
+    let header = lines.iter().position(|l| l.contains("BranchNotLt")).expect("the loop's header");
+    let latch = lines.iter().position(|l| l.contains("AddJump")).expect("the loop's latch");
+    assert!(lines[header + 1].contains("cmp") && lines[header + 1].contains("[rsp+"), "the header tests the clamped bound:\n{out}");
+    assert!(!lines[header + 3..latch].iter().any(|l| l.contains("jae")), "no bound check in the loop:\n{out}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

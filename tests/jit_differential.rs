@@ -300,6 +300,26 @@ fn written_back_homes_agree_on_every_tier() {
     ]);
 }
 
+/// Counted loops whose reads are checked once on entry (`jit/src/clamp.rs`): a bound past
+/// the array's end (the error where the interpreter raises it), a negative start, a step
+/// that is negative or jumps past the end, a break before the read that would fail, a fixed
+/// row out of range, the shorter of two arrays, and a long loop meeting limit checks.
+#[test]
+fn clamped_loops_agree_on_every_tier() {
+    assert_each_agrees("", &[
+        "fn f(x, y) { let a = [x, y, x * y]\n let s = 0.0\n for j in 0..5 { s += a[j] * y }\n s }\n",
+        "fn f(x, y) { let a = [x, y, x * y]\n let s = 0.0\n let j = -2\n while j < 3 { s += a[j] * y\n j += 1 }\n s }\n",
+        "fn f(x, y) { let a = [x, y, x * y]\n let s = 0.0\n let d = -1\n let j = 2\n while j < 3 { s += a[j] * y\n j += d }\n s }\n",
+        "fn f(x, y) { let a = [x, y, x * y, 1.0]\n let s = 0.0\n let j = 0\n while j < 5 { s += a[j] * y\n j += 2 }\n s }\n",
+        "fn f(x, y) { let a = [x, y, x * y]\n let s = 0.0\n for j in 0..10 { if j == 3 { break }\n s += a[j] * y }\n s }\n",
+        "fn f(x, y) { let m = zeros(2, 3)\n m[1, 2] = x\n let v = [y, x, y]\n let z = 0.0\n for i in 0..3 { for j in 0..3 { z += m[i, j] * v[j] } }\n z }\n",
+        "fn f(x, y) { let m = zeros(2, 4)\n m[1, 2] = x\n let v = [y, x, y]\n let z = 0.0\n for i in 0..2 { for j in 0..4 { z += m[i, j] * v[j] } }\n z }\n",
+        "fn f(x, y) { let m = zeros(2, 3)\n m[1, 2] = x\n let v = [y, x, y, x]\n let z = 0.0\n for i in 0..2 { for j in 0..4 { z += m[i, j] * v[j] } }\n z }\n",
+        "fn f(x, y) { let a = zeros(5000)\n for i in 0..5000 { a[i] = x * i }\n let s = 0.0\n for j in 0..5000 { s += a[j] * a[j] * y }\n s }\n",
+        "fn f(x, y) { let a = [x, y]\n let s = 0.0\n let n = 0\n for j in n..2 { s += a[j] * y }\n for j in 0..2 { s += a[j + 0] }\n s }\n",
+    ]);
+}
+
 /// Cached loops that keep the tape's top in registers (`jit/src/loops.rs`, batches): the
 /// words' buffer growing midway (the push's slow path), a pop that finds an int where the
 /// batch pops floats (the pop's slow path, leaving), errors and limit checks with pushes not

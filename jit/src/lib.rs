@@ -11,6 +11,7 @@
 
 #[cfg(target_arch = "x86_64")]
 pub mod disasm;
+pub mod clamp;
 pub mod loops;
 pub mod returns;
 pub mod types;

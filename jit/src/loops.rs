@@ -54,6 +54,7 @@
 //!   where and when it always was, and the instruction count is unchanged (counts are per
 //!   straight-line run, by position).
 
+use crate::clamp::Clamp;
 use crate::types::{float_pull, index_pull, reads, successors, writes, Ty, Types};
 use zygvm_vm::bytecode::{Instr, Reg};
 use zygvm_vm::program::{Const, Function, Program};
@@ -89,7 +90,8 @@ pub struct CachedLoop {
     /// writes; indexed by register).
     pub lazy: Vec<bool>,
     /// View fields kept in a callee-saved register while the loop runs: (view, field: 0 data
-    /// pointer, 1 an array's length, 2 a matrix's columns, 3 its rows; general register).
+    /// pointer, 1 an array's length, 2 a matrix's columns, 3 its rows, `4 + k` the address
+    /// of fixed row `k` of that matrix; general register).
     pub view_regs: Vec<(usize, usize, u8)>,
     /// Matrix rows fixed while the loop runs: `m[i, j]` (or an accumulation into `m`) of a
     /// viewed `m` with `i` unchanged in the loop. The entry stub checks `i` and computes
@@ -99,6 +101,8 @@ pub struct CachedLoop {
     pub tape: Option<TapeBatch>,
     /// Control decisions all pushes of one symbol, or all pops (counted in stack slots).
     pub ctl: Option<CtlBatch>,
+    /// The bound checks of a counted loop's latch, made once on entry (`clamp.rs`).
+    pub clamp: Option<Clamp>,
 }
 
 impl CachedLoop {
@@ -360,7 +364,9 @@ fn qualify(program: &Program, f: &Function, types: &Types, first: usize, pcs: Ve
     let rows = fixed_rows(f, types, &pcs, &views, &written);
     let view_regs = if tape.is_some() { vec![] } else { view_registers(f, &pcs, &views, &homes, &rows) };
     let ctl = ctl_batch(f, &pcs);
-    Some(CachedLoop { first, pcs, hoisted, homes, views, written, lazy, view_regs, rows, tape, ctl })
+    let mut l = CachedLoop { first, pcs, hoisted, homes, views, written, lazy, view_regs, rows, tape, ctl, clamp: None };
+    l.clamp = crate::clamp::find(f, types, &l);
+    Some(l)
 }
 
 /// `Pull Index`/`Index2` of a float into the adjoint container it accumulates into, in place
@@ -453,8 +459,9 @@ fn view_registers(f: &Function, pcs: &[usize], views: &[Reg], homes: &[Option<Ho
     let free: Vec<u8> = VIEW_REGS.into_iter().filter(|g| !homes.contains(&Some(Home::Gp(*g)))).collect();
     // Reads per (view, field): an index reads the data pointer and the length, a matrix
     // index the data pointer, the rows, and the columns twice (bound and stride), or, in a
-    // fixed row, the data pointer only (the row's slots hold the rest).
-    let mut uses = vec![[0u32; 4]; views.len()];
+    // fixed row, the row's address only (field `4 + k` for fixed row `k`; its slots hold the
+    // rest).
+    let mut uses = vec![[0u32; 4 + MAX_ROWS]; views.len()];
     for &pc in pcs {
         match f.code[pc] {
             Instr::Index { obj, .. } => {
@@ -465,10 +472,13 @@ fn view_registers(f: &Function, pcs: &[usize], views: &[Reg], homes: &[Option<Ho
             }
             Instr::Index2 { obj, ij, .. } => {
                 if let Some(v) = views.iter().position(|&r| r == obj) {
-                    uses[v][0] += 1;
-                    if !rows.contains(&(obj, f.list(ij)[0])) {
-                        uses[v][3] += 1;
-                        uses[v][2] += 2;
+                    match rows.iter().position(|&x| x == (obj, f.list(ij)[0])) {
+                        Some(k) => uses[v][4 + k] += 1,
+                        None => {
+                            uses[v][0] += 1;
+                            uses[v][3] += 1;
+                            uses[v][2] += 2;
+                        }
                     }
                 }
             }
@@ -476,7 +486,7 @@ fn view_registers(f: &Function, pcs: &[usize], views: &[Reg], homes: &[Option<Ho
         }
     }
     let mut fields: Vec<(u32, usize, usize)> =
-        uses.iter().enumerate().flat_map(|(v, u)| (0..4).map(move |k| (u[k], v, k))).filter(|x| x.0 > 0).collect();
+        uses.iter().enumerate().flat_map(|(v, u)| (0..u.len()).map(move |k| (u[k], v, k))).filter(|x| x.0 > 0).collect();
     fields.sort_by(|a, b| b.0.cmp(&a.0).then((a.1, a.2).cmp(&(b.1, b.2))));
     fields.into_iter().zip(free).map(|((_, v, k), g)| (v, k, g)).collect()
 }

@@ -245,7 +245,10 @@ impl<'a> Emitter<'a> {
                     _ => Instr::Ge { dst: a, a, b },
                 };
                 let else_edge = self.cold_edge(pc, else_blk);
-                self.compare_jump(pc, compare, ty(a), a, b, else_edge, true);
+                match self.cur.and_then(|l| self.loops[l].clamp.clone().filter(|_| self.loops[l].first == pc)) {
+                    Some(c) => self.clamped_test(pc, c.j, c.k, else_edge),
+                    None => self.compare_jump(pc, compare, ty(a), a, b, else_edge, true),
+                }
                 // Falling through into the next block continues the run.
                 self.count(pc + 1 - self.run_start);
                 let next = pc + 1;
@@ -256,19 +259,18 @@ impl<'a> Emitter<'a> {
                 }
             }
             Instr::Index { dst, obj, idx } if self.view_slot(obj).is_some() => {
-                let v = self.view_slot(obj).unwrap_or_default();
                 let out = self.cold_exit(pc);
                 self.prepare_def(pc, dst);
                 let ix = self.view_index(obj, idx, out);
-                self.load_element(obj, v, ix, dst);
+                let base = self.element_base(obj);
+                self.load_at(base, ix, dst);
             }
             Instr::Index2 { dst, obj, ij } if self.view_slot(obj).is_some() => {
-                let v = self.view_slot(obj).unwrap_or_default();
                 let out = self.cold_exit(pc);
                 let l = self.f.list(ij);
                 self.prepare_def(pc, dst);
-                self.view_index2(obj, l[0], l[1], out);
-                self.load_element(obj, v, 0, dst);
+                let (base, ix) = self.view_index2(obj, l[0], l[1], out);
+                self.load_at(base, ix, dst);
             }
             Instr::Index { dst, obj, idx } => {
                 let (so, sx) = (slot(obj), slot(idx) + 8);

@@ -20,7 +20,8 @@
 //! at): `[rsp]` a helper's scratch word, then the cached loop's views, hoisted values and
 //! fixed rows (`view_offset`, `hoist_offset`, `row_offset`), then the caller's `rbx` during a native call, then the
 //! registers of an inlined float leaf (`inline.rs`), then the cached loop's tape batches
-//! (`TAPE_START`, `CTL_N`, `CTL_START`, `CTL_SYM`; `batch.rs`).
+//! (`TAPE_START`, `CTL_N`, `CTL_START`, `CTL_SYM`; `batch.rs`), then a counted loop's clamped
+//! bound (`CLAMP`; `clamp.rs`).
 //!
 //! Each instruction is lowered one of three ways (`Class`): typed machine code; a call of the
 //! VM's `step` (the shared semantics of `semantics.rs`), which may decline or fail and then
@@ -40,6 +41,7 @@
 mod arith;
 mod batch;
 mod calls;
+mod clamp;
 mod classify;
 mod inline;
 mod lower;
@@ -69,7 +71,7 @@ const fn hoist_offset(i: usize) -> i32 {
 }
 
 /// The stack offset of fixed row `i` of a cached loop (`loops::CachedLoop::rows`): the row's
-/// offset `i * cols`, then the column bound (0 when the row is out of range or the view is
+/// address (its first element's), then the column bound (0 when the row is out of range or the view is
 /// not of a matrix, so that every access leaves).
 const fn row_offset(i: usize) -> i32 {
     hoist_offset(crate::loops::MAX_HOISTS) + 16 * i as i32
@@ -82,7 +84,7 @@ const SAVED_RBX: i32 = row_offset(crate::loops::MAX_ROWS);
 /// views, the hoisted values, the saved `rbx` and the registers of an inlined callee
 /// (`inline.rs`), keeping `rsp` 16-byte aligned at calls (entered by a `call`, so the return
 /// address leaves `rsp` at 8 modulo 16).
-const FRAME_BYTES: i32 = CTL_SYM + 16;
+const FRAME_BYTES: i32 = CLAMP + 8;
 
 /// Where a cached loop's tape batch began (`loops.rs`: the cursor when last committed).
 const TAPE_START: i32 = SAVED_RBX + 8 + 8 * inline::INLINE_SLOTS as i32;
@@ -91,6 +93,8 @@ const TAPE_START: i32 = SAVED_RBX + 8 + 8 * inline::INLINE_SLOTS as i32;
 const CTL_N: i32 = TAPE_START + 8;
 const CTL_START: i32 = CTL_N + 8;
 const CTL_SYM: i32 = CTL_START + 8;
+/// A counted loop's clamped bound `lim` (`clamp.rs`), computed by its entry stubs.
+const CLAMP: i32 = CTL_SYM + 8;
 const _: () = assert!(FRAME_BYTES % 16 == 8, "the native frame would misalign calls");
 
 /// The byte offset of register `r`'s tag word (payload at `+ 8`).
@@ -151,6 +155,9 @@ struct Cold {
     edge: Option<BlockId>,
     /// The status kind and `next` of a way out (`EXIT`, 0 for a plain exit).
     status: (u64, u32),
+    /// A clamped loop header's test out of line (`clamp.rs`): `j`, `k`, and the loop's exit
+    /// edge, taken when `j < k` fails (else the way out above is taken).
+    recheck: Option<(Reg, Reg, DynamicLabel)>,
 }
 
 /// The first instruction of a block.
@@ -194,12 +201,20 @@ impl<'a> Emitter<'a> {
         self.loops[l].views.iter().position(|&r| r == obj).map(view_offset)
     }
 
-    /// The general register holding field `field` (0 data, 1 length or rows, 2 columns) of
-    /// the view of `obj` in the current loop, if one does (`loops::view_registers`).
+    /// The general register holding field `field` (`CachedLoop::view_regs`: 0 data, 1
+    /// length, 2 columns, 3 rows, `4 + k` fixed row `k`'s address) of the view of `obj` in the
+    /// current loop, if one does (`loops::view_registers`).
     pub(super) fn view_reg(&self, obj: Reg, field: usize) -> Option<u8> {
         let l = self.cur?;
         let v = self.loops[l].views.iter().position(|&r| r == obj)?;
         self.loops[l].view_regs.iter().find(|x| x.0 == v && x.1 == field).map(|x| x.2)
+    }
+
+    /// Whether the access being lowered has its bound checked on the loop's entry instead
+    /// (`clamp.rs`).
+    pub(super) fn clamped(&self) -> bool {
+        let (Some(l), Some(pc)) = (self.cur, self.pc) else { return false };
+        self.loops[l].clamp.as_ref().is_some_and(|c| c.checks.iter().any(|x| x.0 == pc))
     }
 
     /// Whether `r`'s home is written back (its slot's payload is stale inside the loop).
@@ -316,7 +331,7 @@ impl<'a> Emitter<'a> {
 
     fn cold_leave(&mut self, pc: usize, kind: u64, next: u32) -> DynamicLabel {
         let label = self.ops.new_dynamic_label();
-        self.cold.push(Cold { label, counted: pc - self.run_start, pc, cur: self.cur, edge: None, status: (kind, next) });
+        self.cold.push(Cold { label, counted: pc - self.run_start, pc, cur: self.cur, edge: None, status: (kind, next), recheck: None });
         label
     }
 
@@ -338,7 +353,7 @@ impl<'a> Emitter<'a> {
     /// the function's (the edge a loop leaves by, kept off the loop's straight line).
     pub(super) fn cold_edge(&mut self, pc: usize, target: BlockId) -> DynamicLabel {
         let label = self.ops.new_dynamic_label();
-        self.cold.push(Cold { label, counted: pc + 1 - self.run_start, pc, cur: self.cur, edge: Some(target), status: (status::EXIT, 0) });
+        self.cold.push(Cold { label, counted: pc + 1 - self.run_start, pc, cur: self.cur, edge: Some(target), status: (status::EXIT, 0), recheck: None });
         label
     }
 
@@ -427,17 +442,22 @@ impl<'a> Emitter<'a> {
         }
     }
 
-    /// `dst :=` element `Rq(index)` of the float view at stack offset `v` of `obj` (bounds
-    /// already checked): straight into `dst`'s home when it is written back, else through
-    /// `xmm0` and `store_float`. Uses `rdx` for the data pointer when no register holds it.
-    pub(super) fn load_element(&mut self, obj: Reg, v: i32, index: u8, dst: Reg) {
-        let base = match self.view_reg(obj, 0) {
+    /// The general register holding the data pointer of the view of `obj`: its view
+    /// register, else `rdx` loaded from the view.
+    pub(super) fn element_base(&mut self, obj: Reg) -> u8 {
+        match self.view_reg(obj, 0) {
             Some(g) => g,
             None => {
+                let v = self.view_slot(obj).expect("a view");
                 dynasm!(self.ops ; .arch x64 ; mov rdx, QWORD [rsp + v]);
                 2
             }
-        };
+        }
+    }
+
+    /// `dst :=` the float at `[base + 8 index]` (general registers), into its home when it
+    /// has one the loop writes back.
+    pub(super) fn load_at(&mut self, base: u8, index: u8, dst: Reg) {
         match self.float_home_only(dst) {
             Some(k) => dynasm!(self.ops ; .arch x64 ; movsd Rx(k), QWORD [Rq(base) + Rq(index) * 8]),
             None => {
@@ -453,6 +473,9 @@ impl<'a> Emitter<'a> {
     pub(super) fn view_index(&mut self, obj: Reg, idx: Reg, out: DynamicLabel) -> u8 {
         let v = self.view_slot(obj).expect("a view");
         let ix = self.int_reg(idx, false);
+        if self.clamped() {
+            return ix;
+        }
         match self.view_reg(obj, 1) {
             Some(g) => dynasm!(self.ops ; .arch x64 ; cmp Rq(ix), Rq(g) ; jae =>out),
             None => dynasm!(self.ops ; .arch x64 ; cmp Rq(ix), QWORD [rsp + v + 8] ; jae =>out),
@@ -460,17 +483,26 @@ impl<'a> Emitter<'a> {
         ix
     }
 
-    /// `rax :=` the flat index of `[i, j]` in the view of matrix `obj`, after checking both
-    /// against its rows and columns (jumping to `out` when out of range, or when the view is
-    /// not of a matrix). Uses `rcx` for `j` when it has no home.
-    pub(super) fn view_index2(&mut self, obj: Reg, i: Reg, j: Reg, out: DynamicLabel) {
+    /// The address of element `[i, j]` of the view of matrix `obj`, as general registers
+    /// `(base, index)` (the element at `base + 8 index`), after checking both indices against
+    /// its rows and columns (jumping to `out` when out of range, or when the view is not of a
+    /// matrix). A fixed row's base is its address, from the row's slot (`rax`); otherwise the
+    /// flat index is in `rax` and the base is the data pointer. Uses `rcx` for `j` when it
+    /// has no home, `rdx` for the data pointer when no view register holds it.
+    pub(super) fn view_index2(&mut self, obj: Reg, i: Reg, j: Reg, out: DynamicLabel) -> (u8, u8) {
         let v = self.view_slot(obj).expect("a view");
         if let Some(k) = self.cur.and_then(|l| self.loops[l].rows.iter().position(|&x| x == (obj, i))) {
-            // A fixed row: checked and multiplied out on the way in.
+            // A fixed row: checked and its address computed on the way in.
             let r = row_offset(k);
             let col = self.int_reg(j, true);
-            dynasm!(self.ops ; .arch x64 ; cmp Rq(col), QWORD [rsp + r + 8] ; jae =>out ; mov rax, QWORD [rsp + r] ; add rax, Rq(col));
-            return;
+            if !self.clamped() {
+                dynasm!(self.ops ; .arch x64 ; cmp Rq(col), QWORD [rsp + r + 8] ; jae =>out);
+            }
+            if let Some(g) = self.view_reg(obj, 4 + k) {
+                return (g, col);
+            }
+            dynasm!(self.ops ; .arch x64 ; mov rax, QWORD [rsp + r]);
+            return (0, col);
         }
         self.load_int(i, false);
         let col = self.int_reg(j, true);
@@ -484,6 +516,7 @@ impl<'a> Emitter<'a> {
                 ; cmp Rq(col), QWORD [rsp + v + 16] ; jae =>out ; imul rax, QWORD [rsp + v + 16]),
         }
         dynasm!(self.ops ; .arch x64 ; add rax, Rq(col));
+        (self.element_base(obj), 0)
     }
 
     /// `Pull Index`/`Index2` accumulating a float into the adjoint container it names, in
@@ -493,21 +526,13 @@ impl<'a> Emitter<'a> {
     pub(super) fn pull_into_view(&mut self, pc: usize, args: ListId) {
         let l = self.f.list(args).to_vec();
         let acc = l[0];
-        let v = self.view_slot(acc).expect("a view of the accumulator");
         let out = self.cold_exit(pc);
         let d = *l.last().expect("a cotangent");
-        let ix = if l.len() == 4 {
-            self.view_index(acc, l[2], out)
+        let (base, ix) = if l.len() == 4 {
+            let ix = self.view_index(acc, l[2], out);
+            (self.element_base(acc), ix)
         } else {
-            self.view_index2(acc, l[2], l[3], out);
-            0
-        };
-        let base = match self.view_reg(acc, 0) {
-            Some(g) => g,
-            None => {
-                dynasm!(self.ops ; .arch x64 ; mov rdx, QWORD [rsp + v]);
-                2
-            }
+            self.view_index2(acc, l[2], l[3], out)
         };
         self.load_float(pc, d, true);
         dynasm!(self.ops ; .arch x64

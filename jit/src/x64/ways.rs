@@ -42,8 +42,9 @@ impl<'a> Emitter<'a> {
                 dynasm!(self.ops ; .arch x64 ; lea rdi, [rbx + so] ; lea rsi, [rsp + v]);
                 self.call(native::float_view as *const ());
             }
-            // Fixed rows: `i * cols` and the column bound, or a bound of 0 when `i` is out of
-            // range (each access then leaves, and the interpreter raises the error).
+            // Fixed rows: the row's address (`data + 8 i cols`) and the column bound, or a
+            // bound of 0 when `i` is out of range (each access then leaves, and the
+            // interpreter raises the error).
             for (k, (m, i)) in self.loops[l].rows.clone().into_iter().enumerate() {
                 let v = view_offset(self.loops[l].views.iter().position(|&x| x == m).expect("a viewed matrix"));
                 let (s_i, r) = (slot(i) + 8, row_offset(k));
@@ -55,14 +56,17 @@ impl<'a> Emitter<'a> {
                     ; jae >out
                     ; mov rdx, QWORD [rsp + v + 16]
                     ; imul rax, rdx
+                    ; shl rax, 3
+                    ; add rax, QWORD [rsp + v]
                     ; mov rcx, rax
                     ; out:
                     ; mov QWORD [rsp + r], rcx
                     ; mov QWORD [rsp + r + 8], rdx
                 );
             }
+            self.clamp_entry(l, to);
             for (v, field, g) in self.loops[l].view_regs.clone() {
-                let o = view_offset(v) + 8 * field as i32;
+                let o = if field >= 4 { row_offset(field - 4) } else { view_offset(v) + 8 * field as i32 };
                 dynasm!(self.ops ; .arch x64 ; mov Rq(g), QWORD [rsp + o]);
             }
             // The tags of the registers the loop writes, as inferred at `to`: exact for live
@@ -125,6 +129,9 @@ impl<'a> Emitter<'a> {
             self.cur = c.cur;
             let label = c.label;
             dynasm!(self.ops ; .arch x64 ; =>label);
+            if let Some((j, k, exit)) = c.recheck {
+                self.recheck(j, k, exit);
+            }
             match c.edge {
                 None => self.leave(c.counted, status::encode(c.status.0, c.pc as u32, c.status.1)),
                 Some(b) => {
