@@ -32,6 +32,9 @@ pub enum Stmt {
     HigherOrder(u8, bool, u8, u8),
     Struct(u8, Expr, Expr),
     Dict(u8, u8, Expr),
+    /// A counted loop reading an array and a matrix row by its index, its bound sometimes
+    /// past their end (the JIT checks such reads once per loop entry: `jit/src/clamp.rs`).
+    Scan(u8, u8, u8, u8),
 }
 
 /// A whole generated program.
@@ -125,6 +128,17 @@ impl Render {
                 self.line(depth + 1, &step);
                 self.block(body, depth + 1);
                 self.line(depth, "}");
+            }
+            Stmt::Scan(k, a, b, n) => {
+                let (arr, m, acc, i) = (self.fresh("arr"), self.fresh("m"), self.fresh("s"), self.fresh("i"));
+                let (vk, va, vb) = (self.var(*k), self.var(*a), self.var(*b));
+                self.line(depth, &format!("let {arr} = [{va}, {vb}, {vk}, {va} * {vb}]"));
+                self.line(depth, &format!("let {m} = zeros(2, 4)"));
+                self.line(depth, &format!("{m}[1, {}] = {vb}", n % 4));
+                self.line(depth, &format!("let {acc} = 0.0"));
+                // Bounds 0-4 of the array (4 long) and the row (4 wide); 5 is one past.
+                self.line(depth, &format!("for {i} in 0..{} {{ {acc} += {arr}[{i}] * {m}[{}, {i}] + {arr}[{i}] * {va} }}", n % 6, (n / 6) % 2));
+                self.line(depth, &format!("{vk} = tanh({acc})"));
             }
             Stmt::Array(k, a, b, i, e) => {
                 let arr = self.fresh("arr");

@@ -49,6 +49,10 @@ pub struct Clamp {
     pub step: Reg,
     /// The accesses whose bound check is dropped, each with the bound `lim` includes.
     pub checks: Vec<(usize, Bound)>,
+    /// The general register holding `lim` while the loop runs, when one is free
+    /// (`loops::view_registers`: callee-saved if possible, else reloaded after each helper
+    /// call); else the header reads it from its stack slot.
+    pub lim_reg: Option<u8>,
 }
 
 /// The bound an access checks `j` against.
@@ -91,7 +95,7 @@ pub fn find(f: &Function, types: &Types, l: &CachedLoop) -> Option<Clamp> {
             checks.push((pc, b));
         }
     }
-    (!checks.is_empty()).then_some(Clamp { j, k, step, checks })
+    (!checks.is_empty()).then_some(Clamp { j, k, step, checks, lim_reg: None })
 }
 
 /// The one instruction of the loop that writes `r`, if exactly one does.

@@ -362,10 +362,12 @@ fn qualify(program: &Program, f: &Function, types: &Types, first: usize, pcs: Ve
     let written: Vec<bool> = written.iter().map(|&n| n > 0).collect();
     let lazy = (0..n).map(|r| written[r] && matches!(homes[r], Some(Home::Xmm(_)))).collect();
     let rows = fixed_rows(f, types, &pcs, &views, &written);
-    let view_regs = if tape.is_some() { vec![] } else { view_registers(f, &pcs, &views, &homes, &rows) };
     let ctl = ctl_batch(f, &pcs);
-    let mut l = CachedLoop { first, pcs, hoisted, homes, views, written, lazy, view_regs, rows, tape, ctl, clamp: None };
+    let mut l = CachedLoop { first, pcs, hoisted, homes, views, written, lazy, view_regs: vec![], rows, tape, ctl, clamp: None };
     l.clamp = crate::clamp::find(f, types, &l);
+    if l.tape.is_none() {
+        view_registers(f, &mut l);
+    }
     Some(l)
 }
 
@@ -453,21 +455,24 @@ fn tape_batch(f: &Function, types: &Types, pcs: &[usize]) -> Option<TapeBatch> {
     batch
 }
 
-/// The view fields read most often in the loop, given the callee-saved registers the homes
-/// left free.
-fn view_registers(f: &Function, pcs: &[usize], views: &[Reg], homes: &[Option<Home>], rows: &[(Reg, Reg)]) -> Vec<(usize, usize, u8)> {
-    let free: Vec<u8> = VIEW_REGS.into_iter().filter(|g| !homes.contains(&Some(Home::Gp(*g)))).collect();
-    // Reads per (view, field): an index reads the data pointer and the length, a matrix
-    // index the data pointer, the rows, and the columns twice (bound and stride), or, in a
-    // fixed row, the row's address only (field `4 + k` for fixed row `k`; its slots hold the
-    // rest).
+/// Gives the view fields read most often in the loop, and a clamped loop's bound
+/// (`clamp.rs`: read once per iteration), the callee-saved registers the homes left free
+/// (`CachedLoop::view_regs`, `Clamp::lim_reg`).
+fn view_registers(f: &Function, l: &mut CachedLoop) {
+    let free: Vec<u8> = VIEW_REGS.into_iter().filter(|g| !l.homes.contains(&Some(Home::Gp(*g)))).collect();
+    let (views, rows) = (&l.views, &l.rows);
+    let clamped = |pc: usize| l.clamp.as_ref().is_some_and(|c| c.checks.iter().any(|x| x.0 == pc));
+    // Reads per (view, field): an index reads the data pointer and the length (unless
+    // clamped), a matrix index the data pointer, the rows, and the columns twice (bound and
+    // stride), or, in a fixed row, the row's address only (field `4 + k` for fixed row `k`;
+    // its slots hold the rest).
     let mut uses = vec![[0u32; 4 + MAX_ROWS]; views.len()];
-    for &pc in pcs {
+    for &pc in &l.pcs {
         match f.code[pc] {
             Instr::Index { obj, .. } => {
                 if let Some(v) = views.iter().position(|&r| r == obj) {
                     uses[v][0] += 1;
-                    uses[v][1] += 1;
+                    uses[v][1] += u32::from(!clamped(pc));
                 }
             }
             Instr::Index2 { obj, ij, .. } => {
@@ -485,8 +490,22 @@ fn view_registers(f: &Function, pcs: &[usize], views: &[Reg], homes: &[Option<Ho
             _ => {}
         }
     }
+    // (reads, view, field); the clamped bound is `(1, MAX, 0)`, read by the header.
     let mut fields: Vec<(u32, usize, usize)> =
         uses.iter().enumerate().flat_map(|(v, u)| (0..u.len()).map(move |k| (u[k], v, k))).filter(|x| x.0 > 0).collect();
+    if l.clamp.is_some() {
+        fields.push((1, usize::MAX, 0));
+    }
     fields.sort_by(|a, b| b.0.cmp(&a.0).then((a.1, a.2).cmp(&(b.1, b.2))));
-    fields.into_iter().zip(free).map(|((_, v, k), g)| (v, k, g)).collect()
+    for ((_, v, k), g) in fields.into_iter().zip(free) {
+        match (v, l.clamp.as_mut()) {
+            (usize::MAX, Some(c)) => c.lim_reg = Some(g),
+            _ => l.view_regs.push((v, k, g)),
+        }
+    }
+    // Else a general register no home took (caller-saved: reloaded after a helper call).
+    let homes = &l.homes;
+    if let Some(c) = l.clamp.as_mut().filter(|c| c.lim_reg.is_none()) {
+        c.lim_reg = GP_HOMES.into_iter().find(|g| !VIEW_REGS.contains(g) && !homes.contains(&Some(Home::Gp(*g))));
+    }
 }

@@ -37,6 +37,9 @@ impl<'a> Emitter<'a> {
             ; =>done
             ; mov QWORD [rsp + CLAMP], rax
         );
+        if let Some(r) = c.lim_reg {
+            dynasm!(self.ops ; .arch x64 ; mov Rq(r), rax);
+        }
         if to != self.loops[l].first {
             // Not through the header: this iteration's `j` was not tested against `lim`.
             let go = self.ops.new_dynamic_label();
@@ -67,7 +70,10 @@ impl<'a> Emitter<'a> {
             recheck: Some((j, k, exit)),
         });
         let g = self.int_reg(j, false);
-        dynasm!(self.ops ; .arch x64 ; cmp Rq(g), QWORD [rsp + CLAMP] ; jge =>slow);
+        match self.cur.and_then(|l| self.loops[l].clamp.as_ref()?.lim_reg) {
+            Some(r) => dynasm!(self.ops ; .arch x64 ; cmp Rq(g), Rq(r) ; jge =>slow),
+            None => dynasm!(self.ops ; .arch x64 ; cmp Rq(g), QWORD [rsp + CLAMP] ; jge =>slow),
+        }
     }
 
     /// The out-of-line half of `clamped_test`: `j >= k` to the exit edge (else falls through

@@ -193,6 +193,9 @@ impl<'a> Emitter<'a> {
                 _ => {}
             }
         }
+        if let Some(g) = self.loops[l].clamp.as_ref().and_then(|c| c.lim_reg).filter(|g| after_call && !matches!(g, 13 | 14)) {
+            dynasm!(self.ops ; .arch x64 ; mov Rq(g), QWORD [rsp + CLAMP]);
+        }
     }
 
     /// The stack offset of the view of container register `obj` in the current loop.
