@@ -116,11 +116,25 @@ fn compile(c: &mut Criterion) {
     assert_eq!(src.lines().count(), 20_000);
     let mut g = c.benchmark_group("compile");
     g.sample_size(10);
-    // The embedding default generates every function's derivative routines; the command line
-    // (and `differentiable(None)`) only when the program differentiates, which this one does not.
+    // The default (the embedding API's and the command line's) makes a function's derivative
+    // routines the first time it is differentiated; against a program never differentiated
+    // and one with every function's routines made at compile time.
     g.bench_function("generated_20k_lines", |b| b.iter(|| Program::compile("gen.zy", &src).unwrap()));
-    g.bench_function("generated_20k_lines_without_derivatives", |b| {
-        b.iter(|| Program::builder().differentiable(None).compile("gen.zy", &src).unwrap())
+    g.bench_function("generated_20k_lines_never_differentiated", |b| {
+        b.iter(|| Program::builder().differentiable(Some(false)).compile("gen.zy", &src).unwrap())
+    });
+    g.bench_function("generated_20k_lines_every_routine", |b| {
+        b.iter(|| Program::builder().differentiable(Some(true)).compile("gen.zy", &src).unwrap())
+    });
+    // The first gradient in a fresh VM: the routines of one function (and its callee) made,
+    // the program copied for the VM that adds them.
+    let program = Program::compile("gen.zy", &src).unwrap();
+    g.bench_function("generated_20k_lines_first_gradient", |b| {
+        b.iter(|| {
+            let mut vm = Vm::new(&program);
+            vm.run().unwrap();
+            vm.value_and_gradient("f4999", vec![Value::Float(0.5)]).unwrap()
+        })
     });
     g.finish();
 }

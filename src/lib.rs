@@ -54,7 +54,7 @@ pub struct ProgramBuilder {
 
 impl Default for ProgramBuilder {
     fn default() -> ProgramBuilder {
-        ProgramBuilder { hosts: vec![], dir: None, differentiate: zygvm_compiler::Differentiate::Always, unknown_derivatives: vec![] }
+        ProgramBuilder { hosts: vec![], dir: None, differentiate: zygvm_compiler::Differentiate::OnFirstUse, unknown_derivatives: vec![] }
     }
 }
 
@@ -134,16 +134,17 @@ impl ProgramBuilder {
         self
     }
 
-    /// Whether to generate derivative routines: `Some(true)` always (the default: the
-    /// embedding API's `value_and_gradient` and `pullback` need them), `Some(false)` never
-    /// (compiles more than twice as fast; differentiating is then a runtime error), `None` only
-    /// when the source names `gradient`, `grad`, `value_and_gradient` or `pullback` (what the
-    /// command line does).
+    /// When derivative routines are made: `None` (the default, and the command line's) for
+    /// each function the first time it is differentiated, with those of the functions it
+    /// calls, so a program pays only for what it differentiates; `Some(true)` every function's
+    /// at compile time (compiling then takes several times as long; the first gradient of a
+    /// large program no longer makes any); `Some(false)` never (differentiating is then a
+    /// runtime error).
     pub fn differentiable(mut self, when: Option<bool>) -> ProgramBuilder {
         self.differentiate = match when {
             Some(true) => zygvm_compiler::Differentiate::Always,
             Some(false) => zygvm_compiler::Differentiate::Never,
-            None => zygvm_compiler::Differentiate::IfUsed,
+            None => zygvm_compiler::Differentiate::OnFirstUse,
         };
         self
     }

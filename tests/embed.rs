@@ -218,3 +218,53 @@ fn higher_derivatives_grow_each_vm_independently() {
         h.join().unwrap();
     }
 }
+
+/// Derivative routines are made the first time a function is differentiated, with those of
+/// the functions it calls directly (`compiler/src/ad/mod.rs`, `differentiate_on_demand`):
+/// compiling makes none; a callee whose routines exist already is reused; a function that is
+/// never differentiated never gets any; eager compilation gives the same gradients.
+#[test]
+fn derivative_routines_are_made_on_first_use() {
+    let src = "fn sq(x) { x * x }\nfn g(x) { sq(x) + sin(x) }\nfn h(x) { g(x) * sq(x) }\nfn unused(x) { x * 3.0 }\n";
+    let lazy = Program::compile("lazy.zy", src).unwrap();
+    let b = lazy.bytecode();
+    assert_eq!(b.functions.len(), b.source_functions, "compiling made routines");
+    assert!(b.derivatives.iter().all(Option::is_none));
+    let eager = Program::builder().differentiable(Some(true)).compile("eager.zy", src).unwrap();
+    assert!(eager.bytecode().functions.len() > eager.bytecode().source_functions);
+    let grads = |p: &Program| {
+        let mut vm = Vm::new(p);
+        vm.run().unwrap();
+        let mut out = vec![];
+        // `sq` first (alone), then `h`, which calls `g` (new) and `sq` (made already).
+        for name in ["sq", "h", "g"] {
+            let (y, d) = vm.value_and_gradient(name, vec![Value::Float(0.75)]).unwrap();
+            out.push((y, d));
+        }
+        out
+    };
+    // The listing of a function's routines makes them (in a copy) when it has none yet.
+    let listing = lazy.disassemble_adjoints(Some("h"));
+    assert!(listing.contains("-- primal-with-tape routine") && listing.contains("-- adjoint routine"), "{listing}");
+    assert!(lazy.bytecode().derivatives.iter().all(Option::is_none));
+    let (a, b) = (grads(&lazy), grads(&eager));
+    assert_eq!(format!("{a:?}"), format!("{b:?}"));
+    let x: f64 = 0.75;
+    let dh = 2.0 * x * (x * x + x.sin()) * 1.0 + (2.0 * x + x.cos()) * x * x;
+    match &a[1].1[0] {
+        Value::Float(d) => assert!((d - dh).abs() < 1e-12, "{d} against {dh}"),
+        other => panic!("{other:?}"),
+    }
+}
+
+/// Differentiating through a function value the caller does not name statically makes the
+/// callee's routines when the call runs (`CallTape` of a closure argument).
+#[test]
+fn routines_of_a_callee_passed_as_a_value_are_made_when_it_is_called() {
+    let src = "fn cube(x) { x * x * x }\nfn apply(f, x) { f(x) + x }\nfn run(x) { gradient(fn(t) { apply(cube, t) }, x)[0] }\n";
+    let p = Program::compile("dyn.zy", src).unwrap();
+    let mut vm = Vm::new(&p);
+    vm.run().unwrap();
+    let d: f64 = vm.call("run", (2.0,)).unwrap();
+    assert_eq!(d, 3.0 * 4.0 + 1.0);
+}

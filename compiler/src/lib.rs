@@ -27,7 +27,7 @@ use zygvm_vm::builtin::Builtin;
 use zygvm_vm::bytecode::{BuiltinId, FuncId, StructId};
 use zygvm_vm::error::{Diagnostic, Error};
 use zygvm_vm::host::HostFunction;
-use zygvm_vm::program::{Program, SourceFile, Span, StructDef};
+use zygvm_vm::program::{DerivativeTransform, Program, SourceFile, Span, StructDef};
 
 /// Reads an imported file. The default reads from the file system.
 pub type Loader<'a> = &'a dyn Fn(&Path) -> std::io::Result<String>;
@@ -43,25 +43,17 @@ pub struct Source<'a> {
     pub differentiate: Differentiate,
 }
 
-/// When the compiler generates derivative routines (they more than double compile time).
+/// When derivative routines are made (generating every function's would more than double
+/// compile time).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Differentiate {
+    /// Every function's, at compile time (`--dump adjoint` shows them all).
     Always,
-    /// Only if the program names a differentiation built-in (the command line's choice).
-    IfUsed,
+    /// A function's the first time it is differentiated, with those of the functions it calls
+    /// (`ad::differentiate_on_demand`): a program pays for what it differentiates.
+    OnFirstUse,
+    /// Never: differentiating is a runtime error.
     Never,
-}
-
-/// The built-ins that run derivative routines.
-const DIFFERENTIATION_BUILTINS: &[&str] = &["gradient", "value_and_gradient", "grad", "pullback", "checkpoint", "derivative", "jvp", "jacobian", "hessian"];
-
-fn uses_differentiation(functions: &[zygvm_vm::program::Function], builtins: &[Builtin]) -> bool {
-    functions.iter().flat_map(|f| f.code.iter()).any(|i| match *i {
-        zygvm_vm::bytecode::Instr::LoadBuiltin { builtin, .. } | zygvm_vm::bytecode::Instr::CallBuiltin { builtin, .. } => {
-            DIFFERENTIATION_BUILTINS.contains(&builtins[builtin.index()].name.as_str())
-        }
-        _ => false,
-    })
 }
 
 struct ParsedModule {
@@ -273,19 +265,16 @@ pub fn compile(
         return Err(Error::compile(diagnostics));
     }
     let mut ssa_functions: Vec<_> = pools.functions.into_iter().map(|f| f.expect("every function is lowered")).collect();
-    let wanted = match source_differentiate {
-        Differentiate::Always => true,
-        Differentiate::IfUsed => uses_differentiation(&ssa_functions, &builtins),
-        Differentiate::Never => false,
-    };
-    let derivatives = if wanted {
+    let source_functions = ssa_functions.len();
+    let derivatives = if source_differentiate == Differentiate::Always {
         let (derivatives, routines) = ad::differentiate_program(&ssa_functions, &builtins, &pools.consts);
         ssa_functions.extend(routines);
         derivatives
     } else {
         vec![None; ssa_functions.len()]
     };
-    let functions = ssa_functions.iter().map(regalloc::allocate).collect();
+    let functions = ssa_functions.iter().map(|f| Arc::new(regalloc::allocate(f))).collect();
+    let ssa_functions = ssa_functions.into_iter().map(Arc::new).collect();
     let program = Program {
         files,
         functions,
@@ -298,7 +287,9 @@ pub fn compile(
         main: mains[0],
         builtins,
         host_functions,
+        source_functions,
         tangent_transform: Some(ad::tangent_of_routine),
+        derivative_transform: (source_differentiate != Differentiate::Never).then_some(ad::differentiate_on_demand as DerivativeTransform),
     };
     if let Err(e) = zygvm_vm::verify::verify_program(&program) {
         return Err(Error::compile(vec![Diagnostic { message: format!("internal compiler error: {e}"), location: None }]));

@@ -188,8 +188,8 @@ mod tests {
         };
         let program = Program {
             files: vec![],
-            functions: vec![main.clone()],
-            ssa_functions: vec![main],
+            functions: vec![main.clone().into()],
+            ssa_functions: vec![main.into()],
             derivatives: vec![],
             consts: vec![],
             structs: vec![],
@@ -198,7 +198,9 @@ mod tests {
             main: zygvm_vm::bytecode::FuncId(0),
             builtins: crate::builtins().into(),
             host_functions: vec![],
+            source_functions: 1,
             tangent_transform: None,
+            derivative_transform: None,
         };
         Vm::new(zygvm_vm::verify::VerifiedProgram::new(Arc::new(program)).unwrap())
     }

@@ -89,7 +89,7 @@ pub fn function_listing(p: &Program, f: &Function) -> String {
 /// `only`.
 pub fn program_listing(p: &Program, only: Option<&str>) -> String {
     let mut out = String::new();
-    for f in p.functions.iter().take(p.derivatives.len()) {
+    for f in p.functions.iter().take(p.source_functions) {
         if only.is_none_or(|n| f.name == n || f.trace_name() == n) {
             out.push_str(&function_listing(p, f));
             out.push('\n');
@@ -102,9 +102,34 @@ pub fn program_listing(p: &Program, only: Option<&str>) -> String {
 /// to the three routines the differentiator generated from it (SSA form, before register
 /// allocation: what the differentiator reads and writes).
 pub fn adjoint_listing(p: &Program, only: Option<&str>) -> String {
+    let named = |f: &crate::program::Function| only.is_none_or(|n| f.name == n || f.trace_name() == n);
+    // Routines made on first use: made here, in a copy, for the functions listed.
+    let made;
+    let p = match p.derivative_transform {
+        Some(transform) if p.derivatives.iter().take(p.source_functions).any(Option::is_none) => {
+            let mut q = p.clone();
+            for i in 0..q.source_functions {
+                if q.derivatives[i].is_some() || !named(&q.ssa_functions[i]) {
+                    continue;
+                }
+                let Ok(m) = transform(&q, crate::bytecode::FuncId(i as u32)) else { continue };
+                for (ssa, exec) in m.functions {
+                    q.functions.push(exec.into());
+                    q.ssa_functions.push(ssa.into());
+                    q.derivatives.push(None);
+                }
+                for (g, d) in m.derivatives {
+                    q.derivatives[g.index()] = Some(d);
+                }
+            }
+            made = q;
+            &made
+        }
+        _ => p,
+    };
     let mut out = String::new();
-    for (i, f) in p.ssa_functions.iter().enumerate().take(p.derivatives.len()) {
-        if !only.is_none_or(|n| f.name == n || f.trace_name() == n) {
+    for (i, f) in p.ssa_functions.iter().enumerate().take(p.source_functions) {
+        if !named(f) {
             continue;
         }
         let Some(d) = p.derivatives[i] else { continue };

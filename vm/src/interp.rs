@@ -11,7 +11,7 @@ use crate::bytecode::*;
 use crate::error::{TraceEntry, VmError, VmResult};
 use crate::host::HostValue;
 use crate::ops::{self, BinOp};
-use crate::program::{Const, Program};
+use crate::program::{Const, Function, Program};
 use crate::native::NativeState;
 use crate::semantics::{store, truncate_registers, Simple};
 use crate::stack::Stack;
@@ -215,24 +215,39 @@ impl Vm {
     }
 
     /// Appends a function made at run time (a tangent routine, `ad/towers.rs`), after checking
-    /// it with the verifier like every compiled function; returns its id. The program is
-    /// copied if another owner shares it; dispatch loops that hold the old copy notice the
-    /// version change at their next frame switch.
+    /// it with the verifier like every compiled function; returns its id.
     pub(crate) fn add_function(&mut self, ssa: crate::program::Function, exec: crate::program::Function) -> VmResult<FuncId> {
-        crate::verify::verify_function(&self.program, &exec, false)
-            .map_err(|e| VmError::new(format!("internal differentiation error: {e}")))?;
-        let blocks = exec.blocks.len() as u32;
-        let p = Arc::make_mut(&mut self.program);
-        let id = FuncId(p.functions.len() as u32);
-        p.functions.push(exec);
-        p.ssa_functions.push(ssa);
-        p.derivatives.push(None);
-        self.calls.push(0);
-        self.modules_run.push(false);
-        self.loop_base.push(self.back_edges.len() as u32);
-        self.back_edges.extend(std::iter::repeat(0).take(blocks as usize));
-        self.program_version += 1;
+        let id = FuncId(self.program.functions.len() as u32);
+        self.add_functions(vec![(ssa, exec)])?;
         Ok(id)
+    }
+
+    /// Appends functions made at run time (derivative routines, which may call each other),
+    /// in order, after checking each with the verifier once all are in; on an error the
+    /// program is as it was. The program is copied if another owner shares it; dispatch loops
+    /// that hold the old copy notice the version change at their next frame switch.
+    pub(crate) fn add_functions(&mut self, made: Vec<(crate::program::Function, crate::program::Function)>) -> VmResult<()> {
+        let p = Arc::make_mut(&mut self.program);
+        let before = p.functions.len();
+        for (ssa, exec) in made {
+            p.functions.push(Arc::new(exec));
+            p.ssa_functions.push(Arc::new(ssa));
+            p.derivatives.push(None);
+        }
+        if let Err(e) = p.functions[before..].iter().try_for_each(|f| crate::verify::verify_function(p, f, false)) {
+            p.functions.truncate(before);
+            p.ssa_functions.truncate(before);
+            p.derivatives.truncate(before);
+            return Err(VmError::new(format!("internal differentiation error: {e}")));
+        }
+        for f in &p.functions[before..] {
+            self.calls.push(0);
+            self.modules_run.push(false);
+            self.loop_base.push(self.back_edges.len() as u32);
+            self.back_edges.extend(std::iter::repeat(0).take(f.blocks.len()));
+        }
+        self.program_version += 1;
+        Ok(())
     }
 
     pub fn set_output(&mut self, out: Box<dyn Write + Send>) {
@@ -602,7 +617,7 @@ impl Vm {
         if self.frames.len() >= self.limits.max_depth {
             return Err(VmError::new("stack overflow"));
         }
-        let f = &self.program.functions[func.index()];
+        let f: &Function = &self.program.functions[func.index()];
         if nargs != f.arity as usize {
             return Err(arity_error(f, nargs));
         }
@@ -679,7 +694,7 @@ impl Vm {
             }
             let frame = self.frames.last().expect("execute without a frame");
             let func_id = frame.func;
-            let func = &program.functions[func_id.index()];
+            let func: &Function = &program.functions[func_id.index()];
             let code = &func.code[..];
             let base = frame.base as usize;
             // `ip` points at the next instruction (a pointer rather than an index keeps one

@@ -35,9 +35,9 @@ fn function(name: &str, arity: u32, captures: u32, regs: u32, code: Vec<Instr>, 
 fn program(functions: Vec<Function>, consts: Vec<Const>) -> Program {
     Program {
         files: vec![],
-        ssa_functions: functions.clone(),
+        ssa_functions: functions.iter().cloned().map(Arc::new).collect(),
         derivatives: vec![],
-        functions,
+        functions: functions.into_iter().map(Arc::new).collect(),
         consts,
         structs: vec![],
         symbols: vec![],
@@ -45,7 +45,9 @@ fn program(functions: Vec<Function>, consts: Vec<Const>) -> Program {
         main: FuncId(0),
         builtins: Arc::from(Vec::new()),
         host_functions: vec![],
+        source_functions: 0,
         tangent_transform: None,
+        derivative_transform: None,
     }
 }
 
@@ -93,26 +95,26 @@ fn the_verifier_refuses_what_the_interpreter_relies_on() {
         VerifiedProgram::new(Arc::new(p)).err().expect("a broken program must be refused")
     };
     // A register beyond the frame.
-    let e = bad(&|p| p.functions[1].code[0] = Instr::Mul { dst: Reg(7), a: Reg(0), b: Reg(0) });
+    let e = bad(&|p| Arc::make_mut(&mut p.functions[1]).code[0] = Instr::Mul { dst: Reg(7), a: Reg(0), b: Reg(0) });
     assert!(e.contains("outside the frame"), "{e}");
     // A closure capturing the wrong number of values.
-    let e = bad(&|p| p.functions[2].num_captures = 0);
+    let e = bad(&|p| Arc::make_mut(&mut p.functions[2]).num_captures = 0);
     assert!(e.contains("captures 1 values, the function takes 0"), "{e}");
     // Parameters and captures that do not fit the frame.
-    let e = bad(&|p| p.functions[2].num_regs = 1);
+    let e = bad(&|p| Arc::make_mut(&mut p.functions[2]).num_regs = 1);
     assert!(e.contains("outside the frame") || e.contains("exceed the frame"), "{e}");
     // A constant, a function, a block that do not exist.
-    let e = bad(&|p| p.functions[0].code[0] = Instr::LoadK { dst: Reg(0), k: ConstId(9) });
+    let e = bad(&|p| Arc::make_mut(&mut p.functions[0]).code[0] = Instr::LoadK { dst: Reg(0), k: ConstId(9) });
     assert!(e.contains("no constant"), "{e}");
-    let e = bad(&|p| p.functions[0].code[1] = Instr::LoadFunc { dst: Reg(1), func: FuncId(9) });
+    let e = bad(&|p| Arc::make_mut(&mut p.functions[0]).code[1] = Instr::LoadFunc { dst: Reg(1), func: FuncId(9) });
     assert!(e.contains("no function"), "{e}");
     let e = bad(&|p| {
-        let f = &mut p.functions[1];
+        let f = Arc::make_mut(&mut p.functions[1]);
         f.code[1] = Instr::Jump { target: BlockId(5), args: ListId(0) };
     });
     assert!(e.contains("no block"), "{e}");
     // A block that falls off its end (no terminator), and a main that does not exist.
-    let e = bad(&|p| p.functions[1].code[1] = Instr::Mul { dst: Reg(1), a: Reg(0), b: Reg(0) });
+    let e = bad(&|p| Arc::make_mut(&mut p.functions[1]).code[1] = Instr::Mul { dst: Reg(1), a: Reg(0), b: Reg(0) });
     assert!(e.contains("terminator"), "{e}");
     let e = bad(&|p| p.main = FuncId(7));
     assert!(e.contains("main function"), "{e}");

@@ -192,14 +192,21 @@ pub struct StructDef {
 #[derive(Clone)]
 pub struct Program {
     pub files: Vec<SourceFile>,
-    /// The executable functions (after register allocation), indexed by `FuncId`.
-    pub functions: Vec<Function>,
+    /// The executable functions (after register allocation), indexed by `FuncId`. Each behind
+    /// an `Arc`, as in `ssa_functions`: a VM that adds routines while running copies the
+    /// program (`Vm::add_functions`), and copies only these pointers.
+    pub functions: Vec<Arc<Function>>,
     /// The same functions in SSA form (before register allocation): what the differentiator
     /// reads and `--dump ssa` shows.
-    pub ssa_functions: Vec<Function>,
+    pub ssa_functions: Vec<Arc<Function>>,
     /// For each function written in the source (indexed by `FuncId`), its generated
-    /// derivative routines; `None` for module mains and for the generated routines themselves.
+    /// derivative routines once made (at compile time, or on first use through
+    /// `derivative_transform`); `None` before that, for module mains and for the generated
+    /// routines themselves.
     pub derivatives: Vec<Option<Derivative>>,
+    /// How many functions the source has: ids below it are the source's, the routines made
+    /// for them follow.
+    pub source_functions: usize,
     pub consts: Vec<Const>,
     pub structs: Vec<StructDef>,
     pub symbols: Vec<String>,
@@ -214,6 +221,22 @@ pub struct Program {
     /// routine in SSA form and in executable form. Set by the compiler, which the VM does not
     /// depend on.
     pub tangent_transform: Option<TangentTransform>,
+    /// The differentiator, for derivative routines made on first use (`Vm::derivative_of`):
+    /// from a function of the source to its routines and those of the functions it calls that
+    /// have none yet. Set by the compiler; `None` when the program is not to be
+    /// differentiated.
+    pub derivative_transform: Option<DerivativeTransform>,
+}
+
+/// See `Program::derivative_transform`.
+pub type DerivativeTransform = fn(&Program, FuncId) -> Result<MadeRoutines, String>;
+
+/// Derivative routines made while the program runs: which functions they are for, and the
+/// routines (SSA form, executable form), whose ids continue from the program's function count
+/// in order.
+pub struct MadeRoutines {
+    pub derivatives: Vec<(FuncId, Derivative)>,
+    pub functions: Vec<(Function, Function)>,
 }
 
 /// See `Program::tangent_transform`.

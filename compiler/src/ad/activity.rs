@@ -13,6 +13,7 @@
 //! union-find, and a write marks the whole class. The analysis is conservative: marking too
 //! much costs tape space, never correctness.
 
+use std::borrow::Borrow;
 use super::cfg::{block_end, terminator};
 use zygvm_vm::builtin::{Builtin, Deriv};
 use zygvm_vm::bytecode::*;
@@ -74,8 +75,8 @@ fn calls_back(b: &Builtin) -> bool {
 }
 
 /// `Globals` of a program (SSA form), by iterating the per-function analysis to a fixpoint.
-pub fn program_globals(ssa: &[Function], builtins: &[Builtin]) -> Globals {
-    let slots = ssa.iter().flat_map(|f| f.code.iter()).filter_map(|i| match *i {
+pub fn program_globals<F: Borrow<Function>>(ssa: &[F], builtins: &[Builtin]) -> Globals {
+    let slots = ssa.iter().map(Borrow::borrow).flat_map(|f: &Function| f.code.iter()).filter_map(|i| match *i {
         Instr::GetGlobal { slot, .. } => Some(slot.0 as usize + 1),
         _ => None,
     });
@@ -83,7 +84,8 @@ pub fn program_globals(ssa: &[Function], builtins: &[Builtin]) -> Globals {
     let mut g = Globals { written: vec![false; nslots], varies_alone: vec![false; ssa.len()] };
     loop {
         let mut next = g.clone();
-        for (k, f) in ssa.iter().enumerate() {
+        for (k, f) in ssa.iter().map(Borrow::borrow).enumerate() {
+            let f: &Function = f;
             let (_, written) = analyse(f, builtins, false, &g);
             for s in written {
                 next.written[s as usize] = true;

@@ -31,30 +31,81 @@ pub mod tangent;
 
 use zygvm_vm::builtin::Builtin;
 use zygvm_vm::bytecode::FuncId;
-use zygvm_vm::program::{Const, Derivative, FuncKind, Function};
+use std::borrow::Borrow;
+use zygvm_vm::bytecode::Instr;
+use zygvm_vm::program::{Const, Derivative, FuncKind, Function, MadeRoutines, Program};
 
-/// Generates the derivative routines (primal-with-tape, adjoint, tangent) of every function of
-/// `ssa` (module mains excepted).
+/// Whether a function of the source gets derivative routines: every one but module mains and
+/// a function whose entry block is a jump target.
+pub fn differentiable(f: &Function) -> bool {
+    f.kind != FuncKind::Main && cfg::predecessors(f)[0].is_empty()
+}
+
+/// Generates the derivative routines (primal-with-tape, adjoint, tangent) of every
+/// differentiable function of `ssa`, at compile time (`Differentiate::Always`).
 /// Returns, per function, its routines' ids, and the routines themselves (SSA form), which the
 /// caller appends to the program in order: their ids continue from `ssa.len()`.
 pub fn differentiate_program(ssa: &[Function], builtins: &[Builtin], consts: &[Const]) -> (Vec<Option<Derivative>>, Vec<Function>) {
-    let n = ssa.len();
-    let mut derivatives: Vec<Option<Derivative>> = vec![None; n];
-    let mut next = n as u32;
-    for (i, f) in ssa.iter().enumerate() {
-        let entry_is_a_target = !cfg::predecessors(f)[0].is_empty();
-        if f.kind == FuncKind::Main || entry_is_a_target {
+    let todo: Vec<FuncId> = (0..ssa.len()).filter(|&i| differentiable(&ssa[i])).map(|i| FuncId(i as u32)).collect();
+    let mut derivatives = vec![None; ssa.len()];
+    let routines = differentiate(ssa, &mut derivatives, &todo, ssa.len() as u32, builtins, consts);
+    (derivatives, routines)
+}
+
+/// The derivative routines of `f`, made while the program runs, the first time `f` is
+/// differentiated (`Program::derivative_transform`): `f`'s and those of every function it
+/// calls directly, transitively, that has none yet (a routine calls its callee's routine
+/// directly). SSA and executable forms, their ids continuing from `p.functions.len()`.
+pub fn differentiate_on_demand(p: &Program, f: FuncId) -> Result<MadeRoutines, String> {
+    let source = p.ssa_functions.get(..p.source_functions).ok_or("a program without its SSA forms")?;
+    if !source.get(f.index()).is_some_and(|g| differentiable(g)) {
+        return Err(format!("cannot differentiate {}", p.function(f).trace_name()));
+    }
+    let mut derivatives = p.derivatives[..p.source_functions].to_vec();
+    let mut todo = vec![];
+    let mut stack = vec![f];
+    while let Some(g) = stack.pop() {
+        if derivatives[g.index()].is_some() || todo.contains(&g) || !differentiable(source[g.index()].borrow()) {
             continue;
         }
-        derivatives[i] = Some(Derivative {
+        todo.push(g);
+        for i in &source[g.index()].code {
+            if let Instr::CallDirect { func, .. } = *i {
+                stack.push(func);
+            }
+        }
+    }
+    let first = p.functions.len() as u32;
+    let routines = differentiate(source, &mut derivatives, &todo, first, &p.builtins, &p.consts);
+    Ok(MadeRoutines {
+        derivatives: todo.iter().map(|&g| (g, derivatives[g.index()].expect("just made"))).collect(),
+        functions: routines.into_iter().map(|r| { let exec = crate::regalloc::allocate(&r); (r, exec) }).collect(),
+    })
+}
+
+/// Gives each function of `todo` (none of which has routines yet) five routine ids from
+/// `first` on, in order, and generates the routines (SSA form, in id order). `derivatives`
+/// holds the routines of every function of `ssa` that has some (existing ones included:
+/// a routine calls its callee's routines directly).
+fn differentiate<F: Borrow<Function>>(
+    ssa: &[F],
+    derivatives: &mut [Option<Derivative>],
+    todo: &[FuncId],
+    first: u32,
+    builtins: &[Builtin],
+    consts: &[Const],
+) -> Vec<Function> {
+    for (k, g) in todo.iter().enumerate() {
+        let next = first + 5 * k as u32;
+        derivatives[g.index()] = Some(Derivative {
             tape: FuncId(next),
             adjoint: FuncId(next + 1),
             tangent: FuncId(next + 2),
             tangent_tape: FuncId(next + 3),
             tangent_adjoint: FuncId(next + 4),
         });
-        next += 5;
     }
+    let derivatives: &[Option<Derivative>] = derivatives;
     let tape_of = |g: FuncId| derivatives.get(g.index()).copied().flatten().map(|d| d.tape);
     let adjoint_of = |g: FuncId| derivatives.get(g.index()).copied().flatten().map(|d| d.adjoint);
     let tangent_of = |g: FuncId| derivatives.get(g.index()).copied().flatten().map(|d| d.tangent);
@@ -68,10 +119,8 @@ pub fn differentiate_program(ssa: &[Function], builtins: &[Builtin], consts: &[C
     let routine_tangent = |g: FuncId| routine_tangents.get(&g).copied();
     let globals = activity::program_globals(ssa, builtins);
     let mut routines = vec![];
-    for (i, f) in ssa.iter().enumerate() {
-        if derivatives[i].is_none() {
-            continue;
-        }
+    for &g in todo {
+        let f: &Function = ssa[g.index()].borrow();
         let varied = activity::varied_registers(f, builtins, &globals);
         let differentiable = |b: zygvm_vm::bytecode::BuiltinId| activity::builtin_is_differentiable(&builtins[b.index()]);
         let active: Vec<bool> = f.code.iter().map(|i| saves::is_active(f, i, &varied, differentiable)).collect();
@@ -125,7 +174,7 @@ pub fn differentiate_program(ssa: &[Function], builtins: &[Builtin], consts: &[C
         let (tan_tape, tan_adj) = (of_routine(&tape, &varied), of_routine(&adj, &adj_varied));
         routines.extend([tape, adj, tan, tan_tape, tan_adj]);
     }
-    (derivatives, routines)
+    routines
 }
 
 /// The tangent routine of a routine made while the program runs (a tangent routine's own,

@@ -18,11 +18,37 @@ use crate::host::HostValue;
 use crate::value::Value;
 
 impl Vm {
-    /// The derivative routines of a function, or the error for a function that has none.
-    pub(crate) fn derivative_of(&self, f: FuncId) -> VmResult<Derivative> {
-        self.program().derivative(f).ok_or_else(|| {
-            VmError::new(format!("cannot differentiate {}", self.program().function(f).trace_name()))
-        })
+    /// The derivative routines of a function, made now if this is the first time it is
+    /// differentiated (`Program::derivative_transform`), or the error for a function that
+    /// cannot have any.
+    // Not inlined: the interpreter's dispatch loop calls it from several arms, and its body
+    // there cost the loop registers (+3.7% instructions on `fib` when it was).
+    #[inline(never)]
+    pub(crate) fn derivative_of(&mut self, f: FuncId) -> VmResult<Derivative> {
+        match self.program().derivative(f) {
+            Some(d) => Ok(d),
+            None => self.make_derivative(f),
+        }
+    }
+
+    /// Makes the derivative routines of `f` (and of the functions it calls that have none) and
+    /// adds them to the program.
+    #[cold]
+    fn make_derivative(&mut self, f: FuncId) -> VmResult<Derivative> {
+        let cannot = |p: &crate::program::Program| VmError::new(format!("cannot differentiate {}", p.function(f).trace_name()));
+        let made = {
+            let p = self.program();
+            let Some(transform) = p.derivative_transform.filter(|_| f.index() < p.source_functions) else {
+                return Err(cannot(p));
+            };
+            transform(p, f).map_err(|_| cannot(p))?
+        };
+        self.add_functions(made.functions)?;
+        let p = std::sync::Arc::make_mut(&mut self.program);
+        for (g, d) in made.derivatives {
+            p.derivatives[g.index()] = Some(d);
+        }
+        self.program().derivative(f).ok_or_else(|| cannot(self.program()))
     }
 
     /// Runs the primal-with-tape version of any callable value.

@@ -87,6 +87,13 @@ impl Vm {
         if let Some(d) = self.program().derivative(f) {
             return Ok(d.tangent);
         }
+        // A function of the source gets its routines (the tangent among them) on first use;
+        // one that cannot goes on as a routine does.
+        if f.index() < self.program().source_functions {
+            if let Ok(d) = self.derivative_of(f) {
+                return Ok(d.tangent);
+            }
+        }
         if let Some(Some(t)) = self.made_tangents.get(f.index()) {
             return Ok(*t);
         }
