@@ -268,3 +268,45 @@ fn routines_of_a_callee_passed_as_a_value_are_made_when_it_is_called() {
     let d: f64 = vm.call("run", (2.0,)).unwrap();
     assert_eq!(d, 3.0 * 4.0 + 1.0);
 }
+
+/// Routines made on first use are made on the thread that differentiates (the differentiator
+/// works on flat SSA blocks and recurses no deeper than a few frames): a host thread with a
+/// small stack can differentiate a deeply nested function and one of 1,800 blocks.
+#[test]
+fn first_use_differentiation_fits_a_small_host_stack() {
+    let mut nested = String::from("fn deep(x) {\n let y = x\n");
+    for _ in 0..90 {
+        nested.push_str("if y > -100.0 {\n y = y * 1.01\n");
+    }
+    nested.push_str(&"}\n".repeat(90));
+    nested.push_str(" y\n}\nfn long(x) {\n let y = x\n");
+    for k in 0..600 {
+        nested.push_str(&format!(" if y > {k}.5 {{ y = y * 0.999 }} else {{ y = y + 0.001 }}\n"));
+    }
+    nested.push_str(" y\n}\n");
+    let program = Program::compile("deep.zy", &nested).unwrap();
+    let out = std::thread::Builder::new()
+        .stack_size(96 << 10)
+        .spawn(move || {
+            let mut vm = Vm::new(&program);
+            vm.run().unwrap();
+            let (_, d) = vm.value_and_gradient("deep", vec![Value::Float(1.0)]).unwrap();
+            let (_, e) = vm.value_and_gradient("long", vec![Value::Float(10.0)]).unwrap();
+            (d, e)
+        })
+        .unwrap()
+        .join()
+        .unwrap();
+    let want = 1.01f64.powi(90);
+    assert!(matches!(out.0[0], Value::Float(d) if (d - want).abs() < 1e-12 * want), "{:?} against {want}", out.0);
+    let (mut y, mut d) = (10.0f64, 1.0f64);
+    for k in 0..600 {
+        if y > k as f64 + 0.5 {
+            y *= 0.999;
+            d *= 0.999;
+        } else {
+            y += 0.001;
+        }
+    }
+    assert!(matches!(out.1[0], Value::Float(e) if e == d), "{:?} against {d}", out.1);
+}

@@ -23,6 +23,17 @@ impl Renames {
         }
         r
     }
+
+    /// Points every renamed register at the end of its chain (chains grow one link per
+    /// removal; a long function's would make every lookup walk them).
+    fn compress(&mut self) {
+        for i in 0..self.0.len() {
+            if self.0[i].is_some() {
+                let end = self.get(Reg(i as u32));
+                self.0[i] = Some(end);
+            }
+        }
+    }
 }
 
 /// Simplifies `f` in place (SSA form in, SSA form out).
@@ -57,6 +68,7 @@ pub fn simplify(f: &mut Function) {
             }
         }
         changed |= remove_trivial_params(f, &mut renames, &is_nil_def);
+        renames.compress();
         if !changed {
             break;
         }
@@ -76,16 +88,23 @@ fn jumps(f: &Function) -> Vec<(usize, BlockId, ListId)> {
         .collect()
 }
 
-/// Removes one round of trivial block parameters; whether any went.
+/// Removes one round of trivial block parameters (each block once, in order); whether any
+/// went.
 fn remove_trivial_params(f: &mut Function, renames: &mut Renames, is_nil_def: &[bool]) -> bool {
-    let jumps = jumps(f);
+    let mut jumps = jumps(f);
+    // The jumps into each block, by their index in `jumps` (each jump has one target, so
+    // dropping one block's parameters changes only its own incoming jumps' lists).
+    let mut into_of: Vec<Vec<usize>> = vec![vec![]; f.blocks.len()];
+    for (k, (_, t, _)) in jumps.iter().enumerate() {
+        into_of[t.index()].push(k);
+    }
     let mut changed = false;
     for b in 1..f.blocks.len() {
         let params = f.list(f.blocks[b].params).to_vec();
         if params.is_empty() {
             continue;
         }
-        let into: Vec<&(usize, BlockId, ListId)> = jumps.iter().filter(|(_, t, _)| t.index() == b).collect();
+        let into: Vec<(usize, BlockId, ListId)> = into_of[b].iter().map(|&k| jumps[k]).collect();
         let mut drop = vec![false; params.len()];
         for (k, &p) in params.iter().enumerate() {
             let mut same: Option<Reg> = None;
@@ -116,16 +135,16 @@ fn remove_trivial_params(f: &mut Function, renames: &mut Renames, is_nil_def: &[
         let keep = |regs: &[Reg]| -> Vec<Reg> { regs.iter().zip(&drop).filter(|(_, d)| !**d).map(|(r, _)| *r).collect() };
         let new_params = keep(&params);
         f.blocks[b].params = f.add_list(&new_params);
-        for &&(pc, _, args) in &into {
+        for &k in &into_of[b] {
+            let (pc, _, args) = jumps[k];
             let new_args = keep(f.list(args));
             let list = f.add_list(&new_args);
             match &mut f.code[pc] {
                 Instr::Jump { args, .. } | Instr::JumpPar { args, .. } => *args = list,
                 _ => {}
             }
+            jumps[k].2 = list;
         }
-        // The jump list changed: recompute for the next block.
-        return changed | remove_trivial_params(f, renames, is_nil_def);
     }
     changed
 }

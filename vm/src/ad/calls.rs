@@ -21,9 +21,6 @@ impl Vm {
     /// The derivative routines of a function, made now if this is the first time it is
     /// differentiated (`Program::derivative_transform`), or the error for a function that
     /// cannot have any.
-    // Not inlined: the interpreter's dispatch loop calls it from several arms, and its body
-    // there cost the loop registers (+3.7% instructions on `fib` when it was).
-    #[inline(never)]
     pub(crate) fn derivative_of(&mut self, f: FuncId) -> VmResult<Derivative> {
         match self.program().derivative(f) {
             Some(d) => Ok(d),
@@ -41,7 +38,16 @@ impl Vm {
             let Some(transform) = p.derivative_transform.filter(|_| f.index() < p.source_functions) else {
                 return Err(cannot(p));
             };
-            transform(p, f).map_err(|_| cannot(p))?
+            // A panic in the differentiator (a bug) is an error, not an unwind through the VM;
+            // the transform only reads the program.
+            match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| transform(p, f))) {
+                Ok(Ok(made)) => made,
+                Ok(Err(_)) => return Err(cannot(p)),
+                Err(panic) => {
+                    let m = crate::host::panic_message(&*panic);
+                    return Err(VmError::new(format!("internal differentiation error: {m}")));
+                }
+            }
         };
         self.add_functions(made.functions)?;
         let p = std::sync::Arc::make_mut(&mut self.program);
