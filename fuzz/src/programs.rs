@@ -32,8 +32,9 @@ pub enum Stmt {
     HigherOrder(u8, bool, u8, u8),
     Struct(u8, Expr, Expr),
     Dict(u8, u8, Expr),
-    /// A counted loop reading an array and a matrix row by its index, its bound sometimes
-    /// past their end (the JIT checks such reads once per loop entry: `jit/src/clamp.rs`).
+    /// A counted loop reading an array and a matrix row by its index, its bound anywhere up to
+    /// their end (the JIT checks such reads once per loop entry: `jit/src/clamp.rs`; programs
+    /// here are valid, so the bounds past the end are `clamped_loops_agree_on_every_tier`'s).
     Scan(u8, u8, u8, u8),
 }
 
@@ -136,8 +137,8 @@ impl Render {
                 self.line(depth, &format!("let {m} = zeros(2, 4)"));
                 self.line(depth, &format!("{m}[1, {}] = {vb}", n % 4));
                 self.line(depth, &format!("let {acc} = 0.0"));
-                // Bounds 0-4 of the array (4 long) and the row (4 wide); 5 is one past.
-                self.line(depth, &format!("for {i} in 0..{} {{ {acc} += {arr}[{i}] * {m}[{}, {i}] + {arr}[{i}] * {va} }}", n % 6, (n / 6) % 2));
+                // Bounds 0-4 of the array (4 long) and the row (4 wide).
+                self.line(depth, &format!("for {i} in 0..{} {{ {acc} += {arr}[{i}] * {m}[{}, {i}] + {arr}[{i}] * {va} }}", n % 5, (n / 5) % 2));
                 self.line(depth, &format!("{vk} = tanh({acc})"));
             }
             Stmt::Array(k, a, b, i, e) => {

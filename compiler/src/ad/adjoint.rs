@@ -598,8 +598,21 @@ pub fn adjoint(cx: &Context) -> Function {
             }
         }
         for pc in (f.blocks[blk].start as usize..end - 1).rev() {
-            if cx.active[pc] && !deferred.contains(&pc) {
+            if deferred.contains(&pc) {
+                continue;
+            }
+            if cx.active[pc] {
                 a.instruction(pc);
+            } else if let Some(d) = varied_builtin_result(f.code[pc], cx.varied) {
+                // A varied value made by a built-in with nothing to differentiate (`m =
+                // zeros(n)`, varied because varied values are written into it later): its
+                // definition consumes its adjoint as well, into nothing. Reset, so that a
+                // loop's next (earlier) iteration does not start from this one's (the
+                // adjoints of two different containers would meet). (The other inactive
+                // definition of a varied value, `LoadSelf`, keeps its adjoint: it flows into
+                // the closure's, at the entry.)
+                let nil = a.nil;
+                a.write(d, nil);
             }
         }
         let bspan = f.spans[f.blocks[blk].start as usize];
@@ -649,4 +662,13 @@ pub fn adjoint(cx: &Context) -> Function {
         }
     }
     a.b.finish(f.name.clone(), f.kind.clone(), f.span)
+}
+
+/// The result of a `CallBuiltin` when it is varied (the call itself being inactive: a
+/// built-in with nothing to differentiate whose result varied values are written into later).
+fn varied_builtin_result(i: Instr, varied: &[bool]) -> Option<Reg> {
+    match i {
+        Instr::CallBuiltin { dst, .. } if varied[dst.index()] => Some(dst),
+        _ => None,
+    }
 }
