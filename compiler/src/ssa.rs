@@ -134,13 +134,20 @@ impl FnBuilder {
         b.spans.push(span);
     }
 
-    /// Defines a register in the entry block (before its terminator, if it has one yet), so
-    /// that it dominates the whole function: used for constants, loaded once per call rather
-    /// than once per loop iteration.
+    /// Defines a register in the entry block (before its terminator, if it has one yet, and
+    /// before the comparison that terminator branches on, so that the two stay adjacent and
+    /// fuse: `fuse.rs`), so that it dominates the whole function: used for constants, loaded
+    /// once per call rather than once per loop iteration.
     pub fn emit_def_in_entry(&mut self, f: impl FnOnce(Reg) -> Instr, span: Span) -> Reg {
         let r = self.new_reg();
         let entry = &mut self.blocks[0];
-        let at = if entry.code.last().is_some_and(|i| i.is_terminator()) { entry.code.len() - 1 } else { entry.code.len() };
+        let mut at = if entry.code.last().is_some_and(|i| i.is_terminator()) { entry.code.len() - 1 } else { entry.code.len() };
+        if let (Some(Instr::Branch { cond, .. }), Some(compare)) = (entry.code.get(at), at.checked_sub(1).and_then(|k| entry.code.get(k))) {
+            let feeds = matches!(*compare, Instr::Lt { dst, .. } | Instr::Le { dst, .. } | Instr::Gt { dst, .. } | Instr::Ge { dst, .. } if dst == *cond);
+            if feeds {
+                at -= 1;
+            }
+        }
         entry.code.insert(at, f(r));
         entry.spans.insert(at, span);
         r
