@@ -113,14 +113,8 @@ pub fn adjoint_listing(p: &Program, only: Option<&str>) -> String {
                     continue;
                 }
                 let Ok(m) = transform(&q, crate::bytecode::FuncId(i as u32)) else { continue };
-                for (ssa, exec) in m.functions {
-                    q.functions.push(exec.into());
-                    q.ssa_functions.push(ssa.into());
-                    q.derivatives.push(None);
-                }
-                for (g, d) in m.derivatives {
-                    q.derivatives[g.index()] = Some(d);
-                }
+                q.append_functions(m.functions);
+                q.record_derivatives(&m.derivatives);
             }
             made = q;
             &made

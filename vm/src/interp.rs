@@ -229,11 +229,7 @@ impl Vm {
     pub(crate) fn add_functions(&mut self, made: Vec<(crate::program::Function, crate::program::Function)>) -> VmResult<()> {
         let p = Arc::make_mut(&mut self.program);
         let before = p.functions.len();
-        for (ssa, exec) in made {
-            p.functions.push(Arc::new(exec));
-            p.ssa_functions.push(Arc::new(ssa));
-            p.derivatives.push(None);
-        }
+        p.append_functions(made);
         if let Err(e) = p.functions[before..].iter().try_for_each(|f| crate::verify::verify_function(p, f, false)) {
             p.functions.truncate(before);
             p.ssa_functions.truncate(before);

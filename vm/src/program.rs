@@ -243,6 +243,23 @@ pub struct MadeRoutines {
 pub type TangentTransform = fn(&Function, &[crate::builtin::Builtin]) -> Result<(Function, Function), String>;
 
 impl Program {
+    /// Appends functions made while the program runs (SSA form, executable form), their ids
+    /// continuing from the function count, with no derivatives of their own.
+    pub fn append_functions(&mut self, made: Vec<(Function, Function)>) {
+        for (ssa, exec) in made {
+            self.functions.push(Arc::new(exec));
+            self.ssa_functions.push(Arc::new(ssa));
+            self.derivatives.push(None);
+        }
+    }
+
+    /// Records which functions routines made while running belong to (`MadeRoutines`).
+    pub fn record_derivatives(&mut self, made: &[(FuncId, Derivative)]) {
+        for &(g, d) in made {
+            self.derivatives[g.index()] = Some(d);
+        }
+    }
+
     pub fn function(&self, f: FuncId) -> &Function {
         &self.functions[f.index()]
     }

@@ -50,10 +50,7 @@ impl Vm {
             }
         };
         self.add_functions(made.functions)?;
-        let p = std::sync::Arc::make_mut(&mut self.program);
-        for (g, d) in made.derivatives {
-            p.derivatives[g.index()] = Some(d);
-        }
+        std::sync::Arc::make_mut(&mut self.program).record_derivatives(&made.derivatives);
         self.program().derivative(f).ok_or_else(|| cannot(self.program()))
     }
 
