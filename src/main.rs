@@ -65,6 +65,10 @@ struct Cli {
     /// Maximum wall time in seconds.
     #[arg(long, value_name = "SECONDS")]
     timeout: Option<f64>,
+    /// A budget for reverse-mode tapes: gradients that would exceed it recompute loops from
+    /// checkpoints instead, and stay exact.
+    #[arg(long, value_name = "BYTES")]
+    max_tape: Option<usize>,
     /// The script (`-` reads it from standard input) and its arguments.
     #[arg(value_name = "SCRIPT [ARGS]", allow_hyphen_values = true)]
     rest: Vec<String>,
@@ -82,6 +86,7 @@ fn limits(cli: &Cli) -> Result<Limits, String> {
         fuel: cli.fuel,
         max_memory: cli.max_memory,
         timeout,
+        max_tape: cli.max_tape,
     })
 }
 
@@ -217,6 +222,15 @@ fn run(cli: Cli) -> ExitCode {
             s.cycle_collections,
             s.cycles_freed
         );
+        if cli.max_tape.is_some() {
+            let _ = writeln!(
+                std::io::stderr(),
+                "stats: tape budget: {} checkpoints taken (at most {} bytes held at once), {} loop iterations recomputed",
+                s.checkpoints,
+                s.peak_checkpoint_bytes,
+                s.recomputed_iterations
+            );
+        }
         for (f, why) in &j.refusals {
             let _ = writeln!(std::io::stderr(), "stats: the JIT left {f} interpreted: {why}");
         }

@@ -280,6 +280,7 @@ pub fn compile(
         functions,
         ssa_functions,
         derivatives,
+        budgeted: vec![],
         consts: pools.consts,
         structs: pools.structs,
         symbols: pools.symbols,

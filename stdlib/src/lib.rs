@@ -43,6 +43,10 @@ const LEAF: &[&str] = &[
     "stop_gradient",
 ];
 
+/// The leaves that change something: they write the container they are given or draw from
+/// the random generator (every other leaf is `Builtin::replayable`).
+const NOT_REPLAYABLE: &[&str] = &["push", "pop", "insert", "remove", "delete", "rand", "randn"];
+
 pub fn builtins() -> Vec<Builtin> {
     let mut t: Vec<Builtin> = vec![];
     let mut add = |name: &str, min: usize, max: usize, f: zygvm_vm::builtin::NativeFn| {
@@ -182,10 +186,12 @@ pub fn builtins() -> Vec<Builtin> {
             second: None,
             custom_second: None,
             leaf: true,
+            replayable: true,
         });
     }
     for b in &mut t {
         b.leaf |= LEAF.contains(&b.name.as_str());
+        b.replayable = b.leaf && !NOT_REPLAYABLE.contains(&b.name.as_str());
     }
     derivatives::attach(&mut t);
     tangents::attach(&mut t);

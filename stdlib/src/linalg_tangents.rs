@@ -201,6 +201,7 @@ mod tests {
             source_functions: 1,
             tangent_transform: None,
             derivative_transform: None,
+        budgeted: vec![],
         };
         Vm::new(zygvm_vm::verify::VerifiedProgram::new(Arc::new(program)).unwrap())
     }

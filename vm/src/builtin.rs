@@ -55,6 +55,10 @@ pub struct Builtin {
     /// added), so the shared semantics may run a call of it (`semantics.rs`), and native code
     /// through `step` without leaving to the interpreter.
     pub leaf: bool,
+    /// *Replayable*: a leaf that changes nothing (no container written, no random draw), so
+    /// running it again on the same arguments gives the same result; a loop whose calls are
+    /// all replayable can be recomputed from a checkpoint (`compiler/src/ad/checkpoints.rs`).
+    pub replayable: bool,
 }
 
 /// The tangents of a `Deriv::Custom` built-in's two steps: `tape(vm, args, ȧrgs)` returns
@@ -136,6 +140,7 @@ impl Builtin {
             second: None,
             custom_second: None,
             leaf: false,
+            replayable: false,
         }
     }
 

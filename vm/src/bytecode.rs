@@ -235,6 +235,8 @@ opcodes! {
     TapeShape { a: reg, b: reg } => "control.push(code of R[a], R[b]); tape.push(R[a]) if it is a container; tape.push(R[b]) if it is (broadcast and identities: what the adjoint of + - and negation needs)";
     CallTape { dst: def, callee: reg, args: list } => "R[dst] := primal-with-tape of R[callee] (L[args]...)";
     CallBuiltinTape { dst: def, builtin: builtin, args: list } => "R[dst] := BI[builtin](L[args]...), recording what its pullback needs";
+    LoopCkBegin { dst: def, header: block } => "R[dst] := a new checkpointed loop of this frame, headed by B[header], starting at the tape's top (routines made under a tape budget: vm/src/ad/loop_checkpoints.rs)";
+    LoopCkStep { ck: reg } => "at the header of R[ck]'s loop: count the iteration; over the budget, keep the frame's registers as a checkpoint and cut the loop's records; a recomputation that reached its end leaves the frame";
 
     // ---- differentiation: the adjoint routine ----
     TapePop { dst: def } => "R[dst] := tape.pop()";
@@ -244,6 +246,8 @@ opcodes! {
     CallBuiltinAdj { dst: def, builtin: builtin, args: list } => "R[dst] := adjoint of BI[builtin] (L[args] = dy, incoming adjoints...) = (nil, d args...)";
     AdjAdd { dst: def, a: reg, b: reg } => "R[dst] := R[a] (+) R[b] (adjoint accumulation; nil is zero; consumes both)";
     Pull { dst: def, rule: imm, args: list } => "R[dst] := RULE[rule](L[args]...) (a pullback rule of vm/src/ad/rules.rs)";
+    LoopCkRewind { ck: reg } => "R[ck]'s loop is about to be reversed from its last iteration (R[ck] popped at the loop's exit; nil: not checkpointed)";
+    LoopCkRefill { ck: reg } => "at the adjoint of R[ck]'s loop header: step back one iteration; when its records were cut, recompute them from the nearest earlier checkpoint";
 
     // ---- differentiation: the tangent routine (forward mode) ----
     Tan { dst: def, rule: imm, args: list } => "R[dst] := TANGENT[rule](L[args]...) (a tangent rule of vm/src/ad/tangents.rs)";

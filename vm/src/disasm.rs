@@ -112,9 +112,9 @@ pub fn adjoint_listing(p: &Program, only: Option<&str>) -> String {
                 if q.derivatives[i].is_some() || !named(&q.ssa_functions[i]) {
                     continue;
                 }
-                let Ok(m) = transform(&q, crate::bytecode::FuncId(i as u32)) else { continue };
+                let Ok(m) = transform(&q, crate::bytecode::FuncId(i as u32), crate::program::Routines::Plain) else { continue };
                 q.append_functions(m.functions);
-                q.record_derivatives(&m.derivatives);
+                q.record_derivatives(&m.derivatives, crate::program::Routines::Plain);
             }
             made = q;
             &made

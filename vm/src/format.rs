@@ -141,6 +141,7 @@ fn write_contents(out: &mut String, v: &Value, program: &Program, top: bool, pat
         Value::Partial(p) => {
             let _ = write!(out, "<fn {}>", program.builtins[p.builtin.index()].name);
         }
+        Value::LoopRecord(_) => out.push_str("<loop record>"),
     }
     Ok(())
 }

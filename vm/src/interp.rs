@@ -33,11 +33,15 @@ pub struct Limits {
     pub max_memory: Option<usize>,
     /// Maximum wall time of one run or call.
     pub timeout: Option<Duration>,
+    /// A budget in bytes for reverse mode's tape: gradients made while it is set recompute
+    /// loops from checkpoints instead of keeping every iteration's records
+    /// (`ad/loop_checkpoints.rs`).
+    pub max_tape: Option<usize>,
 }
 
 impl Default for Limits {
     fn default() -> Limits {
-        Limits { max_depth: 10_000, fuel: None, max_memory: None, timeout: None }
+        Limits { max_depth: 10_000, fuel: None, max_memory: None, timeout: None, max_tape: None }
     }
 }
 
@@ -79,6 +83,11 @@ pub struct Stats {
     /// Cycle collections run, and the containers they freed (`cycles.rs`).
     pub cycle_collections: u64,
     pub cycles_freed: u64,
+    /// Under a tape budget: checkpoints taken, the most bytes they held at once, and loop
+    /// iterations run again to rebuild cut records (`ad/loop_checkpoints.rs`).
+    pub checkpoints: u64,
+    pub peak_checkpoint_bytes: usize,
+    pub recomputed_iterations: u64,
 }
 
 /// One VM instance: the mutable state of running a `Program`. Not `Send`: it holds `Rc`s
@@ -117,6 +126,8 @@ pub struct Vm {
     native_depth: usize,
     /// Reverse mode's tape (vm/src/ad).
     pub(crate) tape: crate::ad::Tape,
+    /// Checkpoints of loops recomputed under a tape budget, and their cost.
+    pub(crate) budget: crate::ad::loop_checkpoints::Budget,
     /// Tangent routines made while running (third and higher derivatives), by `FuncId`.
     pub(crate) made_tangents: Vec<Option<FuncId>>,
     /// Bumped whenever `program` gains a function, so that running dispatch loops re-read it.
@@ -188,6 +199,7 @@ impl Vm {
             scratch: vec![],
             native_depth: 0,
             tape: crate::ad::Tape::default(),
+            budget: Default::default(),
             held: vec![],
             cycles: Default::default(),
             made_tangents: vec![],
@@ -234,6 +246,7 @@ impl Vm {
             p.functions.truncate(before);
             p.ssa_functions.truncate(before);
             p.derivatives.truncate(before);
+            p.budgeted.truncate(before);
             return Err(VmError::new(format!("internal differentiation error: {e}")));
         }
         for f in &p.functions[before..] {
@@ -303,6 +316,9 @@ impl Vm {
             peak_tape_bytes: self.tape.peak_bytes,
             cycle_collections: self.cycles.collections,
             cycles_freed: self.cycles.freed,
+            checkpoints: self.budget.checkpoints_taken,
+            peak_checkpoint_bytes: self.budget.peak_checkpoint_bytes,
+            recomputed_iterations: self.budget.recomputed_iterations,
         }
     }
 
@@ -492,6 +508,40 @@ impl Vm {
             self.stack.clear();
             self.frames.clear();
         }
+        result
+    }
+
+    /// Runs `func` from instruction `pc` in a fresh boundary frame whose arguments are `args`
+    /// and whose registers `fill` then sets (a loop's recomputation from a checkpoint,
+    /// `ad/loop_checkpoints.rs`), until that frame leaves.
+    pub(crate) fn run_frame_from(
+        &mut self,
+        func: FuncId,
+        closure: Option<Rc<Closure>>,
+        pc: u32,
+        args: &[Value],
+        fill: impl FnOnce(&mut [Value]),
+    ) -> VmResult<Value> {
+        if self.native_depth >= MAX_NATIVE_DEPTH {
+            return Err(VmError::new("stack overflow (calls nested through built-in functions)"));
+        }
+        if self.steps >= self.next_check {
+            self.check_limits()?;
+        }
+        let n = self.program.functions[func.index()].num_regs as usize;
+        if pc as usize >= self.program.functions[func.index()].code.len() {
+            return Err(VmError::new("internal error: a frame resumed outside its function"));
+        }
+        let depth = self.frames.len();
+        self.push_frame(func, closure, args, DISCARD, true)?;
+        let base = self.frames.last().expect("just pushed").base as usize;
+        fill(&mut self.stack[base..base + n]);
+        // A resumed frame starts at a block's start (the loop header): the verifier's jump
+        // targets, so the dispatch loop's facts about `pc` hold.
+        self.frames.last_mut().expect("just pushed").pc = pc;
+        self.native_depth += 1;
+        let result = self.execute(depth);
+        self.native_depth -= 1;
         result
     }
 
@@ -1251,6 +1301,40 @@ impl Vm {
                     Instr::TapePopIf { dst, code, mask } => simple!(Instr::TapePopIf { dst, code, mask }),
                     Instr::TapePopCtl { dst } => simple!(Instr::TapePopCtl { dst }),
                     Instr::TapeShape { a, b } => simple!(Instr::TapeShape { a, b }),
+                    // Loops recomputed under a tape budget (`ad/loop_checkpoints.rs`).
+                    Instr::LoopCkBegin { dst, header } => {
+                        let v = self.loop_begin(func.blocks[header.index()].start);
+                        set!(dst, v);
+                    }
+                    Instr::LoopCkStep { ck } => {
+                        if !matches!(reg!(ck), Value::Nil) {
+                            account!();
+                            self.frames.last_mut().unwrap().pc = pc!() as u32;
+                            if let crate::ad::loop_checkpoints::Step::Leave = tri!(self.loop_step(base, ck)) {
+                                // A recomputation's frame leaves here (it was pushed as a
+                                // boundary by `run_frame_from`).
+                                let fr = self.frames.pop().unwrap();
+                                truncate_registers(&mut self.stack, fr.base as usize);
+                                if fr.boundary {
+                                    return Ok(Value::Nil);
+                                }
+                                return Err(VmError::new("internal differentiation error: a loop left a frame it did not resume"));
+                            }
+                        }
+                    }
+                    Instr::LoopCkRewind { ck } => {
+                        let v = reg!(ck).clone();
+                        self.loop_rewind(&v);
+                    }
+                    Instr::LoopCkRefill { ck } => {
+                        if !matches!(reg!(ck), Value::Nil) {
+                            account!();
+                            self.frames.last_mut().unwrap().pc = pc!() as u32;
+                            let v = reg!(ck).clone();
+                            tri!(self.loop_refill(&v));
+                            refresh!();
+                        }
+                    }
                     // The rest, named one by one (no catch-all): a full jump table without a
                     // range check on the hot dispatch, and a new opcode must choose its arm.
                     Instr::LoadNil { .. } | Instr::LoadBool { .. } | Instr::LoadFunc { .. }

@@ -48,6 +48,7 @@ fn program(functions: Vec<Function>, consts: Vec<Const>) -> Program {
         source_functions: 0,
         tangent_transform: None,
         derivative_transform: None,
+        budgeted: vec![],
     }
 }
 

@@ -204,6 +204,10 @@ pub struct Program {
     /// `derivative_transform`); `None` before that, for module mains and for the generated
     /// routines themselves.
     pub derivatives: Vec<Option<Derivative>>,
+    /// The same for the routines made under a tape budget (`Routines::Budgeted`: loops that
+    /// can be recomputed keep checkpoints, `vm/src/ad/loop_checkpoints.rs`); made on first use
+    /// by a VM with `Limits::max_tape`. May be shorter than `functions` (missing = `None`).
+    pub budgeted: Vec<Option<Derivative>>,
     /// How many functions the source has: ids below it are the source's, the routines made
     /// for them follow.
     pub source_functions: usize,
@@ -229,7 +233,17 @@ pub struct Program {
 }
 
 /// See `Program::derivative_transform`.
-pub type DerivativeTransform = fn(&Program, FuncId) -> Result<MadeRoutines, String>;
+pub type DerivativeTransform = fn(&Program, FuncId, Routines) -> Result<MadeRoutines, String>;
+
+/// The two families of derivative routines: each routine of a family calls the routines of the
+/// same family.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Routines {
+    /// Every loop iteration's records kept until the adjoint pops them.
+    Plain,
+    /// Loops that can be recomputed checkpoint under the VM's tape budget.
+    Budgeted,
+}
 
 /// Derivative routines made while the program runs: which functions they are for, and the
 /// routines (SSA form, executable form), whose ids continue from the program's function count
@@ -254,9 +268,28 @@ impl Program {
     }
 
     /// Records which functions routines made while running belong to (`MadeRoutines`).
-    pub fn record_derivatives(&mut self, made: &[(FuncId, Derivative)]) {
+    pub fn record_derivatives(&mut self, made: &[(FuncId, Derivative)], family: Routines) {
+        let table = self.table_mut(family);
         for &(g, d) in made {
-            self.derivatives[g.index()] = Some(d);
+            if table.len() <= g.index() {
+                table.resize(g.index() + 1, None);
+            }
+            table[g.index()] = Some(d);
+        }
+    }
+
+    /// The routines of one family, by function (possibly shorter than `functions`).
+    pub fn table(&self, family: Routines) -> &[Option<Derivative>] {
+        match family {
+            Routines::Plain => &self.derivatives,
+            Routines::Budgeted => &self.budgeted,
+        }
+    }
+
+    fn table_mut(&mut self, family: Routines) -> &mut Vec<Option<Derivative>> {
+        match family {
+            Routines::Plain => &mut self.derivatives,
+            Routines::Budgeted => &mut self.budgeted,
         }
     }
 
@@ -267,6 +300,11 @@ impl Program {
     /// The derivative routines of a function, if it has them.
     pub fn derivative(&self, f: FuncId) -> Option<Derivative> {
         self.derivatives.get(f.index()).copied().flatten()
+    }
+
+    /// The derivative routines of a function in one family, if it has them.
+    pub fn derivative_in(&self, f: FuncId, family: Routines) -> Option<Derivative> {
+        self.table(family).get(f.index()).copied().flatten()
     }
 
     /// Finds a named top-level function of the entry file (or one it imports).

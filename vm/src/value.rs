@@ -96,6 +96,9 @@ pub enum Value {
     /// A built-in with its leading arguments bound (what `grad(f)` and `pullback`'s `back`
     /// return): calling it calls the built-in with the bound values, then the arguments.
     Partial(Rc<Partial>),
+    /// A loop of a routine made under a tape budget, with its checkpoints
+    /// (`ad/loop_checkpoints.rs`): lives in that routine's registers and on the tape only.
+    LoopRecord(Rc<RefCell<crate::ad::loop_checkpoints::LoopRecord>>),
 }
 
 /// A partial application of a built-in.
@@ -137,6 +140,7 @@ impl Value {
             Value::Builtin(b) => Value::Builtin(*b),
             Value::StructCtor(s) => Value::StructCtor(*s),
             Value::Partial(p) => Value::Partial(p.clone()),
+            Value::LoopRecord(r) => Value::LoopRecord(r.clone()),
             Value::Nil => Value::Nil,
             Value::Bool(b) => Value::Bool(*b),
             Value::Int(i) => Value::Int(*i),
@@ -189,6 +193,7 @@ impl Value {
             | Value::Builtin(_)
             | Value::StructCtor(_)
             | Value::Partial(_) => "function",
+            Value::LoopRecord(_) => "loop record",
         }
     }
 

@@ -130,10 +130,10 @@ pub fn verify_program(p: &Program) -> Result<(), String> {
     if p.main.index() >= n {
         return Err(format!("main function {} out of range", p.main));
     }
-    if p.ssa_functions.len() != n || p.derivatives.len() > n {
+    if p.ssa_functions.len() != n || p.derivatives.len() > n || p.budgeted.len() > n {
         return Err(format!("{n} functions, {} in SSA form, {} derivative entries", p.ssa_functions.len(), p.derivatives.len()));
     }
-    for (i, d) in p.derivatives.iter().enumerate() {
+    for (i, d) in p.derivatives.iter().chain(&p.budgeted).enumerate() {
         let Some(d) = d else { continue };
         let routines = [d.tape, d.adjoint, d.tangent, d.tangent_tape, d.tangent_adjoint];
         if routines.iter().any(|r| r.index() >= n) {

@@ -39,6 +39,8 @@ pub struct Context<'a> {
     pub plan: &'a Plan,
     /// The adjoint routine of a directly called function.
     pub adjoint_of: &'a dyn Fn(FuncId) -> Option<FuncId>,
+    /// The loops recomputed from checkpoints under a tape budget (`checkpoints.rs`).
+    pub checkpoints: &'a super::checkpoints::CheckpointLoops,
 }
 
 struct Adjoint<'a> {
@@ -58,6 +60,8 @@ struct Adjoint<'a> {
     /// Per loop index (`induction.rs`): the variable holding its value in the iteration
     /// being reversed.
     iv_var: Vec<Option<Var>>,
+    /// Per checkpointed loop: the variable holding its record, popped at its reversed exits.
+    record_var: Vec<Var>,
 }
 
 impl<'a> Adjoint<'a> {
@@ -187,6 +191,11 @@ impl<'a> Adjoint<'a> {
             let v = self.pop(span);
             let var = self.iv_var(p);
             self.b.write_var(var, v);
+        }
+        for l in cx.checkpoints.exits(e.from.index(), e.to.index()).into_iter().rev() {
+            let v = self.pop(span);
+            self.b.emit(Instr::LoopCkRewind { ck: v }, span);
+            self.b.write_var(self.record_var[l], v);
         }
         if let Some(l) = loops.back_edge_of(e) {
             for iv in l.inductions.clone() {
@@ -512,7 +521,9 @@ pub fn adjoint(cx: &Context) -> Function {
         popped_here: vec![],
         induced_here: vec![],
         iv_var: vec![None; f.num_regs as usize],
+        record_var: vec![],
     };
+    a.record_var = cx.checkpoints.loops.iter().map(|_| a.b.new_var()).collect();
     a.nil = a.b.nil_reg();
     let dy = Reg(0);
     for k in 0..f.arity {
@@ -645,6 +656,12 @@ pub fn adjoint(cx: &Context) -> Function {
                 let v = a.carry_var(blk, k);
                 a.b.write_var(v, d);
             }
+        }
+        // A checkpointed loop's previous iteration may have to be recomputed before its
+        // records are popped (`zygvm_vm::ad::loop_checkpoints`).
+        if let Some(l) = cx.checkpoints.headed_at(blk) {
+            let ck = a.b.read_var(a.record_var[l]);
+            a.b.emit(Instr::LoopCkRefill { ck }, bspan);
         }
         if let Some(l) = cx.plan.loops.decided_header(blk) {
             a.leave_header(l, &adjoint_block, bspan);

@@ -160,7 +160,7 @@ impl Loops {
 
 /// For a header `h` with two incoming edges: `(entry edge, back edge, body)` when one edge
 /// comes back from a body that `h` dominates (a natural loop of one back edge).
-fn back_and_entry(f: &Function, preds: &[Vec<Edge>], h: usize) -> Option<(Edge, Edge, Vec<bool>)> {
+pub(crate) fn back_and_entry(f: &Function, preds: &[Vec<Edge>], h: usize) -> Option<(Edge, Edge, Vec<bool>)> {
     for (bi, ei) in [(0, 1), (1, 0)] {
         let (back, entry) = (preds[h][bi], preds[h][ei]);
         // The body: `h` and every block reaching the back edge's source backwards without `h`.

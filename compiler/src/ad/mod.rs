@@ -22,6 +22,7 @@
 pub mod activity;
 pub mod adjoint;
 pub mod cfg;
+pub mod checkpoints;
 pub mod induction;
 pub mod primal;
 pub mod saves;
@@ -33,7 +34,7 @@ use zygvm_vm::builtin::Builtin;
 use zygvm_vm::bytecode::FuncId;
 use std::borrow::Borrow;
 use zygvm_vm::bytecode::Instr;
-use zygvm_vm::program::{Const, Derivative, FuncKind, Function, MadeRoutines, Program};
+use zygvm_vm::program::{Const, Derivative, FuncKind, Function, MadeRoutines, Program, Routines};
 
 /// Whether a function of the source gets derivative routines: every one but module mains and
 /// a function whose entry block is a jump target.
@@ -48,20 +49,22 @@ pub fn differentiable(f: &Function) -> bool {
 pub fn differentiate_program(ssa: &[Function], builtins: &[Builtin], consts: &[Const]) -> (Vec<Option<Derivative>>, Vec<Function>) {
     let todo: Vec<FuncId> = (0..ssa.len()).filter(|&i| differentiable(&ssa[i])).map(|i| FuncId(i as u32)).collect();
     let mut derivatives = vec![None; ssa.len()];
-    let routines = differentiate(ssa, &mut derivatives, &todo, ssa.len() as u32, builtins, consts);
+    let routines = differentiate(ssa, &mut derivatives, &todo, ssa.len() as u32, builtins, consts, Routines::Plain);
     (derivatives, routines)
 }
 
 /// The derivative routines of `f`, made while the program runs, the first time `f` is
 /// differentiated (`Program::derivative_transform`): `f`'s and those of every function it
 /// calls directly, transitively, that has none yet (a routine calls its callee's routine
-/// directly). SSA and executable forms, their ids continuing from `p.functions.len()`.
-pub fn differentiate_on_demand(p: &Program, f: FuncId) -> Result<MadeRoutines, String> {
+/// directly), in one family. SSA and executable forms, their ids continuing from
+/// `p.functions.len()`.
+pub fn differentiate_on_demand(p: &Program, f: FuncId, family: Routines) -> Result<MadeRoutines, String> {
     let source = p.ssa_functions.get(..p.source_functions).ok_or("a program without its SSA forms")?;
     if !source.get(f.index()).is_some_and(|g| differentiable(g)) {
         return Err(format!("cannot differentiate {}", p.function(f).trace_name()));
     }
-    let mut derivatives = p.derivatives[..p.source_functions].to_vec();
+    let mut derivatives = p.table(family).iter().copied().take(p.source_functions).collect::<Vec<_>>();
+    derivatives.resize(p.source_functions, None);
     let mut todo = vec![];
     let mut stack = vec![f];
     while let Some(g) = stack.pop() {
@@ -76,7 +79,7 @@ pub fn differentiate_on_demand(p: &Program, f: FuncId) -> Result<MadeRoutines, S
         }
     }
     let first = p.functions.len() as u32;
-    let routines = differentiate(source, &mut derivatives, &todo, first, &p.builtins, &p.consts);
+    let routines = differentiate(source, &mut derivatives, &todo, first, &p.builtins, &p.consts, family);
     Ok(MadeRoutines {
         derivatives: todo.iter().map(|&g| (g, derivatives[g.index()].expect("just made"))).collect(),
         functions: routines.into_iter().map(|r| { let exec = crate::regalloc::allocate(&r); (r, exec) }).collect(),
@@ -86,7 +89,7 @@ pub fn differentiate_on_demand(p: &Program, f: FuncId) -> Result<MadeRoutines, S
 /// Gives each function of `todo` (none of which has routines yet) five routine ids from
 /// `first` on, in order, and generates the routines (SSA form, in id order). `derivatives`
 /// holds the routines of every function of `ssa` that has some (existing ones included:
-/// a routine calls its callee's routines directly).
+/// a routine calls its callee's routines directly), in `family`.
 fn differentiate<F: Borrow<Function>>(
     ssa: &[F],
     derivatives: &mut [Option<Derivative>],
@@ -94,6 +97,7 @@ fn differentiate<F: Borrow<Function>>(
     first: u32,
     builtins: &[Builtin],
     consts: &[Const],
+    family: Routines,
 ) -> Vec<Function> {
     for (k, g) in todo.iter().enumerate() {
         let next = first + 5 * k as u32;
@@ -118,6 +122,10 @@ fn differentiate<F: Borrow<Function>>(
         .collect();
     let routine_tangent = |g: FuncId| routine_tangents.get(&g).copied();
     let globals = activity::program_globals(ssa, builtins);
+    let replayable = match family {
+        Routines::Plain => vec![],
+        Routines::Budgeted => checkpoints::replayable_functions(ssa, builtins),
+    };
     let mut routines = vec![];
     for &g in todo {
         let f: &Function = ssa[g.index()].borrow();
@@ -141,6 +149,14 @@ fn differentiate<F: Borrow<Function>>(
                 plan.note_recompute(f, *r);
             }
         }
+        // Under a tape budget, the loops that can be recomputed from checkpoints, each with a
+        // register for its record in the primal-with-tape routine (after the function's own).
+        let checkpointed = match family {
+            Routines::Plain => checkpoints::CheckpointLoops::default(),
+            Routines::Budgeted => checkpoints::CheckpointLoops::find(f, builtins, &replayable),
+        };
+        let records_in: Vec<zygvm_vm::bytecode::Reg> =
+            (0..checkpointed.loops.len()).map(|k| zygvm_vm::bytecode::Reg(f.num_regs + k as u32)).collect();
         let tape = primal::primal_with_tape(&primal::Context {
             f,
             varied: &varied,
@@ -149,6 +165,8 @@ fn differentiate<F: Borrow<Function>>(
             once: &plan.once,
             tape_of: &tape_of,
             loops: &plan.loops,
+            checkpoints: &checkpointed,
+            records_in: &records_in,
         });
         let mut adj = adjoint::adjoint(&adjoint::Context {
             f,
@@ -157,6 +175,7 @@ fn differentiate<F: Borrow<Function>>(
             records: &records,
             plan: &plan,
             adjoint_of: &adjoint_of,
+            checkpoints: &checkpointed,
         });
         simplify::simplify(&mut adj);
         layout::layout(&mut adj);
@@ -169,9 +188,11 @@ fn differentiate<F: Borrow<Function>>(
             tangent::tangent_routine(&tangent::Context { f: g, varied, builtins, tangent_of: &routine_tangent })
                 .expect("the reverse-mode routines have tangent routines")
         };
-        debug_assert_eq!(tape.num_regs, f.num_regs);
+        debug_assert_eq!(tape.num_regs, f.num_regs + records_in.len() as u32);
         let adj_varied = activity::varied_in_adjoint(&adj, builtins);
-        let (tan_tape, tan_adj) = (of_routine(&tape, &varied), of_routine(&adj, &adj_varied));
+        // The loops' records carry no derivative.
+        let tape_varied: Vec<bool> = varied.iter().copied().chain(records_in.iter().map(|_| false)).collect();
+        let (tan_tape, tan_adj) = (of_routine(&tape, &tape_varied), of_routine(&adj, &adj_varied));
         routines.extend([tape, adj, tan, tan_tape, tan_adj]);
     }
     routines

@@ -13,6 +13,7 @@
 //! Registers are unchanged, so the routine stays in SSA form.
 
 use super::cfg::{block_end, choice_bits, predecessors, return_blocks};
+use super::checkpoints::CheckpointLoops;
 use super::induction::Loops;
 use super::saves::{Record, Save};
 use zygvm_vm::bytecode::*;
@@ -31,6 +32,10 @@ pub struct Context<'a> {
     /// The counted loops: their indices are pushed once at each exit, and a header whose
     /// adjoint decides by its index records no control bits (`induction.rs`).
     pub loops: &'a Loops,
+    /// The loops recomputed from checkpoints under a tape budget (`checkpoints.rs`), and the
+    /// register holding each one's record (registers past the function's own).
+    pub checkpoints: &'a CheckpointLoops,
+    pub records_in: &'a [Reg],
 }
 
 fn push_bits(out: &mut Function, bits: &[u32], span: Span) {
@@ -39,12 +44,31 @@ fn push_bits(out: &mut Function, bits: &[u32], span: Span) {
     }
 }
 
-/// The records of crossing one edge: the indices of the loops it leaves, then its control bits.
-fn push_edge(out: &mut Function, indices: &[Reg], bits: &[u32], span: Span) {
-    for &src in indices {
+/// What crossing one edge does: the records of the checkpointed loops it leaves, the indices
+/// of the counted loops it leaves, its control bits; then, on a checkpointed loop's entry
+/// edge, that loop's new record.
+fn push_edge(out: &mut Function, edge: &EdgeRecords, span: Span) {
+    for &src in edge.loop_records.iter().chain(&edge.indices) {
         out.push(Instr::TapePush { src }, span);
     }
-    push_bits(out, bits, span);
+    push_bits(out, &edge.bits, span);
+    if let Some((dst, header)) = edge.begins {
+        out.push(Instr::LoopCkBegin { dst, header }, span);
+    }
+}
+
+/// What one edge records (`push_edge`).
+struct EdgeRecords {
+    loop_records: Vec<Reg>,
+    indices: Vec<Reg>,
+    bits: Vec<u32>,
+    begins: Option<(Reg, BlockId)>,
+}
+
+impl EdgeRecords {
+    fn is_empty(&self) -> bool {
+        self.loop_records.is_empty() && self.indices.is_empty() && self.bits.is_empty() && self.begins.is_none()
+    }
 }
 
 /// Builds the primal-with-tape routine of `cx.f` (SSA form in, SSA form out).
@@ -54,12 +78,22 @@ pub fn primal_with_tape(cx: &Context) -> Function {
     let returns = return_blocks(f);
     // Registers are unchanged, so the function's register lists stay valid.
     let mut out = Function { lists: f.lists.clone(), list_regs: f.list_regs.clone(), ..f.empty_like() };
-    // Edge blocks for conditional branches into merge blocks or out of counted loops:
-    // (target, indices, bits), appended last.
-    let mut edge_blocks: Vec<(BlockId, Vec<Reg>, Vec<u32>, Span)> = vec![];
+    out.num_regs = f.num_regs + cx.records_in.len() as u32;
+    // Edge blocks for conditional branches into merge blocks, into or out of loops: (target,
+    // records), appended last.
+    let mut edge_blocks: Vec<(BlockId, EdgeRecords, Span)> = vec![];
     let nblocks = f.blocks.len();
+    let edge_records = |b: usize, slot: usize, to: BlockId, bits: Vec<u32>| EdgeRecords {
+        loop_records: cx.checkpoints.exits(b, to.index()).into_iter().map(|l| cx.records_in[l]).collect(),
+        indices: cx.loops.exits(b, to.index()),
+        bits,
+        begins: cx.checkpoints.entered_by(b, slot).map(|l| (cx.records_in[l], to)),
+    };
     for b in 0..nblocks {
         out.blocks.push(BlockInfo { start: out.code.len() as u32, params: f.blocks[b].params });
+        if let Some(l) = cx.checkpoints.headed_at(b) {
+            out.push(Instr::LoopCkStep { ck: cx.records_in[l] }, f.spans[f.blocks[b].start as usize]);
+        }
         let end = block_end(f, b);
         for pc in f.blocks[b].start as usize..end - 1 {
             let i = f.code[pc];
@@ -107,16 +141,15 @@ pub fn primal_with_tape(cx: &Context) -> Function {
                 out.push(term, span);
             }
             Instr::Jump { target, .. } | Instr::JumpPar { target, .. } => {
-                push_edge(&mut out, &cx.loops.exits(b, target.index()), &edge_bits(0, target), span);
+                push_edge(&mut out, &edge_records(b, 0, target, edge_bits(0, target)), span);
                 out.push(term, span);
             }
             Instr::Branch { cond, then_blk, else_blk } => {
                 let mut targets = [then_blk, else_blk];
                 for (slot, t) in targets.iter_mut().enumerate() {
-                    let bits = edge_bits(slot, *t);
-                    let indices = cx.loops.exits(b, t.index());
-                    if !bits.is_empty() || !indices.is_empty() || preds[t.index()].len() >= 2 {
-                        edge_blocks.push((*t, indices, bits, span));
+                    let records = edge_records(b, slot, *t, edge_bits(slot, *t));
+                    if !records.is_empty() || preds[t.index()].len() >= 2 {
+                        edge_blocks.push((*t, records, span));
                         *t = BlockId((nblocks + edge_blocks.len() - 1) as u32);
                     }
                 }
@@ -125,11 +158,11 @@ pub fn primal_with_tape(cx: &Context) -> Function {
             other => unreachable!("terminator {other:?} in SSA form"),
         }
     }
-    for (target, indices, bits, span) in edge_blocks {
+    for (target, records, span) in edge_blocks {
         let empty = out.add_list(&[]);
         let no_params = out.add_list(&[]);
         out.blocks.push(BlockInfo { start: out.code.len() as u32, params: no_params });
-        push_edge(&mut out, &indices, &bits, span);
+        push_edge(&mut out, &records, span);
         out.push(Instr::Jump { target, args: empty }, span);
     }
     out

@@ -302,6 +302,13 @@ fn transcribe(cx: &Context, m: &Map, out: &mut Out, i: Instr, span: Span) -> Res
             out.emit(p, span);
             out.emit(Instr::TapeSave { src: m.t(src) }, span);
         }
+        // Forward over reverse does not checkpoint: a loop's record is `nil`, which the
+        // record's other instructions pass over.
+        Instr::LoopCkBegin { .. } => {
+            if let Instr::LoopCkBegin { dst, .. } = p {
+                out.emit(Instr::LoadNil { dst }, span);
+            }
+        }
         Instr::TapePop { dst } => {
             let td = m.tan[dst.index()].unwrap_or_else(|| out.fresh());
             out.emit(Instr::TapePop { dst: td }, span);

@@ -13,7 +13,7 @@ use crate::builtin::Deriv;
 use crate::bytecode::{BuiltinId, FuncId};
 use crate::error::{VmError, VmResult};
 use crate::interp::Vm;
-use crate::program::Derivative;
+use crate::program::{Derivative, Routines};
 use crate::host::HostValue;
 use crate::value::Value;
 
@@ -22,16 +22,27 @@ impl Vm {
     /// differentiated (`Program::derivative_transform`), or the error for a function that
     /// cannot have any.
     pub(crate) fn derivative_of(&mut self, f: FuncId) -> VmResult<Derivative> {
-        match self.program().derivative(f) {
+        let family = self.routines();
+        match self.program().derivative_in(f, family) {
             Some(d) => Ok(d),
-            None => self.make_derivative(f),
+            None => self.make_derivative(f, family),
+        }
+    }
+
+    /// Which family of routines this VM's gradients run: the budgeted ones under
+    /// `Limits::max_tape`.
+    pub(crate) fn routines(&self) -> Routines {
+        if self.limits.max_tape.is_some() {
+            Routines::Budgeted
+        } else {
+            Routines::Plain
         }
     }
 
     /// Makes the derivative routines of `f` (and of the functions it calls that have none) and
     /// adds them to the program.
     #[cold]
-    fn make_derivative(&mut self, f: FuncId) -> VmResult<Derivative> {
+    fn make_derivative(&mut self, f: FuncId, family: Routines) -> VmResult<Derivative> {
         let cannot = |p: &crate::program::Program| VmError::new(format!("cannot differentiate {}", p.function(f).trace_name()));
         let made = {
             let p = self.program();
@@ -40,7 +51,7 @@ impl Vm {
             };
             // A panic in the differentiator (a bug) is an error, not an unwind through the VM;
             // the transform only reads the program.
-            match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| transform(p, f))) {
+            match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| transform(p, f, family))) {
                 Ok(Ok(made)) => made,
                 Ok(Err(_)) => return Err(cannot(p)),
                 Err(panic) => {
@@ -50,8 +61,8 @@ impl Vm {
             }
         };
         self.add_functions(made.functions)?;
-        std::sync::Arc::make_mut(&mut self.program).record_derivatives(&made.derivatives);
-        self.program().derivative(f).ok_or_else(|| cannot(self.program()))
+        std::sync::Arc::make_mut(&mut self.program).record_derivatives(&made.derivatives, family);
+        self.program().derivative_in(f, family).ok_or_else(|| cannot(self.program()))
     }
 
     /// Runs the primal-with-tape version of any callable value.

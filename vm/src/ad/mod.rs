@@ -41,6 +41,7 @@ pub mod calls;
 pub mod chain;
 pub mod driver;
 pub mod forward;
+pub mod loop_checkpoints;
 pub mod nested;
 pub mod rules;
 pub mod second_order;
@@ -161,7 +162,7 @@ pub struct Tape {
 }
 
 /// Where a tape stood: entries on each stack.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Mark {
     values: usize,
     ctl: usize,
@@ -272,6 +273,18 @@ impl Tape {
     pub fn reset(&mut self, mark: Mark) {
         while self.kinds.len() > mark.values {
             self.pop();
+        }
+        while self.ctl.len() > mark.ctl {
+            self.ctl.pop();
+        }
+    }
+
+    /// Drops everything pushed since `mark`, each value through `dropped` first.
+    pub fn cut(&mut self, mark: Mark, mut dropped: impl FnMut(&Value)) {
+        while self.kinds.len() > mark.values {
+            if let Some(v) = self.pop() {
+                dropped(&v);
+            }
         }
         while self.ctl.len() > mark.ctl {
             self.ctl.pop();

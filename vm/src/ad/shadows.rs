@@ -143,6 +143,13 @@ pub fn note_snapshot(copy: &Value, original: &Value) {
     });
 }
 
+/// Forgets a snapshot whose tape record was cut (a checkpointed loop's, recomputed later):
+/// the copy may be freed.
+pub fn forget_snapshot(copy: &Value) {
+    let Some(p) = address(copy) else { return };
+    with_scope(|s| s.origins.remove(&p));
+}
+
 /// Whether `v` is a shadow of the current scope.
 pub fn is_shadow(v: &Value) -> bool {
     match address(v) {

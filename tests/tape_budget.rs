@@ -1,0 +1,75 @@
+//! A tape budget (`--max-tape`, `Limits::max_tape`) changes how much a gradient keeps, never
+//! what it computes: each script of `tests/zy/ad/budget/` prints, under a budget small enough
+//! that its loops are recomputed from checkpoints, exactly its `.out` (which the corpus
+//! `zy_files.rs` checks without a budget), on the interpreter and with the JIT.
+
+use std::path::Path;
+use std::process::Command;
+
+const BUDGET: usize = 8_000;
+
+fn stat(stderr: &str, key: &str) -> u64 {
+    let line = stderr.lines().find(|l| l.contains(key)).unwrap_or_else(|| panic!("no {key:?} in {stderr}"));
+    let at = line.find(key).unwrap() + key.len();
+    line[at..].split_whitespace().next().unwrap().parse().unwrap()
+}
+
+fn run(script: &Path, jit: &str, budget: Option<usize>) -> (String, String) {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_zygvm"));
+    cmd.args(["--jit", jit, "--stats"]);
+    if let Some(b) = budget {
+        cmd.args(["--max-tape", &b.to_string()]);
+    }
+    let out = cmd.arg(script).output().unwrap();
+    assert!(out.status.success(), "{}: {}", script.display(), String::from_utf8_lossy(&out.stderr));
+    (String::from_utf8(out.stdout).unwrap(), String::from_utf8(out.stderr).unwrap())
+}
+
+#[test]
+fn budgeted_gradients_are_the_same_bits() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/zy/ad/budget");
+    let mut scripts: Vec<_> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().path()).filter(|p| p.extension().is_some_and(|x| x == "zy")).collect();
+    scripts.sort();
+    assert!(scripts.len() >= 3);
+    for script in &scripts {
+        let want = std::fs::read_to_string(script.with_extension("out")).unwrap();
+        for jit in ["off", "eager"] {
+            let (out, err) = run(script, jit, Some(BUDGET));
+            assert_eq!(out, want, "{} with --jit {jit} --max-tape {BUDGET}", script.display());
+            assert!(stat(&err, "tape budget: ") > 0, "{}: no checkpoint under the budget: {err}", script.display());
+            assert!(stat(&err, "bytes held at once), ") > 0, "{}: nothing was recomputed under the budget: {err}", script.display());
+        }
+    }
+}
+
+/// Every loop of `ode.zy` can be recomputed: its peak tape is within the budget's half for the
+/// tape and one iteration, where without a budget it holds every iteration (11 MB).
+#[test]
+fn a_budget_bounds_the_tape() {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/zy/ad/budget/ode.zy");
+    let (_, plain) = run(&script, "off", None);
+    let (_, budgeted) = run(&script, "off", Some(BUDGET));
+    let (before, after) = (stat(&plain, "peak tape bytes "), stat(&budgeted, "peak tape bytes "));
+    assert!(before > 10_000_000, "{plain}");
+    assert!(after <= BUDGET as u64, "peak tape {after} over the budget {BUDGET}");
+    let held = stat(&budgeted, "at most ");
+    assert!(held <= BUDGET as u64, "checkpoints held {held} bytes, over the budget {BUDGET}");
+}
+
+/// The embedding API's limit does the same as the option.
+#[test]
+fn the_embedding_limit_checkpoints_too() {
+    let src = "fn f(a, n) {\n let s = a\n for i in 0..n {\n  s = s + sin(s) * 0.01\n }\n return s * s\n}\n";
+    let program = zygvm::Program::compile("budget.zy", src).unwrap();
+    let grad = |budget: Option<usize>| {
+        let mut vm = zygvm::Vm::new(&program);
+        vm.set_limits(zygvm::Limits { max_tape: budget, ..zygvm::Limits::default() });
+        let (_, g) = vm.value_and_gradient("f", vec![zygvm::Value::Float(0.4), zygvm::Value::Int(50_000)]).unwrap();
+        (format!("{g:?}"), vm.stats())
+    };
+    let (plain, plain_stats) = grad(None);
+    let (budgeted, stats) = grad(Some(10_000));
+    assert_eq!(plain, budgeted);
+    assert!(stats.recomputed_iterations > 40_000, "{stats:?}");
+    assert!(stats.peak_tape_bytes <= 10_000 && plain_stats.peak_tape_bytes > 400_000, "{stats:?} {plain_stats:?}");
+}

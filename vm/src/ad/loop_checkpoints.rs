@@ -1,0 +1,473 @@
+//! Loops recomputed under a tape budget (`--max-tape BYTES`, `Limits::max_tape`): checkpointing
+//! without annotations (Griewank's checkpointing, with checkpoints placed online as the tape
+//! fills rather than by a schedule known in advance).
+//!
+//! Under a budget the differentiator makes routines in which each loop it can recompute
+//! (`compiler/src/ad/checkpoints.rs` says which) carries a *loop record*, one per time the loop
+//! is entered:
+//!
+//! | routine | where | instruction | what happens here |
+//! | --- | --- | --- | --- |
+//! | primal-with-tape | the loop's entry edge | `LoopCkBegin` | a record: this frame's routine, the header, the tape's top (`mark`) |
+//! | primal-with-tape | the header's top | `LoopCkStep` | iteration `i` starts; at `i = 0`, and whenever the tape and checkpoints exceed the budget, the frame's registers are kept (a *checkpoint* at `i`) and the loop's records cut back to `mark` |
+//! | primal-with-tape | each exit edge | `TapePush` | the record goes on the tape |
+//! | adjoint | each reversed exit | `TapePop`, `LoopCkRewind` | reversal starts at the last iteration |
+//! | adjoint | the header's adjoint, before its edge is chosen | `LoopCkRefill` | iteration `i` is reversed; when the records of `i - 1` were cut, the routine is rerun in a fresh frame from the checkpoint before `i`, up to the start of `i`, rebuilding them |
+//!
+//! A recomputation runs the same primal-with-tape code, so it pushes exactly the records the
+//! first run pushed (the loop's body recomputes only replayable work: its state is its
+//! registers). It may itself cut and checkpoint when its segment exceeds the budget, which
+//! nests the segments as Griewank's binomial schedules do. Containers a recomputation makes
+//! stand for the ones the later iterations saw: at the end of each recomputation the containers
+//! in its registers share the shadows of those in the checkpoint it ended at (`shadows::alias`).
+//!
+//! Memory: the budget is halved between the tape and the checkpoints. The tape stays within
+//! its half but for one iteration of the innermost loop that can be recomputed (an iteration
+//! is never split); when the checkpoints pass theirs, every other one of the loop being
+//! checkpointed is dropped (its segments double, and their recomputation checkpoints within
+//! itself, nesting as binomial checkpointing does). Work done beyond a plain gradient is counted (`Stats::recomputed_iterations`).
+
+use super::Mark;
+use crate::bytecode::{FuncId, Reg};
+use crate::error::{VmError, VmResult};
+use crate::interp::Vm;
+use crate::value::{Array, Closure, Value};
+use std::cell::{Cell, RefCell};
+use std::rc::Rc;
+
+/// The frame's registers at the start of one iteration.
+struct Checkpoint {
+    iteration: u64,
+    /// Containers in them are frozen copies (`Frozen`) once the loop has been cut.
+    registers: Box<[Value]>,
+    frozen: bool,
+    /// Taken by the first run (kept for every reversal: a pullback's `back` may reverse the
+    /// loop again); the others are dropped once reversal passes them.
+    first_run: bool,
+}
+
+impl Checkpoint {
+    fn bytes(&self) -> usize {
+        std::mem::size_of::<Checkpoint>() + self.registers.len() * std::mem::size_of::<Value>()
+    }
+}
+
+/// One entry of a checkpointed loop (the value `LoopCkBegin` makes).
+pub struct LoopRecord {
+    /// The routine whose frame runs the loop, its closure, and where a recomputation starts
+    /// (the header's `LoopCkStep`).
+    func: FuncId,
+    closure: Option<Rc<Closure>>,
+    header_pc: u32,
+    /// The register holding the record in that routine's frame (set by its first `LoopCkStep`).
+    ck: Reg,
+    /// The tape's top when the first iteration started: the loop's records lie above it.
+    mark: Mark,
+    /// Iterations started by the first run (by a recomputation while one runs).
+    count: u64,
+    /// The first iteration whose records are on the tape now, and where the first run's began.
+    valid_from: u64,
+    first_valid_from: u64,
+    /// While a recomputation runs: the iteration at whose start it stops.
+    stop_at: Option<u64>,
+    /// The registers a recomputation ended with (for `shadows::alias`).
+    ended_with: Option<Box<[Value]>>,
+    /// While reversing: the iteration whose start the adjoint has reached.
+    reversed_to: u64,
+    checkpoints: Vec<Checkpoint>,
+    frozen: Frozen,
+    /// This record's checkpoint bytes, and the VM's total (`Budget::held`).
+    bytes: usize,
+    held: Rc<Cell<usize>>,
+}
+
+impl std::fmt::Debug for LoopRecord {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "LoopRecord({} iterations, {} checkpoints)", self.count, self.checkpoints.len())
+    }
+}
+
+impl Drop for LoopRecord {
+    fn drop(&mut self) {
+        self.held.set(self.held.get() - self.bytes);
+    }
+}
+
+impl LoopRecord {
+    /// Keeps `c`; false when a checkpoint of that iteration is kept already (the same state).
+    fn add(&mut self, c: Checkpoint) -> bool {
+        let at = self.checkpoints.partition_point(|k| k.iteration < c.iteration);
+        if self.checkpoints.get(at).is_some_and(|k| k.iteration == c.iteration) {
+            return false;
+        }
+        self.checkpoints.insert(at, c);
+        self.settle();
+        true
+    }
+
+    /// Brings `bytes` (and the VM's total) up to date after checkpoints came or went, first
+    /// dropping the frozen copies no checkpoint holds any more.
+    fn settle(&mut self) {
+        self.frozen.retain_held_by(&self.checkpoints);
+        let now = self.checkpoints.iter().map(Checkpoint::bytes).sum::<usize>() + self.frozen.bytes;
+        self.held.set(self.held.get() + now - self.bytes);
+        self.bytes = now;
+    }
+
+    /// Freezes the containers of every checkpoint kept so far (the loop was just cut: from now
+    /// on its checkpoints may be recomputed from).
+    fn freeze_all(&mut self) {
+        let mut cs = std::mem::take(&mut self.checkpoints);
+        for c in cs.iter_mut().filter(|c| !c.frozen) {
+            self.freeze(c);
+        }
+        self.checkpoints = cs;
+        self.settle();
+    }
+
+    /// Replaces the containers in `c` by frozen copies: the loop does not write them, but code
+    /// after it, or its caller, may before the adjoint recomputes from `c`.
+    fn freeze(&mut self, c: &mut Checkpoint) {
+        for v in c.registers.iter_mut() {
+            *v = self.frozen.copy(v);
+        }
+        c.frozen = true;
+    }
+
+    /// Drops every other checkpoint but those a reversal needs: the first, the one the tape's
+    /// records start at, the one the first run's records started at (a pullback's `back`
+    /// reverses again from there) and the one a running recomputation ends at.
+    fn thin(&mut self) {
+        let keep = [0, self.valid_from, self.first_valid_from, self.stop_at.unwrap_or(0)];
+        let mut k = 0;
+        self.checkpoints.retain(|c| {
+            k += 1;
+            k % 2 == 1 || keep.contains(&c.iteration)
+        });
+        self.settle();
+    }
+
+    /// Drops the checkpoints a recomputation took (the first run's stay: a pullback's `back`
+    /// may reverse the loop again).
+    fn drop_recomputed(&mut self) {
+        self.checkpoints.retain(|c| c.first_run);
+        self.settle();
+    }
+}
+
+/// The copies of containers a loop's checkpoints hold, one per original (a container reached
+/// from several registers or checkpoints is copied once), with the originals.
+#[derive(Default)]
+struct Frozen {
+    /// Original's address -> (original, copy, the copy's bytes).
+    copies: hashbrown::HashMap<usize, (Value, Value, usize)>,
+    bytes: usize,
+}
+
+impl Frozen {
+    fn any(&self) -> bool {
+        !self.copies.is_empty()
+    }
+
+    /// `v` with each container inside it replaced by its frozen copy.
+    fn copy(&mut self, v: &Value) -> Value {
+        self.copy_at(v, 0)
+    }
+
+    fn copy_at(&mut self, v: &Value, depth: usize) -> Value {
+        // Values nest at most `nesting::MAX_NESTING` deep where they are checked; deeper (a
+        // cycle) is shared rather than copied.
+        if depth > 256 {
+            return v.clone();
+        }
+        match v {
+            Value::Array(_) | Value::Matrix(_) | Value::Dict(_) => {
+                let Some(key) = identity(v) else { return v.clone() };
+                if let Some((_, c, _)) = self.copies.get(&key) {
+                    return c.clone();
+                }
+                let (c, own) = match v {
+                    Value::Array(a) => match &*a.borrow() {
+                        Array::Floats(x) => (Value::float_array(x.clone()), 8 * x.len()),
+                        Array::Values(x) => {
+                            let items = x.iter().map(|e| self.copy_at(e, depth + 1)).collect();
+                            (Value::array(items), 16 * x.len())
+                        }
+                    },
+                    Value::Matrix(m) => {
+                        let m = m.borrow();
+                        (Value::matrix(m.rows, m.cols, m.data.clone()), 8 * m.data.len())
+                    }
+                    _ => (super::adjoints::deep_copy(v), 64),
+                };
+                self.bytes += own;
+                self.copies.insert(key, (v.clone(), c.clone(), own));
+                c
+            }
+            Value::Tuple(t) => Value::tuple_of(t.iter().map(|e| self.copy_at(e, depth + 1)).collect::<Vec<_>>()),
+            Value::Struct(s) => Value::Struct(Rc::new(crate::value::StructObj { def: s.def, fields: s.fields.iter().map(|e| self.copy_at(e, depth + 1)).collect() })),
+            Value::Closure(c) => Value::Closure(Rc::new(Closure { func: c.func, captures: c.captures.iter().map(|e| self.copy_at(e, depth + 1)).collect() })),
+            Value::LoopRecord(_) => Value::Nil,
+            other => other.clone(),
+        }
+    }
+
+    /// Drops the copies that no checkpoint holds (directly or inside another copy).
+    fn retain_held_by(&mut self, checkpoints: &[Checkpoint]) {
+        if self.copies.is_empty() {
+            return;
+        }
+        let mut held = hashbrown::HashSet::new();
+        fn walk(v: &Value, held: &mut hashbrown::HashSet<usize>) {
+            if let Some(p) = identity(v) {
+                if !held.insert(p) {
+                    return;
+                }
+            }
+            match v {
+                Value::Array(a) => {
+                    if let Array::Values(xs) = &*a.borrow() {
+                        xs.iter().for_each(|x| walk(x, held));
+                    }
+                }
+                Value::Tuple(t) => t.iter().for_each(|x| walk(x, held)),
+                Value::Struct(s) => s.fields.iter().for_each(|x| walk(x, held)),
+                Value::Closure(c) => c.captures.iter().for_each(|x| walk(x, held)),
+                _ => {}
+            }
+        }
+        for c in checkpoints {
+            c.registers.iter().for_each(|v| walk(v, &mut held));
+        }
+        let mut freed = 0;
+        self.copies.retain(|_, (_, copy, own)| {
+            let keep = identity(copy).is_some_and(|p| held.contains(&p));
+            if !keep {
+                freed += *own;
+            }
+            keep
+        });
+        self.bytes -= freed;
+    }
+
+    /// Makes each copy share its original's shadow, for a sweep about to recompute from them.
+    fn alias(&self) {
+        if !super::shadows::active() {
+            return;
+        }
+        for (original, copy, _) in self.copies.values() {
+            for (c, o) in super::adjoints::element_pairs(copy, original) {
+                if let Some(s) = super::shadows::shadow_of(&o) {
+                    super::shadows::alias(&c, &s, super::shadows::Level::Adjoint);
+                }
+            }
+        }
+    }
+}
+
+/// The VM's side of checkpointing: bytes held by checkpoints, and what recomputation cost.
+#[derive(Default)]
+pub struct Budget {
+    held: Rc<Cell<usize>>,
+    /// Iterations run again by recomputations, and checkpoints taken.
+    pub recomputed_iterations: u64,
+    pub checkpoints_taken: u64,
+    /// The largest checkpoint bytes held at once.
+    pub peak_checkpoint_bytes: usize,
+}
+
+/// What `LoopCkStep` tells the dispatch loop.
+pub enum Step {
+    Continue,
+    /// A recomputation reached its end: the frame (a boundary frame) leaves.
+    Leave,
+}
+
+impl Vm {
+    /// `LoopCkBegin`: a record for the loop headed at `header_pc` of the running frame, or
+    /// `nil` without a budget (the loop then runs as in any routine).
+    pub(crate) fn loop_begin(&mut self, header_pc: u32) -> Value {
+        if self.limits.max_tape.is_none() {
+            return Value::Nil;
+        }
+        let frame = self.frames.last().expect("a running frame");
+        Value::LoopRecord(Rc::new(RefCell::new(LoopRecord {
+            func: frame.func,
+            closure: frame.closure.clone(),
+            header_pc,
+            ck: Reg(0),
+            mark: self.tape.mark(),
+            count: 0,
+            valid_from: 0,
+            first_valid_from: 0,
+            stop_at: None,
+            ended_with: None,
+            reversed_to: 0,
+            checkpoints: vec![],
+            frozen: Frozen::default(),
+            bytes: 0,
+            held: self.budget.held.clone(),
+        })))
+    }
+
+    /// `LoopCkStep` with the frame's registers at `base` and the record in `ck`.
+    pub(crate) fn loop_step(&mut self, base: usize, ck: Reg) -> VmResult<Step> {
+        let Value::LoopRecord(rec) = &self.stack[base + ck.index()] else { return Ok(Step::Continue) };
+        let rec = rec.clone();
+        let mut r = rec.borrow_mut();
+        let i = r.count;
+        r.ck = ck;
+        if r.stop_at == Some(i) {
+            let n = self.program.functions[r.func.index()].num_regs as usize;
+            r.ended_with = Some(self.stack[base..base + n].to_vec().into_boxed_slice());
+            return Ok(Step::Leave);
+        }
+        // Half the budget for the tape, half for checkpoints: a segment cut by the first run
+        // then fits again when it is recomputed (the tape below it is the same then, whatever
+        // checkpoints later iterations added).
+        let budget = self.limits.max_tape.unwrap_or(usize::MAX);
+        let over = self.tape.bytes() > budget / 2;
+        if (i == 0 && r.checkpoints.is_empty()) || (over && i > r.valid_from) {
+            if over {
+                self.tape.note_peak();
+                // Snapshots cut with their records are not needed for their originals' shadows.
+                self.tape.cut(r.mark, super::shadows::forget_snapshot);
+                r.freeze_all();
+            }
+            let n = self.program.functions[r.func.index()].num_regs as usize;
+            // Loop records (this one included: a recomputation puts it back) are not kept: no
+            // cycle through a record, and an inner loop's starts anew when recomputed.
+            let registers: Box<[Value]> = self.stack[base..base + n]
+                .iter()
+                .map(|v| if matches!(v, Value::LoopRecord(_)) { Value::Nil } else { v.clone() })
+                .collect();
+            let first_run = r.stop_at.is_none();
+            let mut c = Checkpoint { iteration: i, registers, frozen: false, first_run };
+            if over || r.frozen.any() {
+                r.freeze(&mut c);
+            }
+            if r.add(c) {
+                self.budget.checkpoints_taken += 1;
+            }
+            r.valid_from = i;
+            if first_run {
+                r.first_valid_from = i;
+            }
+            if self.budget.held.get() > budget / 2 && r.checkpoints.len() > 2 {
+                r.thin();
+            }
+            self.budget.peak_checkpoint_bytes = self.budget.peak_checkpoint_bytes.max(self.budget.held.get());
+        }
+        if r.stop_at.is_some() {
+            self.budget.recomputed_iterations += 1;
+        }
+        r.count = i + 1;
+        Ok(Step::Continue)
+    }
+
+    /// `LoopCkRewind`: reversal of the loop starts after its last iteration.
+    pub(crate) fn loop_rewind(&mut self, rec: &Value) {
+        let Value::LoopRecord(rec) = rec else { return };
+        let mut r = rec.borrow_mut();
+        r.reversed_to = r.count;
+        r.stop_at = None;
+        r.drop_recomputed();
+        r.valid_from = r.first_valid_from;
+    }
+
+    /// `LoopCkRefill`: the adjoint reached the start of the previous iteration; rebuild the
+    /// records of the one before it when they were cut.
+    pub(crate) fn loop_refill(&mut self, rec_value: &Value) -> VmResult<()> {
+        let Value::LoopRecord(rec) = rec_value else { return Ok(()) };
+        let (func, closure, header_pc, ck, start, cur) = {
+            let mut r = rec.borrow_mut();
+            let Some(cur) = r.reversed_to.checked_sub(1) else {
+                return Err(VmError::new("internal differentiation error: a loop reversed past its first iteration"));
+            };
+            r.reversed_to = cur;
+            if cur == 0 || cur != r.valid_from {
+                return Ok(());
+            }
+            if self.tape.mark() != r.mark {
+                return Err(VmError::new("internal differentiation error: a checkpointed loop's records are out of step"));
+            }
+            let at = r.checkpoints.partition_point(|c| c.iteration < cur);
+            let Some(start) = at.checked_sub(1).map(|k| &r.checkpoints[k]) else {
+                return Err(VmError::new("internal differentiation error: no checkpoint before a cut iteration"));
+            };
+            let start = (start.iteration, start.registers.clone());
+            r.stop_at = Some(cur);
+            r.valid_from = start.0;
+            (r.func, r.closure.clone(), r.header_pc, r.ck, start, cur)
+        };
+        // The frozen copies stand for their originals (`shadows.rs`).
+        rec.borrow().frozen.alias();
+        let saved_count = std::mem::replace(&mut rec.borrow_mut().count, start.0);
+        let run = self.recompute(func, closure, &start.1, ck, rec_value, header_pc);
+        let ended = {
+            let mut r = rec.borrow_mut();
+            r.count = saved_count;
+            r.stop_at = None;
+            r.ended_with.take()
+        };
+        run?;
+        self.tape.note_peak();
+        let ended = ended.ok_or_else(|| VmError::new("internal differentiation error: a recomputation did not reach its end"))?;
+        // The containers the recomputation made stand for those the later iterations used.
+        let mut r = rec.borrow_mut();
+        let at = r.checkpoints.partition_point(|c| c.iteration < cur);
+        if let Some(end) = r.checkpoints.get(at).filter(|c| c.iteration == cur) {
+            for (made, used) in ended.iter().zip(end.registers.iter()) {
+                alias_containers(made, used);
+            }
+            if !end.first_run {
+                r.checkpoints.remove(at);
+                r.settle();
+            }
+        }
+        Ok(())
+    }
+
+    /// Runs `func` in a fresh boundary frame holding `registers` (the record put back in `ck`)
+    /// from `pc` until its `LoopCkStep` leaves.
+    fn recompute(&mut self, func: FuncId, closure: Option<Rc<Closure>>, registers: &[Value], ck: Reg, rec: &Value, pc: u32) -> VmResult<()> {
+        let f = &self.program.functions[func.index()];
+        if registers.len() != f.num_regs as usize {
+            return Err(VmError::new("internal differentiation error: a checkpoint's registers do not fit its routine"));
+        }
+        let arity = f.arity as usize;
+        self.run_frame_from(func, closure, pc, &registers[..arity], |regs| {
+            for (k, v) in registers.iter().enumerate().skip(arity) {
+                regs[k] = v.clone();
+            }
+            regs[ck.index()] = rec.clone();
+        })
+        .map(|_| ())
+    }
+}
+
+/// The address of a heap value that has an identity (a container, tuple, struct or closure).
+fn identity(v: &Value) -> Option<usize> {
+    match v {
+        Value::Array(a) => Some(Rc::as_ptr(a) as *const u8 as usize),
+        Value::Matrix(m) => Some(Rc::as_ptr(m) as *const u8 as usize),
+        Value::Dict(d) => Some(Rc::as_ptr(d) as *const u8 as usize),
+        _ => crate::nesting::address(v).map(|p| p as usize),
+    }
+}
+
+/// Makes each container inside `made` share the shadow of the container at the same place in
+/// `used` (a recomputation's containers standing for the first run's).
+fn alias_containers(made: &Value, used: &Value) {
+    if !super::shadows::active() {
+        return;
+    }
+    for (m, u) in super::adjoints::element_pairs(made, used) {
+        if identity(&m) == identity(&u) {
+            continue;
+        }
+        if let Some(s) = super::shadows::shadow_of(&u) {
+            super::shadows::alias(&m, &s, super::shadows::Level::Adjoint);
+        }
+    }
+}
