@@ -63,14 +63,17 @@ fn random_programs_agree_on_every_tier() {
         let p = |k: u64| (k % 200) as f64 / 50.0 - 2.0;
         let (a, b) = (rng.next(), rng.next());
         assert_tiers_agree(&src, &[(p(a), p(b)), (0.5, -0.25)]);
+        assert_budget_changes_nothing(&src, &[(p(a), p(b))]);
         checked += 1;
     }
     assert!(checked > cases() / 2, "only {checked} programs generated");
     let entries = NATIVE_ENTRIES.with(|n| n.get());
     assert!(entries > 10 * checked as u64, "native code ran only {entries} times");
     let cached = CACHED_LOOPS.with(|n| n.get());
+    let recomputed = RECOMPUTED.with(|n| n.get());
+    assert!(recomputed > checked as u64, "loops were recomputed under the tape budget only {recomputed} times");
     if std::env::var_os("ZYGVM_JIT_SHOW").is_some() {
-        println!("{checked} programs, {entries} native entries, {cached} loops in registers");
+        println!("{checked} programs, {entries} native entries, {cached} loops in registers, {recomputed} iterations recomputed");
     }
 }
 

@@ -14,15 +14,21 @@ thread_local! {
     static NATIVE_ENTRIES: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
     /// Loops compiled with register homes over all runs (`jit/src/loops.rs`).
     static CACHED_LOOPS: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+    /// Loop iterations recomputed under a tape budget over all runs (`--max-tape`).
+    static RECOMPUTED: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
 }
 
 /// What one tier computed for `f`, its gradient and its forward derivative at each point.
 fn run_on_tier(program: &zygvm::Program, mode: zygvm::JitMode, points: &[(f64, f64)]) -> Vec<String> {
+    run_with(program, mode, zygvm::Limits { fuel: Some(2_000_000), ..zygvm::Limits::default() }, points)
+}
+
+fn run_with(program: &zygvm::Program, mode: zygvm::JitMode, limits: zygvm::Limits, points: &[(f64, f64)]) -> Vec<String> {
     use zygvm::Value;
     let mut vm = zygvm::Vm::new(program);
     vm.set_jit(mode);
     vm.set_output(std::io::sink());
-    vm.set_limits(zygvm::Limits { fuel: Some(2_000_000), ..zygvm::Limits::default() });
+    vm.set_limits(limits);
     let mut out = vec![];
     // Auto compiles a loop after 100 back edges: repeat so that it does, midway.
     let rounds = if mode == zygvm::JitMode::Auto { 3 } else { 1 };
@@ -34,6 +40,7 @@ fn run_on_tier(program: &zygvm::Program, mode: zygvm::JitMode, points: &[(f64, f
             out.push(format!("derivative: {:?}", vm.call_value("dfx", args)));
         }
     }
+    RECOMPUTED.with(|n| n.set(n.get() + vm.stats().recomputed_iterations));
     if mode != zygvm::JitMode::Off {
         NATIVE_ENTRIES.with(|n| n.set(n.get() + vm.jit_stats().entries));
         CACHED_LOOPS.with(|n| n.set(n.get() + vm.jit_stats().cached_loops));
@@ -59,5 +66,22 @@ fn assert_tiers_agree(src: &str, points: &[(f64, f64)]) {
             assert_eq!(want, got, "--jit {mode:?} differs from the interpreter\n{src}");
         }
         assert_eq!(reference.len(), got.len());
+    }
+}
+
+/// Panics with the program if a tape budget small enough to checkpoint nearly every loop
+/// iteration changes anything the program computes (`--max-tape`: the interpreter and the
+/// JIT, against the interpreter without a budget). Programs that run out of fuel are skipped
+/// (recomputation takes more instructions).
+fn assert_budget_changes_nothing(src: &str, points: &[(f64, f64)]) {
+    let program = zygvm::Program::compile("gen.zy", src).unwrap_or_else(|e| panic!("generated program rejected: {e}\n{src}"));
+    let fuel = Some(20_000_000);
+    let reference = run_with(&program, TIERS[0], zygvm::Limits { fuel, ..zygvm::Limits::default() }, points);
+    if reference.iter().any(|r| r.contains("fuel")) {
+        return;
+    }
+    for mode in [zygvm::JitMode::Off, zygvm::JitMode::Eager] {
+        let got = run_with(&program, mode, zygvm::Limits { fuel, max_tape: Some(32), ..zygvm::Limits::default() }, points);
+        assert_eq!(reference, got, "--max-tape 32 (--jit {mode:?}) changes the results\n{src}");
     }
 }
