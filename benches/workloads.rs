@@ -299,6 +299,30 @@ fn third_order(c: &mut Criterion) {
     g.finish();
 }
 
+/// The gradient of a 1,000,000-step loop (`benches/zy/ode_budget.zy`) without a tape budget
+/// and under `--max-tape 1000000` (loops recomputed from checkpoints), each tier: the budget's
+/// cost, read off one run. Checked equal to the bit first.
+fn tape_budget(c: &mut Criterion) {
+    let budgeted = |mode: JitMode| {
+        let mut vm = workload_vm_on("ode_budget", mode);
+        vm.set_limits(zygvm::Limits { max_tape: Some(1_000_000), ..zygvm::Limits::default() });
+        vm
+    };
+    let plain = flat(&workload_vm("ode_budget").call_value("bench_grad", vec![]).unwrap());
+    let mut vm = budgeted(JitMode::Off);
+    assert_eq!(plain, flat(&vm.call_value("bench_grad", vec![]).unwrap()));
+    assert!(vm.stats().peak_tape_bytes <= 1_000_000 && vm.stats().recomputed_iterations > 0);
+    let mut g = c.benchmark_group("tape_budget");
+    g.sample_size(10).warm_up_time(Duration::from_millis(500)).measurement_time(Duration::from_secs(6));
+    for (label, mode) in TIERS {
+        let mut vm = workload_vm_on("ode_budget", mode);
+        g.bench_function(format!("ode_1M/{label}"), |b| b.iter(|| vm.call_value("bench_grad", vec![]).unwrap()));
+        let mut vm = budgeted(mode);
+        g.bench_function(format!("ode_1M/{label}-max-tape-1MB"), |b| b.iter(|| vm.call_value("bench_grad", vec![]).unwrap()));
+    }
+    g.finish();
+}
+
 /// Forward mode through the dense built-ins at n = 60 (`benches/zy/forward_linalg.zy`): each
 /// `jvp` beside its primal, so the ratio is read off one run.
 fn forward_mode(c: &mut Criterion) {
@@ -334,5 +358,5 @@ fn native_forward(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, sanity, sanity_gradients, native_forward, forward, gradients, second_order, third_order, forward_mode, compile);
+criterion_group!(benches, sanity, sanity_gradients, native_forward, forward, gradients, second_order, third_order, forward_mode, tape_budget, compile);
 criterion_main!(benches);
