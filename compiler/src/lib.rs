@@ -281,6 +281,7 @@ pub fn compile(
         ssa_functions,
         derivatives,
         budgeted: vec![],
+        replayable: vec![],
         consts: pools.consts,
         structs: pools.structs,
         symbols: pools.symbols,

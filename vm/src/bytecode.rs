@@ -236,6 +236,7 @@ opcodes! {
     CallTape { dst: def, callee: reg, args: list } => "R[dst] := primal-with-tape of R[callee] (L[args]...)";
     CallBuiltinTape { dst: def, builtin: builtin, args: list } => "R[dst] := BI[builtin](L[args]...), recording what its pullback needs";
     LoopCkBegin { dst: def, header: block } => "R[dst] := a new checkpointed loop of this frame, headed by B[header], starting at the tape's top (routines made under a tape budget: vm/src/ad/loop_checkpoints.rs)";
+    LoopCkCallee { ck: reg, callee: reg } => "before a call through a value inside R[ck]'s loop: unless R[callee] is replayable (changes nothing, draws nothing), the loop is no longer cut";
     LoopCkStep { ck: reg } => "at the header of R[ck]'s loop: count the iteration; over the budget, keep the frame's registers as a checkpoint and cut the loop's records; a recomputation that reached its end leaves the frame";
 
     // ---- differentiation: the adjoint routine ----

@@ -1322,6 +1322,11 @@ impl Vm {
                             }
                         }
                     }
+                    Instr::LoopCkCallee { ck, callee } => {
+                        if !matches!(reg!(ck), Value::Nil) {
+                            self.loop_callee(&reg!(ck), &reg!(callee));
+                        }
+                    }
                     Instr::LoopCkRewind { ck } => {
                         let v = reg!(ck).clone();
                         self.loop_rewind(&v);

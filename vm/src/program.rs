@@ -208,6 +208,10 @@ pub struct Program {
     /// can be recomputed keep checkpoints, `vm/src/ad/loop_checkpoints.rs`); made on first use
     /// by a VM with `Limits::max_tape`. May be shorter than `functions` (missing = `None`).
     pub budgeted: Vec<Option<Derivative>>,
+    /// Per function of the source, once budgeted routines exist: whether running it again
+    /// changes nothing (`compiler/src/ad/checkpoints.rs`), for the calls through a value
+    /// inside a checkpointed loop (`LoopCkCallee`).
+    pub replayable: Vec<bool>,
     /// How many functions the source has: ids below it are the source's, the routines made
     /// for them follow.
     pub source_functions: usize,
@@ -250,6 +254,8 @@ pub enum Routines {
 /// in order.
 pub struct MadeRoutines {
     pub derivatives: Vec<(FuncId, Derivative)>,
+    /// `Program::replayable`, made with budgeted routines (empty otherwise).
+    pub replayable: Vec<bool>,
     pub functions: Vec<(Function, Function)>,
 }
 

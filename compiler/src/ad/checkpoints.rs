@@ -7,8 +7,9 @@
 //! the rest of the program sees and reads nothing that changes while the loop runs: no
 //! instruction of its body writes a module variable or a container (`SetGlobal`, `SetIndex`,
 //! `SetIndex2`, a built-in that is not `Builtin::replayable`, such as `push` or `rand`), runs a
-//! module, or calls a function whose body could (a closure called through a value, or a
-//! direct callee that is not `replayable_functions`). Containers the loop reads but does not
+//! module, or calls directly a function whose body could (one that is not
+//! `replayable_functions`). A call through a value is checked when it runs: a callee that is
+//! not replayable (`LoopCkCallee`) stops the loop from being cut from then on. Containers the loop reads but does not
 //! write may still be written later, by the code after the loop or by the caller: the run-time
 //! half freezes copies of them in the checkpoints it keeps.
 //!
@@ -52,9 +53,11 @@ impl CheckpointLoops {
                 continue;
             }
             let Some((entry, _back, body)) = back_and_entry(f, &preds, h) else { continue };
-            let replays = (0..f.blocks.len())
-                .filter(|&b| body[b])
-                .all(|b| (f.blocks[b].start as usize..super::cfg::block_end(f, b)).all(|pc| replays(&f.code[pc], builtins, replayable)));
+            // A call through a value is checked when it runs (`LoopCkCallee`).
+            let replays = (0..f.blocks.len()).filter(|&b| body[b]).all(|b| {
+                (f.blocks[b].start as usize..super::cfg::block_end(f, b))
+                    .all(|pc| matches!(f.code[pc], Instr::Call { .. }) || replays(&f.code[pc], builtins, replayable))
+            });
             if replays {
                 loops.push(CheckpointLoop { header: BlockId(h as u32), entry, body, depth: 0 });
             }
@@ -64,6 +67,12 @@ impl CheckpointLoops {
             loops[i].depth = loops.iter().enumerate().filter(|&(j, l)| j != i && l.body[h]).count();
         }
         CheckpointLoops { loops }
+    }
+
+    /// The records of the loops block `b` belongs to (a call through a value there is checked
+    /// for each, `LoopCkCallee`).
+    pub fn around(&self, b: usize) -> impl Iterator<Item = usize> + '_ {
+        (0..self.loops.len()).filter(move |&l| self.loops[l].body[b])
     }
 
     /// The loop headed by block `b`.

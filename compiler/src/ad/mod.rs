@@ -80,7 +80,12 @@ pub fn differentiate_on_demand(p: &Program, f: FuncId, family: Routines) -> Resu
     }
     let first = p.functions.len() as u32;
     let routines = differentiate(source, &mut derivatives, &todo, first, &p.builtins, &p.consts, family);
+    let replayable = match family {
+        Routines::Budgeted if p.replayable.is_empty() => checkpoints::replayable_functions(source, &p.builtins),
+        _ => vec![],
+    };
     Ok(MadeRoutines {
+        replayable,
         derivatives: todo.iter().map(|&g| (g, derivatives[g.index()].expect("just made"))).collect(),
         functions: routines.into_iter().map(|r| { let exec = crate::regalloc::allocate(&r); (r, exec) }).collect(),
     })

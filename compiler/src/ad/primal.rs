@@ -98,6 +98,11 @@ pub fn primal_with_tape(cx: &Context) -> Function {
         for pc in f.blocks[b].start as usize..end - 1 {
             let i = f.code[pc];
             let span = f.spans[pc];
+            if let Instr::Call { callee, .. } = i {
+                for l in cx.checkpoints.around(b) {
+                    out.push(Instr::LoopCkCallee { ck: cx.records_in[l], callee }, span);
+                }
+            }
             if !cx.active[pc] {
                 out.push(i, span);
                 continue;

@@ -68,6 +68,8 @@ pub struct LoopRecord {
     /// The first iteration whose records are on the tape now, and where the first run's began.
     valid_from: u64,
     first_valid_from: u64,
+    /// A call through a value ran a callee that is not replayable: no more cuts.
+    poisoned: bool,
     /// While a recomputation runs: the iteration at whose start it stops.
     stop_at: Option<u64>,
     /// The registers a recomputation ended with (for `shadows::alias`).
@@ -300,6 +302,7 @@ impl Vm {
             count: 0,
             valid_from: 0,
             first_valid_from: 0,
+            poisoned: false,
             stop_at: None,
             ended_with: None,
             reversed_to: 0,
@@ -327,6 +330,7 @@ impl Vm {
         // checkpoints later iterations added).
         let budget = self.limits.max_tape.unwrap_or(usize::MAX);
         let over = self.tape.bytes() > budget / 2;
+        let over = over && !r.poisoned;
         if (i == 0 && r.checkpoints.is_empty()) || (over && i > r.valid_from) {
             if over {
                 self.tape.note_peak();
@@ -363,6 +367,23 @@ impl Vm {
         }
         r.count = i + 1;
         Ok(Step::Continue)
+    }
+
+    /// `LoopCkCallee`: a call through a value in the loop; a callee that may change something
+    /// keeps every later iteration's records (they could not be recomputed).
+    pub(crate) fn loop_callee(&self, rec: &Value, callee: &Value) {
+        let Value::LoopRecord(rec) = rec else { return };
+        let p = self.program();
+        let replays = match callee {
+            Value::Func(f) => p.replayable.get(f.index()).copied().unwrap_or(false),
+            Value::Closure(c) => p.replayable.get(c.func.index()).copied().unwrap_or(false),
+            Value::Builtin(b) => p.builtins[b.index()].replayable,
+            Value::StructCtor(_) => true,
+            _ => false,
+        };
+        if !replays {
+            rec.borrow_mut().poisoned = true;
+        }
     }
 
     /// `LoopCkRewind`: reversal of the loop starts after its last iteration.
