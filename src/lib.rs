@@ -265,7 +265,13 @@ impl Program {
     /// The listing `zygvm --dump adjoint` prints: each function's SSA form beside its
     /// primal-with-tape and adjoint routines.
     pub fn disassemble_adjoints(&self, only: Option<&str>) -> String {
-        zygvm_vm::disasm::adjoint_listing(&self.inner, only)
+        zygvm_vm::disasm::adjoint_listing(&self.inner, only, zygvm_vm::program::Routines::Plain)
+    }
+
+    /// The same for the routines gradients run under a tape budget (`Limits::max_tape`), in
+    /// which loops that can be recomputed keep checkpoints (`zygvm --dump adjoint --max-tape N`).
+    pub fn disassemble_budgeted_adjoints(&self, only: Option<&str>) -> String {
+        zygvm_vm::disasm::adjoint_listing(&self.inner, only, zygvm_vm::program::Routines::Budgeted)
     }
 
     /// The source files, for rendering diagnostics.

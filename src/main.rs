@@ -167,6 +167,7 @@ fn run(cli: Cli) -> ExitCode {
     if let Some(dump) = cli.dump.filter(|d| *d != Dump::Asm) {
         let listing = match dump {
             Dump::Bytecode => program.disassemble(cli.only.as_deref()),
+            _ if cli.max_tape.is_some() => program.disassemble_budgeted_adjoints(cli.only.as_deref()),
             _ => program.disassemble_adjoints(cli.only.as_deref()),
         };
         if cli.only.is_some() && listing.is_empty() {

@@ -100,21 +100,23 @@ pub fn program_listing(p: &Program, only: Option<&str>) -> String {
 
 /// What `--dump adjoint` prints: for each function (or those named `only`), its SSA form next
 /// to the three routines the differentiator generated from it (SSA form, before register
-/// allocation: what the differentiator reads and writes).
-pub fn adjoint_listing(p: &Program, only: Option<&str>) -> String {
+/// allocation: what the differentiator reads and writes), of one family (`Routines::Budgeted`
+/// under `--max-tape`: the checkpointed loops' instructions shown).
+pub fn adjoint_listing(p: &Program, only: Option<&str>, family: crate::program::Routines) -> String {
     let named = |f: &crate::program::Function| only.is_none_or(|n| f.name == n || f.trace_name() == n);
+    let missing = |q: &Program, i: usize| q.derivative_in(crate::bytecode::FuncId(i as u32), family).is_none();
     // Routines made on first use: made here, in a copy, for the functions listed.
     let made;
     let p = match p.derivative_transform {
-        Some(transform) if p.derivatives.iter().take(p.source_functions).any(Option::is_none) => {
+        Some(transform) if (0..p.source_functions).any(|i| missing(p, i)) => {
             let mut q = p.clone();
             for i in 0..q.source_functions {
-                if q.derivatives[i].is_some() || !named(&q.ssa_functions[i]) {
+                if !missing(&q, i) || !named(&q.ssa_functions[i]) {
                     continue;
                 }
-                let Ok(m) = transform(&q, crate::bytecode::FuncId(i as u32), crate::program::Routines::Plain) else { continue };
+                let Ok(m) = transform(&q, crate::bytecode::FuncId(i as u32), family) else { continue };
                 q.append_functions(m.functions);
-                q.record_derivatives(&m.derivatives, crate::program::Routines::Plain);
+                q.record_derivatives(&m.derivatives, family);
             }
             made = q;
             &made
@@ -126,7 +128,7 @@ pub fn adjoint_listing(p: &Program, only: Option<&str>) -> String {
         if !named(f) {
             continue;
         }
-        let Some(d) = p.derivatives[i] else { continue };
+        let Some(d) = p.derivative_in(crate::bytecode::FuncId(i as u32), family) else { continue };
         out.push_str("-- original (SSA form)\n");
         out.push_str(&function_listing(p, f));
         out.push_str("-- primal-with-tape routine\n");
