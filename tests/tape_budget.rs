@@ -73,3 +73,24 @@ fn the_embedding_limit_checkpoints_too() {
     assert!(stats.recomputed_iterations > 40_000, "{stats:?}");
     assert!(stats.peak_tape_bytes <= 10_000 && plain_stats.peak_tape_bytes > 400_000, "{stats:?} {plain_stats:?}");
 }
+
+/// A budget set on a VM that has already taken gradients without one: later gradients run the
+/// budgeted routines (made then), with the same results.
+#[test]
+fn a_budget_set_later_applies_to_later_gradients() {
+    let src = "fn f(a, n) {\n let s = a\n for i in 0..n {\n  s = s * 0.999 + cos(s) * 0.01\n }\n return s\n}\n";
+    let program = zygvm::Program::compile("later.zy", src).unwrap();
+    let mut vm = zygvm::Vm::new(&program);
+    let args = || vec![zygvm::Value::Float(0.4), zygvm::Value::Int(20_000)];
+    let (_, plain) = vm.value_and_gradient("f", args()).unwrap();
+    assert_eq!(vm.stats().recomputed_iterations, 0);
+    vm.set_limits(zygvm::Limits { max_tape: Some(4_000), ..zygvm::Limits::default() });
+    let (_, budgeted) = vm.value_and_gradient("f", args()).unwrap();
+    assert_eq!(format!("{plain:?}"), format!("{budgeted:?}"));
+    assert!(vm.stats().recomputed_iterations > 15_000, "{:?}", vm.stats());
+    vm.set_limits(zygvm::Limits::default());
+    let before = vm.stats().recomputed_iterations;
+    let (_, again) = vm.value_and_gradient("f", args()).unwrap();
+    assert_eq!(format!("{plain:?}"), format!("{again:?}"));
+    assert_eq!(vm.stats().recomputed_iterations, before, "no budget, no recomputation");
+}
