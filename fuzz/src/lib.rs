@@ -31,6 +31,7 @@ pub fn limits() -> Limits {
         fuel: Some(200_000),
         max_memory: Some(16 << 20),
         timeout: Some(std::time::Duration::from_secs(1)),
+        max_tape: None,
     }
 }
 
