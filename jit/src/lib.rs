@@ -18,7 +18,7 @@ pub mod types;
 #[cfg(target_arch = "x86_64")]
 pub mod x64;
 
-use zygvm_vm::bytecode::{FuncId, Instr};
+use zygvm_vm::bytecode::FuncId;
 use zygvm_vm::native::{NativeCode, Tier};
 use zygvm_vm::program::Program;
 
@@ -54,12 +54,7 @@ impl Tier for Jit {
         if tags.len() != f.num_regs as usize {
             return Err("the frame's register count differs from the function's".into());
         }
-        // A loop recomputed under a tape budget restarts its frame in the interpreter
-        // (`zygvm_vm::ad::loop_checkpoints`); the routines made under a budget that have one
-        // stay interpreted.
-        if f.code.iter().any(|i| matches!(i, Instr::LoopCkBegin { .. } | Instr::LoopCkRefill { .. })) {
-            return Err("a loop checkpointed under the tape budget (--max-tape) runs in the interpreter".into());
-        }
+
         let hot = (seed, tags.iter().map(|&t| types::Ty::from_tag(t)).collect::<Vec<_>>());
         let types = types::infer(program, f, std::slice::from_ref(&hot), unspeculated)?;
         #[cfg(target_arch = "x86_64")]

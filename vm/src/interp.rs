@@ -1310,7 +1310,10 @@ impl Vm {
                         if !matches!(reg!(ck), Value::Nil) {
                             account!();
                             self.frames.last_mut().unwrap().pc = pc!() as u32;
-                            if let crate::ad::loop_checkpoints::Step::Leave = tri!(self.loop_step(base, ck)) {
+                            // SAFETY: `regs` is this frame's window of `num_regs` registers
+                            // (see `reg!`); `ck` is below it (verifier).
+                            let step = unsafe { self.loop_step(regs, func.num_regs as usize, ck) };
+                            if let crate::ad::loop_checkpoints::Step::Leave = tri!(step) {
                                 // A recomputation's frame leaves here (it was pushed as a
                                 // boundary by `run_frame_from`).
                                 let fr = self.frames.pop().unwrap();

@@ -359,6 +359,31 @@ impl Vm {
                 };
                 set!(dst, v);
             }
+            // Loops recomputed under a tape budget (`ad/loop_checkpoints.rs`): all but a
+            // recomputation and its end, which the interpreter runs (native code leaves to it
+            // there: once per cut segment).
+            Instr::LoopCkBegin { dst, header } => {
+                let v = self.loop_begin(func.blocks[header.index()].start);
+                set!(dst, v);
+            }
+            Instr::LoopCkStep { ck } => {
+                // SAFETY: the caller's contract: `regs` is the frame of `func`, whose registers
+                // the verifier bounds `ck` by; `loop_step` pushes no frame.
+                if let crate::ad::loop_checkpoints::Step::Leave = unsafe { self.loop_step(regs, func.num_regs as usize, ck)? } {
+                    return Ok(Simple::NotSimple);
+                }
+            }
+            Instr::LoopCkRewind { ck } => {
+                let v = reg!(ck).clone();
+                self.loop_rewind(&v);
+            }
+            Instr::LoopCkCallee { ck, callee } => self.loop_callee(&reg!(ck), &reg!(callee)),
+            Instr::LoopCkRefill { ck } => {
+                let v = reg!(ck).clone();
+                if !self.loop_refill_without_recomputing(&v) {
+                    return Ok(Simple::NotSimple);
+                }
+            }
             _ => return Ok(Simple::NotSimple),
         }
         Ok(Simple::Done)

@@ -141,7 +141,14 @@ pub fn classify(program: &Program, f: &Function, types: &Types, pc: usize) -> Cl
         | Instr::TapePopIf { .. }
         | Instr::Pull { .. }
         | Instr::PullAdd { .. }
-        | Instr::MulAdd { .. } => Class::Step,
+        | Instr::MulAdd { .. }
+        // A checkpointed loop's bookkeeping (`zygvm_vm::ad::loop_checkpoints`); `step` leaves
+        // to the interpreter for a recomputation and for its end.
+        | Instr::LoopCkBegin { .. }
+        | Instr::LoopCkStep { .. }
+        | Instr::LoopCkRewind { .. }
+        | Instr::LoopCkCallee { .. }
+        | Instr::LoopCkRefill { .. } => Class::Step,
         _ => Class::Exit,
     }
 }

@@ -14,6 +14,9 @@
 //! | adjoint | each reversed exit | `TapePop`, `LoopCkRewind` | reversal starts at the last iteration |
 //! | adjoint | the header's adjoint, before its edge is chosen | `LoopCkRefill` | iteration `i` is reversed; when the records of `i - 1` were cut, the routine is rerun in a fresh frame from the checkpoint before `i`, up to the start of `i`, rebuilding them |
 //!
+//! Native code runs all of this through `native::step` but a recomputation and its end, where
+//! it leaves to the interpreter (once per cut segment).
+//!
 //! A recomputation runs the same primal-with-tape code, so it pushes exactly the records the
 //! first run pushed (the loop's body recomputes only replayable work: its state is its
 //! registers). It may itself cut and checkpoint when its segment exceeds the budget, which
@@ -313,16 +316,21 @@ impl Vm {
         })))
     }
 
-    /// `LoopCkStep` with the frame's registers at `base` and the record in `ck`.
-    pub(crate) fn loop_step(&mut self, base: usize, ck: Reg) -> VmResult<Step> {
-        let Value::LoopRecord(rec) = &self.stack[base + ck.index()] else { return Ok(Step::Continue) };
+    /// `LoopCkStep` with the frame's `n` registers at `regs` and the record in `ck`.
+    ///
+    /// # Safety
+    /// `regs` points at the running frame's `n` initialised registers, and `ck < n`; nothing
+    /// here moves the value stack (no frame is pushed).
+    pub(crate) unsafe fn loop_step(&mut self, regs: *const Value, n: usize, ck: Reg) -> VmResult<Step> {
+        // SAFETY: the caller's contract.
+        let frame = unsafe { std::slice::from_raw_parts(regs, n) };
+        let Value::LoopRecord(rec) = &frame[ck.index()] else { return Ok(Step::Continue) };
         let rec = rec.clone();
         let mut r = rec.borrow_mut();
         let i = r.count;
         r.ck = ck;
         if r.stop_at == Some(i) {
-            let n = self.program.functions[r.func.index()].num_regs as usize;
-            r.ended_with = Some(self.stack[base..base + n].to_vec().into_boxed_slice());
+            r.ended_with = Some(frame.to_vec().into_boxed_slice());
             return Ok(Step::Leave);
         }
         // Half the budget for the tape, half for checkpoints: a segment cut by the first run
@@ -338,10 +346,9 @@ impl Vm {
                 self.tape.cut(r.mark, super::shadows::forget_snapshot);
                 r.freeze_all();
             }
-            let n = self.program.functions[r.func.index()].num_regs as usize;
             // Loop records (this one included: a recomputation puts it back) are not kept: no
             // cycle through a record, and an inner loop's starts anew when recomputed.
-            let registers: Box<[Value]> = self.stack[base..base + n]
+            let registers: Box<[Value]> = frame
                 .iter()
                 .map(|v| if matches!(v, Value::LoopRecord(_)) { Value::Nil } else { v.clone() })
                 .collect();
@@ -394,6 +401,21 @@ impl Vm {
         r.stop_at = None;
         r.drop_recomputed();
         r.valid_from = r.first_valid_from;
+    }
+
+    /// `LoopCkRefill` when it recomputes nothing (the common case, which native code runs
+    /// through `native::step`): steps the reversal back and returns true; false, changing
+    /// nothing, when `loop_refill` must run (a recomputation runs Zy code: the interpreter's).
+    pub(crate) fn loop_refill_without_recomputing(&mut self, rec: &Value) -> bool {
+        let Value::LoopRecord(rec) = rec else { return true };
+        let mut r = rec.borrow_mut();
+        match r.reversed_to.checked_sub(1) {
+            Some(cur) if cur == 0 || cur != r.valid_from => {
+                r.reversed_to = cur;
+                true
+            }
+            _ => false,
+        }
     }
 
     /// `LoopCkRefill`: the adjoint reached the start of the previous iteration; rebuild the
