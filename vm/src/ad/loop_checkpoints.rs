@@ -9,7 +9,7 @@
 //! | routine | where | instruction | what happens here |
 //! | --- | --- | --- | --- |
 //! | primal-with-tape | the loop's entry edge | `LoopCkBegin` | a record: this frame's routine, the header, the tape's top (`mark`) |
-//! | primal-with-tape | the header's top | `LoopCkStep` | iteration `i` starts; at `i = 0`, and whenever the tape and checkpoints exceed the budget, the frame's registers are kept (a *checkpoint* at `i`) and the loop's records cut back to `mark` |
+//! | primal-with-tape | the header's top | `LoopCkStep` | iteration `i` starts; the first time the tape holds a quarter of the budget here, the frame's registers are kept (a *checkpoint* at `i`, the loop's *base*: earlier iterations' records stay); whenever the tape then passes the loop's limit, another, and the records since the last one are cut back to `mark` |
 //! | primal-with-tape | each exit edge | `TapePush` | the record goes on the tape |
 //! | adjoint | each reversed exit | `TapePop`, `LoopCkRewind` | reversal starts at the last iteration |
 //! | adjoint | the header's adjoint, before its edge is chosen | `LoopCkRefill` | iteration `i` is reversed; when the records of `i - 1` were cut, the routine is rerun in a fresh frame from the checkpoint before `i`, up to the start of `i`, rebuilding them |
@@ -24,11 +24,13 @@
 //! stand for the ones the later iterations saw: at the end of each recomputation the containers
 //! in its registers share the shadows of those in the checkpoint it ended at (`shadows::alias`).
 //!
-//! Memory: the budget is halved between the tape and the checkpoints. The tape stays within
-//! its half but for one iteration of the innermost loop that can be recomputed (an iteration
-//! is never split); when the checkpoints pass theirs, every other one of the loop being
-//! checkpointed is dropped (its segments double, and their recomputation checkpoints within
-//! itself, nesting as binomial checkpointing does). Work done beyond a plain gradient is counted (`Stats::recomputed_iterations`).
+//! Memory: half the budget for the tape, half for checkpoints. The tape stays within its half
+//! (or a quarter of the budget above what it held when a loop started keeping checkpoints,
+//! when what lies below is more than a quarter and cannot be cut there) but for one iteration
+//! of the innermost loop that can be recomputed (an iteration is never split); when the
+//! checkpoints pass their half, every other one of the loop being checkpointed is dropped (its
+//! segments double, and their recomputation checkpoints within itself, nesting as binomial
+//! checkpointing does). Work done beyond a plain gradient is counted (`Stats::recomputed_iterations`).
 
 use super::Mark;
 use crate::bytecode::{FuncId, Reg};
@@ -64,10 +66,16 @@ pub struct LoopRecord {
     header_pc: u32,
     /// The register holding the record in that routine's frame (set by its first `LoopCkStep`).
     ck: Reg,
-    /// The tape's top when the first iteration started: the loop's records lie above it.
+    /// The tape's top when the base iteration started: the records that may be cut lie above it.
     mark: Mark,
     /// Iterations started by the first run (by a recomputation while one runs).
     count: u64,
+    /// The first iteration with a checkpoint: `None` until the tape passes a quarter of the
+    /// budget at this loop's header (a loop that never does keeps nothing and cuts nothing;
+    /// the records of iterations before it stay below `mark`, never cut), and the tape size
+    /// past which its records are cut (`Vm::loop_step`).
+    base: Option<u64>,
+    limit: usize,
     /// The first iteration whose records are on the tape now, and where the first run's began.
     valid_from: u64,
     first_valid_from: u64,
@@ -143,7 +151,7 @@ impl LoopRecord {
     /// records start at, the one the first run's records started at (a pullback's `back`
     /// reverses again from there) and the one a running recomputation ends at.
     fn thin(&mut self) {
-        let keep = [0, self.valid_from, self.first_valid_from, self.stop_at.unwrap_or(0)];
+        let keep = [self.base.unwrap_or(0), self.valid_from, self.first_valid_from, self.stop_at.unwrap_or(0)];
         let mut k = 0;
         self.checkpoints.retain(|c| {
             k += 1;
@@ -303,6 +311,8 @@ impl Vm {
             ck: Reg(0),
             mark: self.tape.mark(),
             count: 0,
+            base: None,
+            limit: usize::MAX,
             valid_from: 0,
             first_valid_from: 0,
             poisoned: false,
@@ -333,14 +343,24 @@ impl Vm {
             r.ended_with = Some(frame.to_vec().into_boxed_slice());
             return Ok(Step::Leave);
         }
-        // Half the budget for the tape, half for checkpoints: a segment cut by the first run
-        // then fits again when it is recomputed (the tape below it is the same then, whatever
-        // checkpoints later iterations added).
+        // A loop starts keeping checkpoints when the tape passes a quarter of the budget at its
+        // header; from then on its records are cut whenever the tape passes `limit`: half the
+        // budget, or a quarter more than the tape held when it started if that is more (what
+        // lies below cannot be cut here). The other half is the checkpoints'. A segment cut by
+        // the first run fits again when it is recomputed (the tape below it is the same then).
         let budget = self.limits.max_tape.unwrap_or(usize::MAX);
-        let over = self.tape.bytes() > budget / 2;
-        let over = over && !r.poisoned;
-        if (i == 0 && r.checkpoints.is_empty()) || (over && i > r.valid_from) {
-            if over {
+        let bytes = self.tape.bytes();
+        let first_run = r.stop_at.is_none();
+        let start = r.base.is_none() && first_run && !r.poisoned && bytes > budget / 4;
+        if start {
+            r.base = Some(i);
+            r.mark = self.tape.mark();
+            r.limit = (budget / 2).max(bytes.saturating_add(budget / 4));
+            r.valid_from = i;
+        }
+        let cut = r.base.is_some() && !r.poisoned && bytes > r.limit && i > r.valid_from;
+        if start || cut {
+            if cut {
                 self.tape.note_peak();
                 // Snapshots cut with their records are not needed for their originals' shadows.
                 self.tape.cut(r.mark, super::shadows::forget_snapshot);
@@ -352,9 +372,8 @@ impl Vm {
                 .iter()
                 .map(|v| if matches!(v, Value::LoopRecord(_)) { Value::Nil } else { v.clone() })
                 .collect();
-            let first_run = r.stop_at.is_none();
             let mut c = Checkpoint { iteration: i, registers, frozen: false, first_run };
-            if over || r.frozen.any() {
+            if cut || r.frozen.any() {
                 r.freeze(&mut c);
             }
             if r.add(c) {
@@ -410,7 +429,7 @@ impl Vm {
         let Value::LoopRecord(rec) = rec else { return true };
         let mut r = rec.borrow_mut();
         match r.reversed_to.checked_sub(1) {
-            Some(cur) if cur == 0 || cur != r.valid_from => {
+            Some(cur) if !r.base.is_some_and(|b| cur > b) || cur != r.valid_from => {
                 r.reversed_to = cur;
                 true
             }
@@ -428,7 +447,7 @@ impl Vm {
                 return Err(VmError::new("internal differentiation error: a loop reversed past its first iteration"));
             };
             r.reversed_to = cur;
-            if cur == 0 || cur != r.valid_from {
+            if !r.base.is_some_and(|b| cur > b) || cur != r.valid_from {
                 return Ok(());
             }
             if self.tape.mark() != r.mark {
