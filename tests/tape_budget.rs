@@ -94,3 +94,27 @@ fn a_budget_set_later_applies_to_later_gradients() {
     assert_eq!(format!("{plain:?}"), format!("{again:?}"));
     assert_eq!(vm.stats().recomputed_iterations, before, "no budget, no recomputation");
 }
+
+/// `examples/ode_checkpoint.zy` without its `checkpoint(f)` annotation, under a budget: the loop
+/// calls its step through a closure (`LoopCkCallee`), is recomputed, and prints the plain run's
+/// derivative with a tape within the budget (4.8 MB without one).
+#[test]
+fn the_example_needs_no_annotation_under_a_budget() {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/ode_checkpoint.zy");
+    let run = |budget: Option<&str>| {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_zygvm"));
+        cmd.arg("--stats");
+        if let Some(b) = budget {
+            cmd.args(["--max-tape", b]);
+        }
+        let out = cmd.arg(&script).arg("plain").output().unwrap();
+        assert!(out.status.success());
+        (String::from_utf8(out.stdout).unwrap(), String::from_utf8(out.stderr).unwrap())
+    };
+    let (plain, plain_err) = run(None);
+    let (budgeted, err) = run(Some("100000"));
+    assert_eq!(plain, budgeted);
+    assert!(stat(&plain_err, "peak tape bytes ") > 1_000_000);
+    assert!(stat(&err, "peak tape bytes ") <= 100_000, "{err}");
+    assert!(stat(&err, "bytes held at once), ") > 0, "{err}");
+}
