@@ -1302,9 +1302,8 @@ impl Vm {
                     Instr::TapePopCtl { dst } => simple!(Instr::TapePopCtl { dst }),
                     Instr::TapeShape { a, b } => simple!(Instr::TapeShape { a, b }),
                     // Loops recomputed under a tape budget (`ad/loop_checkpoints.rs`).
-                    Instr::LoopCkBegin { dst, header } => {
-                        let v = self.loop_begin(func.blocks[header.index()].start);
-                        set!(dst, v);
+                    Instr::LoopCkBegin { .. } | Instr::LoopCkCallee { .. } | Instr::LoopCkRewind { .. } => {
+                        simple!(instr, exec_simple_outlined)
                     }
                     Instr::LoopCkStep { ck } => {
                         if !matches!(reg!(ck), Value::Nil) {
@@ -1324,15 +1323,6 @@ impl Vm {
                                 return Err(VmError::new("internal differentiation error: a loop left a frame it did not resume"));
                             }
                         }
-                    }
-                    Instr::LoopCkCallee { ck, callee } => {
-                        if !matches!(reg!(ck), Value::Nil) {
-                            self.loop_callee(&reg!(ck), &reg!(callee));
-                        }
-                    }
-                    Instr::LoopCkRewind { ck } => {
-                        let v = reg!(ck).clone();
-                        self.loop_rewind(&v);
                     }
                     Instr::LoopCkRefill { ck } => {
                         if !matches!(reg!(ck), Value::Nil) {

@@ -10,6 +10,7 @@
 //! | --- | --- | --- | --- |
 //! | primal-with-tape | the loop's entry edge | `LoopCkBegin` | a record: this frame's routine, the header, the tape's top (`mark`) |
 //! | primal-with-tape | the header's top | `LoopCkStep` | iteration `i` starts; the first time the tape holds a quarter of the budget here, the frame's registers are kept (a *checkpoint* at `i`, the loop's *base*: earlier iterations' records stay); whenever the tape then passes the loop's limit, another, and the records since the last one are cut back to `mark` |
+//! | primal-with-tape | before a call through a value in the loop | `LoopCkCallee` | a callee that is not replayable stops the loop's cuts |
 //! | primal-with-tape | each exit edge | `TapePush` | the record goes on the tape |
 //! | adjoint | each reversed exit | `TapePop`, `LoopCkRewind` | reversal starts at the last iteration |
 //! | adjoint | the header's adjoint, before its edge is chosen | `LoopCkRefill` | iteration `i` is reversed; when the records of `i - 1` were cut, the routine is rerun in a fresh frame from the checkpoint before `i`, up to the start of `i`, rebuilding them |
@@ -114,17 +115,22 @@ impl LoopRecord {
             return false;
         }
         self.checkpoints.insert(at, c);
-        self.settle();
+        self.account();
         true
     }
 
-    /// Brings `bytes` (and the VM's total) up to date after checkpoints came or went, first
-    /// dropping the frozen copies no checkpoint holds any more.
-    fn settle(&mut self) {
-        self.frozen.retain_held_by(&self.checkpoints);
+    /// Brings `bytes` (and the VM's total) up to date after checkpoints or copies came.
+    fn account(&mut self) {
         let now = self.checkpoints.iter().map(Checkpoint::bytes).sum::<usize>() + self.frozen.bytes;
         self.held.set(self.held.get() + now - self.bytes);
         self.bytes = now;
+    }
+
+    /// The same after checkpoints went, first dropping the frozen copies no checkpoint holds
+    /// any more.
+    fn settle(&mut self) {
+        self.frozen.retain_held_by(&self.checkpoints);
+        self.account();
     }
 
     /// Freezes the containers of every checkpoint kept so far (the loop was just cut: from now
@@ -135,7 +141,7 @@ impl LoopRecord {
             self.freeze(c);
         }
         self.checkpoints = cs;
-        self.settle();
+        self.account();
     }
 
     /// Replaces the containers in `c` by frozen copies: the loop does not write them, but code
@@ -265,15 +271,8 @@ impl Frozen {
 
     /// Makes each copy share its original's shadow, for a sweep about to recompute from them.
     fn alias(&self) {
-        if !super::shadows::active() {
-            return;
-        }
         for (original, copy, _) in self.copies.values() {
-            for (c, o) in super::adjoints::element_pairs(copy, original) {
-                if let Some(s) = super::shadows::shadow_of(&o) {
-                    super::shadows::alias(&c, &s, super::shadows::Level::Adjoint);
-                }
-            }
+            alias_containers(copy, original);
         }
     }
 }
@@ -440,6 +439,9 @@ impl Vm {
     /// `LoopCkRefill`: the adjoint reached the start of the previous iteration; rebuild the
     /// records of the one before it when they were cut.
     pub(crate) fn loop_refill(&mut self, rec_value: &Value) -> VmResult<()> {
+        if self.loop_refill_without_recomputing(rec_value) {
+            return Ok(());
+        }
         let Value::LoopRecord(rec) = rec_value else { return Ok(()) };
         let (func, closure, header_pc, ck, start, cur) = {
             let mut r = rec.borrow_mut();
@@ -447,9 +449,6 @@ impl Vm {
                 return Err(VmError::new("internal differentiation error: a loop reversed past its first iteration"));
             };
             r.reversed_to = cur;
-            if !r.base.is_some_and(|b| cur > b) || cur != r.valid_from {
-                return Ok(());
-            }
             if self.tape.mark() != r.mark {
                 return Err(VmError::new("internal differentiation error: a checkpointed loop's records are out of step"));
             }
