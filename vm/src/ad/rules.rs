@@ -174,18 +174,17 @@ fn matmul_rule(rule: Rule, dy: &Value, a: &Value, b: &Value) -> VmResult<Value> 
                 return Err(cotangent_shape(dy, m.rows, 0));
             }
             if rule == Rule::MatMulA {
-                let v = v.borrow().to_f64s().ok_or_else(|| VmError::new("@ of an array that holds non-numbers"))?;
-                let mut out = Vec::with_capacity(m.rows * m.cols);
-                for &p in &d {
-                    out.extend(v.iter().map(|&q| p * q));
-                }
+                let out = match &*v.borrow() {
+                    crate::value::Array::Floats(v) => crate::kernels::outer(&d, v),
+                    other => crate::kernels::outer(
+                        &d,
+                        &other.to_f64s().ok_or_else(|| VmError::new("@ of an array that holds non-numbers"))?,
+                    ),
+                };
                 Ok(Value::matrix(m.rows, m.cols, out))
             } else {
                 let mut out = vec![0.0; m.cols];
-                for (i, &p) in d.iter().enumerate() {
-                    let row = &m.data[i * m.cols..(i + 1) * m.cols];
-                    out.iter_mut().zip(row).for_each(|(o, w)| *o += p * w);
-                }
+                crate::kernels::vecmat_add(&m, &d, &mut out);
                 Ok(Value::float_array(out))
             }
         }
