@@ -53,6 +53,15 @@ fn set_bits(words: &[u64]) -> impl Iterator<Item = usize> + '_ {
     })
 }
 
+/// A load of a constant: no effect but its definition.
+fn is_constant_load(i: &Instr) -> bool {
+    matches!(
+        i,
+        Instr::LoadNil { .. } | Instr::LoadK { .. } | Instr::LoadBool { .. } | Instr::LoadFunc { .. }
+            | Instr::LoadBuiltin { .. } | Instr::LoadStruct { .. }
+    )
+}
+
 fn block_end(f: &Function, b: usize) -> usize {
     f.blocks.get(b + 1).map(|x| x.start as usize).unwrap_or(f.code.len())
 }
@@ -192,6 +201,9 @@ pub fn allocate(f: &Function) -> Function {
     let mut busy: Vec<bool> = vec![];
     let mut dying: Vec<(usize, Reg)> = vec![];
     let mut dead_def: Vec<bool> = vec![];
+    // Constant loads whose value nothing reads (the SSA builder's `nil` for undefined
+    // variables often ends so once the code that read it was simplified away): dropped below.
+    let mut unread_load = vec![false; f.code.len()];
     // The kind of values each register has held (`kind`), `None` while it held none.
     let mut kind_of_reg: Vec<Option<u8>> = vec![];
     let take = |busy: &mut Vec<bool>, kinds: &mut Vec<Option<u8>>, hint: Option<u32>, kind: u8| -> u32 {
@@ -235,6 +247,7 @@ pub fn allocate(f: &Function) -> Function {
             if let Some(d) = i.def() {
                 if !live.contains(d.index()) {
                     dead_def[pc - start] = true;
+                    unread_load[pc] = is_constant_load(i);
                 }
                 live.remove(d.index());
             }
@@ -311,6 +324,8 @@ pub fn allocate(f: &Function) -> Function {
         _ => false,
     });
     let fused: Vec<bool> = plan.iter().map(|k| *k != crate::fuse::Fusion::None).collect();
+    // An instruction left out of the output: the second of a fused pair, or an unread load.
+    let dropped = |pc: usize| (pc > 0 && fused[pc - 1]) || (unread_load[pc] && !fused[pc]);
 
     // ---- rewrite ----
     let map = |r: Reg| Reg(reg_of[r.index()]);
@@ -335,7 +350,7 @@ pub fn allocate(f: &Function) -> Function {
     let mut n = 0u32;
     for pc in 0..f.code.len() {
         new_pc.push(n);
-        if !(pc > 0 && fused[pc - 1]) {
+        if !dropped(pc) {
             n += 1;
         }
     }
@@ -346,7 +361,7 @@ pub fn allocate(f: &Function) -> Function {
     }
     out.spans.clear();
     for (pc, i) in f.code.iter().enumerate() {
-        if pc > 0 && fused[pc - 1] {
+        if dropped(pc) {
             continue;
         }
         out.spans.push(f.spans[pc]);
@@ -437,6 +452,18 @@ mod tests {
         let p = compile("fn f(n) { let a = 1\n let b = 2\n for i in 0..n { let t = a\n a = b\n b = t }\n (a, b) }");
         let (_, exe) = function(&p, "f");
         assert!(exe.code.iter().any(|i| matches!(i, Instr::JumpPar { .. })), "{exe:#?}");
+    }
+
+    /// `fib`'s entry held `r1 = LoadNil` (the SSA builder's undefined value, unread once the
+    /// code reading it was simplified away) before `r1 = LoadK 2`: a dispatch per call.
+    #[test]
+    fn unread_constant_loads_are_dropped() {
+        let p = compile("fn fib(n) {\n  if n < 2 { return n }\n  fib(n - 1) + fib(n - 2)\n}");
+        let (ssa, exe) = function(&p, "fib");
+        assert!(ssa.code.iter().any(|i| matches!(i, Instr::LoadNil { .. })), "{ssa:#?}");
+        assert!(!exe.code.iter().any(|i| matches!(i, Instr::LoadNil { .. })), "{exe:#?}");
+        // Block starts still name their first instruction.
+        assert!(exe.blocks.iter().all(|b| (b.start as usize) < exe.code.len()));
     }
 
     #[test]
