@@ -179,6 +179,11 @@ pub struct Derivative {
     /// takes `(nil, dy, d_in.., ḋy, ḋ_in..)` and returns `((d closure, d args..), tangents)`.
     pub tangent_tape: FuncId,
     pub tangent_adjoint: FuncId,
+    /// The primal-with-tape routine for a call whose adjoint runs right after it, nothing in
+    /// between able to write a container (a first-order driver's call, and the calls in tail
+    /// position of such a routine: `compiler/src/ad/quiet.rs`): the same as `tape`, but the
+    /// invariant containers it records are references, not copies. Same adjoint.
+    pub quiet_tape: FuncId,
 }
 
 /// A struct declaration.

@@ -25,6 +25,7 @@ pub mod cfg;
 pub mod checkpoints;
 pub mod induction;
 pub mod primal;
+pub mod quiet;
 pub mod saves;
 pub mod layout;
 pub mod simplify;
@@ -35,6 +36,9 @@ use zygvm_vm::bytecode::FuncId;
 use std::borrow::Borrow;
 use zygvm_vm::bytecode::Instr;
 use zygvm_vm::program::{Const, Derivative, FuncKind, Function, MadeRoutines, Program, Routines};
+
+/// The routines each differentiated function gets (the fields of `Derivative`).
+const ROUTINES_PER_FUNCTION: u32 = 6;
 
 /// Whether a function of the source gets derivative routines: every one but module mains and
 /// a function whose entry block is a jump target.
@@ -91,7 +95,7 @@ pub fn differentiate_on_demand(p: &Program, f: FuncId, family: Routines) -> Resu
     })
 }
 
-/// Gives each function of `todo` (none of which has routines yet) five routine ids from
+/// Gives each function of `todo` (none of which has routines yet) six routine ids from
 /// `first` on, in order, and generates the routines (SSA form, in id order). `derivatives`
 /// holds the routines of every function of `ssa` that has some (existing ones included:
 /// a routine calls its callee's routines directly), in `family`.
@@ -105,17 +109,19 @@ fn differentiate<F: Borrow<Function>>(
     family: Routines,
 ) -> Vec<Function> {
     for (k, g) in todo.iter().enumerate() {
-        let next = first + 5 * k as u32;
+        let next = first + ROUTINES_PER_FUNCTION * k as u32;
         derivatives[g.index()] = Some(Derivative {
             tape: FuncId(next),
             adjoint: FuncId(next + 1),
             tangent: FuncId(next + 2),
             tangent_tape: FuncId(next + 3),
             tangent_adjoint: FuncId(next + 4),
+            quiet_tape: FuncId(next + 5),
         });
     }
     let derivatives: &[Option<Derivative>] = derivatives;
     let tape_of = |g: FuncId| derivatives.get(g.index()).copied().flatten().map(|d| d.tape);
+    let quiet_tape_of = |g: FuncId| derivatives.get(g.index()).copied().flatten().map(|d| d.quiet_tape);
     let adjoint_of = |g: FuncId| derivatives.get(g.index()).copied().flatten().map(|d| d.adjoint);
     let tangent_of = |g: FuncId| derivatives.get(g.index()).copied().flatten().map(|d| d.tangent);
     // The routines call each other directly (a primal-with-tape routine calls its callee's
@@ -123,7 +129,9 @@ fn differentiate<F: Borrow<Function>>(
     let routine_tangents: std::collections::HashMap<FuncId, FuncId> = derivatives
         .iter()
         .flatten()
-        .flat_map(|d| [(d.tape, d.tangent_tape), (d.adjoint, d.tangent_adjoint)])
+        // The quiet routine computes and records what `tape` does (references where `tape`
+        // copies): its tangent routine is `tape`'s.
+        .flat_map(|d| [(d.tape, d.tangent_tape), (d.adjoint, d.tangent_adjoint), (d.quiet_tape, d.tangent_tape)])
         .collect();
     let routine_tangent = |g: FuncId| routine_tangents.get(&g).copied();
     let globals = activity::program_globals(ssa, builtins);
@@ -162,17 +170,23 @@ fn differentiate<F: Borrow<Function>>(
         };
         let records_in: Vec<zygvm_vm::bytecode::Reg> =
             (0..checkpointed.loops.len()).map(|k| zygvm_vm::bytecode::Reg(f.num_regs + k as u32)).collect();
-        let tape = primal::primal_with_tape(&primal::Context {
-            f,
-            varied: &varied,
-            active: &active,
-            records: &records,
-            once: &plan.once,
-            tape_of: &tape_of,
-            loops: &plan.loops,
-            checkpoints: &checkpointed,
-            records_in: &records_in,
-        });
+        let primal_routine = |quiet: Option<&[bool]>| {
+            primal::primal_with_tape(&primal::Context {
+                f,
+                varied: &varied,
+                active: &active,
+                records: &records,
+                once: &plan.once,
+                tape_of: &tape_of,
+                quiet_tape_of: &quiet_tape_of,
+                quiet,
+                loops: &plan.loops,
+                checkpoints: &checkpointed,
+                records_in: &records_in,
+            })
+        };
+        let tape = primal_routine(None);
+        let quiet_tape = primal_routine(Some(&quiet::quiet_calls(f, builtins)));
         let mut adj = adjoint::adjoint(&adjoint::Context {
             f,
             varied: &varied,
@@ -198,7 +212,7 @@ fn differentiate<F: Borrow<Function>>(
         // The loops' records carry no derivative.
         let tape_varied: Vec<bool> = varied.iter().copied().chain(records_in.iter().map(|_| false)).collect();
         let (tan_tape, tan_adj) = (of_routine(&tape, &tape_varied), of_routine(&adj, &adj_varied));
-        routines.extend([tape, adj, tan, tan_tape, tan_adj]);
+        routines.extend([tape, adj, tan, tan_tape, tan_adj, quiet_tape]);
     }
     routines
 }

@@ -11,6 +11,9 @@
 //!    control bits that identify it (`cfg.rs`). A conditional branch into a merge block gets a
 //!    small edge block of its own to hold the pushes.
 //! Registers are unchanged, so the routine stays in SSA form.
+//!
+//! The same function also gives the *quiet* routine (`quiet.rs`): invariant containers pushed
+//! by reference rather than copied, and quiet direct calls to the callees' quiet routines.
 
 use super::cfg::{block_end, choice_bits, predecessors, return_blocks};
 use super::checkpoints::CheckpointLoops;
@@ -29,6 +32,11 @@ pub struct Context<'a> {
     pub once: &'a [(Reg, bool)],
     /// The primal-with-tape routine of a directly called function.
     pub tape_of: &'a dyn Fn(FuncId) -> Option<FuncId>,
+    /// Its quiet routine (`quiet.rs`).
+    pub quiet_tape_of: &'a dyn Fn(FuncId) -> Option<FuncId>,
+    /// `Some` for the quiet routine: per instruction, whether it is a direct call that may
+    /// call its callee's quiet routine (`quiet::quiet_calls`).
+    pub quiet: Option<&'a [bool]>,
     /// The counted loops: their indices are pushed once at each exit, and a header whose
     /// adjoint decides by its index records no control bits (`induction.rs`).
     pub loops: &'a Loops,
@@ -109,10 +117,13 @@ pub fn primal_with_tape(cx: &Context) -> Function {
             }
             let transformed = match i {
                 Instr::Call { dst, callee, args } => Instr::CallTape { dst, callee, args },
-                Instr::CallDirect { dst, func, args } => match (cx.tape_of)(func) {
-                    Some(t) => Instr::CallDirect { dst, func: t, args },
-                    None => i,
-                },
+                Instr::CallDirect { dst, func, args } => {
+                    let quiet_call = cx.quiet.is_some_and(|q| q[pc]);
+                    match if quiet_call { (cx.quiet_tape_of)(func) } else { (cx.tape_of)(func) } {
+                        Some(t) => Instr::CallDirect { dst, func: t, args },
+                        None => i,
+                    }
+                }
                 Instr::CallBuiltin { dst, builtin, args } => Instr::CallBuiltinTape { dst, builtin, args },
                 other => other,
             };
@@ -138,8 +149,9 @@ pub fn primal_with_tape(cx: &Context) -> Function {
         };
         match term {
             Instr::Return { .. } => {
+                // The quiet routine's adjoint runs before anything can write (`quiet.rs`).
                 for &(r, snap) in cx.once {
-                    out.push(if snap { Instr::TapeSave { src: r } } else { Instr::TapePush { src: r } }, span);
+                    out.push(if snap && cx.quiet.is_none() { Instr::TapeSave { src: r } } else { Instr::TapePush { src: r } }, span);
                 }
                 let j = returns.iter().position(|r| r.index() == b).expect("return block");
                 push_bits(&mut out, &choice_bits(j, returns.len()), span);

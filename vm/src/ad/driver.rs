@@ -15,12 +15,32 @@ use crate::value::{Partial, Tuple, TupleItems, Value};
 use smallvec::SmallVec;
 use std::rc::Rc;
 
+/// How the primal-with-tape routine of the function being differentiated is chosen.
+#[derive(Clone, Copy, PartialEq)]
+enum Then {
+    /// Its adjoint runs next, nothing in between: the quiet routine, which records the
+    /// containers it only reads by reference (`compiler/src/ad/quiet.rs`).
+    AdjointAtOnce,
+    /// Anything may run before the adjoint (`pullback`'s `back`): the ordinary routine.
+    AnythingFirst,
+}
+
 /// Runs `f`'s primal-with-tape routine and records `f` as the callee.
-fn forward(vm: &mut Vm, f: &Value, args: &[Value]) -> VmResult<Value> {
+fn forward(vm: &mut Vm, f: &Value, args: &[Value], then: Then) -> VmResult<Value> {
     if !f.is_callable() {
         return Err(VmError::new(format!("cannot differentiate a value of type {}", f.type_name())));
     }
-    let y = vm.call_tape(f, args)?;
+    let y = match f {
+        Value::Func(id) if then == Then::AdjointAtOnce => {
+            let quiet = vm.derivative_of(*id)?.quiet_tape;
+            vm.run_function(quiet, None, args)?
+        }
+        Value::Closure(c) if then == Then::AdjointAtOnce => {
+            let quiet = vm.derivative_of(c.func)?.quiet_tape;
+            vm.run_function(quiet, Some(c.clone()), args)?
+        }
+        _ => vm.call_tape(f, args)?,
+    };
     vm.tape.push(f.clone());
     vm.tape.note_peak();
     Ok(y)
@@ -68,7 +88,7 @@ pub fn value_and_gradient(vm: &mut Vm, f: &Value, args: &[Value]) -> VmResult<(V
         if args.iter().any(|a| matches!(a, Value::Array(_))) { args.iter().map(array_length).collect() } else { vec![] };
     with_tape_mark(vm, |vm| {
         let _scope = shadows::enter(&[]);
-        let y = forward(vm, f, args)?;
+        let y = forward(vm, f, args, Then::AdjointAtOnce)?;
         if !matches!(y, Value::Float(_) | Value::Int(_)) {
             return Err(not_a_number(&y));
         }
@@ -91,7 +111,8 @@ pub fn value_and_gradient(vm: &mut Vm, f: &Value, args: &[Value]) -> VmResult<(V
 fn of_numbers(vm: &mut Vm, id: crate::bytecode::FuncId, args: &[Value]) -> VmResult<(Value, TupleItems)> {
     let _scope = shadows::enter(&[]);
     let d = vm.derivative_of(id)?;
-    let y = vm.run_function(d.tape, None, args)?;
+    // No argument is a container, but the function may read module variables' (`forward`).
+    let y = vm.run_function(d.quiet_tape, None, args)?;
     if !matches!(y, Value::Float(_) | Value::Int(_)) {
         return Err(not_a_number(&y));
     }
@@ -182,7 +203,7 @@ pub fn pullback(vm: &mut Vm, f: &Value, args: &[Value]) -> VmResult<(Value, Valu
     let back_id = builtin_named(vm, BACK)?;
     let mark = vm.tape.mark();
     let scope = shadows::enter(&[]);
-    let y = match forward(vm, f, args) {
+    let y = match forward(vm, f, args, Then::AnythingFirst) {
         Ok(y) => y,
         Err(e) => {
             vm.tape.reset(mark);

@@ -1,0 +1,142 @@
+//! Quiet calls: where a primal-with-tape routine may record the containers it only reads by
+//! reference instead of copying them.
+//!
+//! A function's invariant containers (its parameters and what its entry block reads, when
+//! nothing in the function writes them: `saves.rs`) are recorded once, as the routine
+//! returns, and read by its adjoint. Copying them (`TapeSave`) protects the adjoint from
+//! writes made *after* the routine returns and *before* its adjoint runs: by the caller's
+//! later code, by a host, by user code between `pullback` and `back`. Where nothing can run in
+//! between, the copy protects nothing and costs a full pass over the data (800 KB per `mlp`
+//! gradient, its first layer's weights) and as much memory again.
+//!
+//! The *quiet* primal-with-tape routine (`Derivative::quiet_tape`) records them by reference
+//! (`TapePush`). It runs only where its adjoint follows at once:
+//! - a first-order driver (`gradient`, `value_and_gradient`, `grad`) runs the function's
+//!   quiet routine and then its adjoint, nothing in between;
+//! - inside a quiet routine, a direct call is quiet when nothing after it, on any path to the
+//!   routine's return, can write a container or run code that could: no store into a
+//!   container or module variable, no call other than to a built-in that changes nothing
+//!   (`Builtin::replayable`). Its callee's adjoint then runs right after the adjoints of the
+//!   pure operations that follow the call, which write nothing.
+//!
+//! Everywhere else (`pullback`, nested and higher-order derivatives, calls through values,
+//! built-ins calling back) the ordinary routine runs, which copies.
+
+use super::cfg::{block_end, successors};
+use zygvm_vm::builtin::{Builtin, Deriv};
+use zygvm_vm::bytecode::*;
+use zygvm_vm::program::Function;
+
+/// Whether an instruction of a function's source can write a container or a module variable,
+/// or run code that could.
+fn may_write(i: &Instr, builtins: &[Builtin]) -> bool {
+    match *i {
+        Instr::SetGlobal { .. }
+        | Instr::SetIndex { .. }
+        | Instr::SetIndex2 { .. }
+        | Instr::RunModule { .. }
+        | Instr::Call { .. }
+        | Instr::CallDirect { .. } => true,
+        Instr::CallBuiltin { builtin, .. } => !builtins.get(builtin.index()).is_some_and(|b| {
+            b.replayable && matches!(b.deriv, Deriv::Constant | Deriv::Pullback(_))
+        }),
+        _ => false,
+    }
+}
+
+/// Per instruction of `f` (SSA form of the source): whether it is a direct call after which
+/// nothing can write (see the module comment), so that a quiet routine calls its callee's
+/// quiet routine there.
+pub fn quiet_calls(f: &Function, builtins: &[Builtin]) -> Vec<bool> {
+    let n = f.blocks.len();
+    let writes_in = |b: usize| (f.blocks[b].start as usize..block_end(f, b)).any(|pc| may_write(&f.code[pc], builtins));
+    // `clean[b]`: nothing that may write is reachable from the top of block `b`. The greatest
+    // solution: a loop of clean blocks is clean.
+    let mut clean: Vec<bool> = (0..n).map(|b| !writes_in(b)).collect();
+    loop {
+        let mut changed = false;
+        for b in 0..n {
+            let after = successors(&f.code[block_end(f, b) - 1]);
+            if clean[b] && after.iter().any(|t| !clean[t.index()]) {
+                clean[b] = false;
+                changed = true;
+            }
+        }
+        if !changed {
+            break;
+        }
+    }
+    let mut quiet = vec![false; f.code.len()];
+    for b in 0..n {
+        let (start, end) = (f.blocks[b].start as usize, block_end(f, b));
+        let mut rest_clean = successors(&f.code[end - 1]).iter().all(|t| clean[t.index()]);
+        for pc in (start..end).rev() {
+            if matches!(f.code[pc], Instr::CallDirect { .. }) {
+                quiet[pc] = rest_clean;
+            }
+            rest_clean &= !may_write(&f.code[pc], builtins);
+        }
+    }
+    quiet
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use zygvm_vm::bytecode::Instr;
+
+    fn quiet_calls_of(src: &str, name: &str) -> Vec<bool> {
+        let loader = |_: &std::path::Path| Err(std::io::Error::other("no imports in tests"));
+        let source = crate::Source { name: "t.zy", text: src, dir: Default::default(), differentiate: crate::Differentiate::Never };
+        let p = crate::compile(source, Arc::from(zygvm_stdlib::builtins()), vec![], &loader).expect("compiles");
+        let i = p.functions.iter().position(|f| f.name == name).unwrap();
+        let f = &p.ssa_functions[i];
+        let q = super::quiet_calls(f, &p.builtins);
+        f.code.iter().zip(q).filter(|(i, _)| matches!(i, Instr::CallDirect { .. })).map(|(_, q)| q).collect()
+    }
+
+    /// The quiet routine pushes the invariant containers the ordinary one copies, and calls
+    /// the quiet routine of a callee in tail position.
+    #[test]
+    fn the_quiet_routine_records_references() {
+        let loader = |_: &std::path::Path| Err(std::io::Error::other("no imports in tests"));
+        let text = "fn g(w, x) { sum(w * x) }\nfn f(w, x) { let y = g(w, x)\n y * 2.0 }";
+        let source = crate::Source { name: "t.zy", text, dir: Default::default(), differentiate: crate::Differentiate::Always };
+        let p = crate::compile(source, Arc::from(zygvm_stdlib::builtins()), vec![], &loader).expect("compiles");
+        let id = |name: &str| p.functions.iter().position(|f| f.name == name).unwrap();
+        let (g, f) = (p.derivatives[id("g")].unwrap(), p.derivatives[id("f")].unwrap());
+        let count = |r: zygvm_vm::bytecode::FuncId, want: fn(&Instr) -> bool| p.functions[r.index()].code.iter().filter(|i| want(i)).count();
+        let saves = |i: &Instr| matches!(i, Instr::TapeSave { .. });
+        assert_eq!(count(g.tape, saves), 2, "w and x copied: {:#?}", p.functions[g.tape.index()]);
+        assert_eq!(count(g.quiet_tape, saves), 0, "{:#?}", p.functions[g.quiet_tape.index()]);
+        let calls = |r: zygvm_vm::bytecode::FuncId| -> Vec<zygvm_vm::bytecode::FuncId> {
+            p.functions[r.index()].code.iter().filter_map(|i| if let Instr::CallDirect { func, .. } = i { Some(*func) } else { None }).collect()
+        };
+        assert_eq!(calls(f.tape), [g.tape]);
+        assert_eq!(calls(f.quiet_tape), [g.quiet_tape]);
+    }
+
+    #[test]
+    fn a_call_is_quiet_when_nothing_after_it_can_write() {
+        let g = "fn g(w, x) { sum(w * x) }\n";
+        // Last thing done, or followed by pure arithmetic and built-ins that change nothing.
+        assert_eq!(quiet_calls_of(&format!("{g}fn f(w, x) {{ g(w, x) }}"), "f"), [true]);
+        assert_eq!(quiet_calls_of(&format!("{g}fn f(w, x) {{ let y = g(w, x)\n exp(y) * 2.0 + sum(x) }}"), "f"), [true]);
+        // A write, a call or a built-in that writes, after the call on some path: not quiet.
+        assert_eq!(quiet_calls_of(&format!("{g}fn f(w, x) {{ let y = g(w, x)\n w[0] = 1.0\n y }}"), "f"), [false]);
+        assert_eq!(quiet_calls_of(&format!("{g}fn f(w, x) {{ let y = g(w, x)\n push(x, 1.0)\n y }}"), "f"), [false]);
+        assert_eq!(
+            quiet_calls_of(&format!("{g}fn f(w, x, c) {{ let y = g(w, x)\n if c {{ x[0] = 2.0 }}\n y }}"), "f"),
+            [false]
+        );
+        // The first call is followed by the second: not quiet; the second is.
+        assert_eq!(quiet_calls_of(&format!("{g}fn f(w, x) {{ g(w, x) + g(x, w) }}"), "f"), [false, true]);
+        // In a loop, a call comes after itself.
+        assert_eq!(
+            quiet_calls_of(&format!("{g}fn f(w, x, n) {{ let s = 0.0\n for i in 0..n {{ s += g(w, x) }}\n s }}"), "f"),
+            [false]
+        );
+        // A write before the call does not matter.
+        assert_eq!(quiet_calls_of(&format!("{g}fn f(w, x) {{ x[0] = 1.0\n g(w, x) }}"), "f"), [true]);
+    }
+}
