@@ -247,6 +247,7 @@ opcodes! {
     CallBuiltinAdj { dst: def, builtin: builtin, args: list } => "R[dst] := adjoint of BI[builtin] (L[args] = dy, incoming adjoints...) = (nil, d args...)";
     AdjAdd { dst: def, a: reg, b: reg } => "R[dst] := R[a] (+) R[b] (adjoint accumulation; nil is zero; consumes both)";
     Pull { dst: def, rule: imm, args: list } => "R[dst] := RULE[rule](L[args]...) (a pullback rule of vm/src/ad/rules.rs)";
+    Gate { dst: def, src: reg, cond: reg } => "R[dst] := nil if R[cond] is false (the caller's mark on an argument whose adjoint it discards), else R[src]";
     LoopCkRewind { ck: reg } => "R[ck]'s loop is about to be reversed from its last iteration (R[ck] popped at the loop's exit; nil: not checkpointed)";
     LoopCkRefill { ck: reg } => "at the adjoint of R[ck]'s loop header: step back one iteration; when its records were cut, recompute them from the nearest earlier checkpoint";
 

@@ -1298,6 +1298,7 @@ impl Vm {
                     Instr::TapePushCtl { bit } => simple!(Instr::TapePushCtl { bit }),
                     Instr::Pull { dst, rule, args } => simple!(Instr::Pull { dst, rule, args }),
                     Instr::PullAdd { dst, rule, args } => simple!(Instr::PullAdd { dst, rule, args }),
+                    Instr::Gate { dst, src, cond } => simple!(Instr::Gate { dst, src, cond }),
                     Instr::TapePopIf { dst, code, mask } => simple!(Instr::TapePopIf { dst, code, mask }),
                     Instr::TapePopCtl { dst } => simple!(Instr::TapePopCtl { dst }),
                     Instr::TapeShape { a, b } => simple!(Instr::TapeShape { a, b }),

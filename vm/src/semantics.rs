@@ -339,6 +339,10 @@ impl Vm {
                 let v = self.pull(program, func, regs, rule, args)?;
                 set!(dst, v);
             }
+            Instr::Gate { dst, src, cond } => {
+                let v = if matches!(reg!(cond), Value::Bool(false)) { Value::Nil } else { reg!(src).clone() };
+                set!(dst, v);
+            }
             Instr::PullAdd { dst, rule, args } => {
                 let v = self.pull(program, func, regs, rule, args)?;
                 let sum = match (std::mem::take(&mut reg_mut!(dst)), v) {

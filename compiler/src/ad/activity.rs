@@ -50,10 +50,18 @@ pub fn builtin_is_differentiable(b: &Builtin) -> bool {
 /// or through calls (`varies_alone[f]`). A derivative stored in a module variable's container
 /// by one function and read back by another flows through both (`shadows.rs` follows the
 /// container's identity at run time).
+///
+/// And the functions that leave containers alone (`pure[f]`): they write no container and no
+/// module variable, make no closure, and call only built-ins that change nothing
+/// (`Builtin::replayable`) and functions of the same kind. A call of one neither writes its
+/// arguments nor keeps them anywhere but in its result, so its arguments need not count as
+/// written into (a model's data passed beside its varied weights stays constant); its result
+/// is in their alias class instead.
 #[derive(Default, Clone)]
 pub struct Globals {
     pub written: Vec<bool>,
     pub varies_alone: Vec<bool>,
+    pub pure: Vec<bool>,
 }
 
 impl Globals {
@@ -65,6 +73,40 @@ impl Globals {
     }
     fn any_varies_alone(&self) -> bool {
         self.varies_alone.iter().any(|&v| v)
+    }
+    fn pure(&self, f: FuncId) -> bool {
+        self.pure.get(f.index()).copied().unwrap_or(false)
+    }
+}
+
+/// `Globals::pure` of every function of `ssa`: the greatest solution (recursion among such
+/// functions leaves containers alone too).
+fn pure_functions<F: Borrow<Function>>(ssa: &[F], builtins: &[Builtin]) -> Vec<bool> {
+    let leaves_alone = |i: &Instr, pure: &[bool]| match *i {
+        Instr::SetIndex { .. }
+        | Instr::SetIndex2 { .. }
+        | Instr::SetGlobal { .. }
+        | Instr::RunModule { .. }
+        | Instr::Call { .. }
+        | Instr::MakeClosure { .. } => false,
+        Instr::CallBuiltin { builtin, .. } => builtins
+            .get(builtin.index())
+            .is_some_and(|b| b.replayable && matches!(b.deriv, Deriv::Constant | Deriv::Pullback(_))),
+        Instr::CallDirect { func, .. } => pure.get(func.index()).copied().unwrap_or(false),
+        _ => true,
+    };
+    let mut pure = vec![true; ssa.len()];
+    loop {
+        let mut changed = false;
+        for g in 0..ssa.len() {
+            if pure[g] && !ssa[g].borrow().code.iter().all(|i| leaves_alone(i, &pure)) {
+                pure[g] = false;
+                changed = true;
+            }
+        }
+        if !changed {
+            return pure;
+        }
     }
 }
 
@@ -81,7 +123,7 @@ pub fn program_globals<F: Borrow<Function>>(ssa: &[F], builtins: &[Builtin]) -> 
         _ => None,
     });
     let nslots = slots.max().unwrap_or(0);
-    let mut g = Globals { written: vec![false; nslots], varies_alone: vec![false; ssa.len()] };
+    let mut g = Globals { written: vec![false; nslots], varies_alone: vec![false; ssa.len()], pure: pure_functions(ssa, builtins) };
     loop {
         let mut next = g.clone();
         for (k, f) in ssa.iter().map(Borrow::borrow).enumerate() {
@@ -150,6 +192,16 @@ fn analyse(f: &Function, builtins: &[Builtin], adjoint: bool, globals: &Globals)
                     f.list(items).iter().for_each(|r| uf.union(dst.index(), r.index()))
                 }
                 Instr::NewStruct { dst, args, .. } => f.list(args).iter().for_each(|r| uf.union(dst.index(), r.index())),
+                // What a function returns may be, or hold, its arguments (and what a closure
+                // captured): writing into the result writes into them. (Until 2026-11-25 a
+                // write through `let b = same(a)` left `a` constant: a silent zero.)
+                Instr::CallDirect { dst, args, .. } if !adjoint => {
+                    f.list(args).iter().for_each(|r| uf.union(dst.index(), r.index()))
+                }
+                Instr::Call { dst, callee, args } if !adjoint => {
+                    uf.union(dst.index(), callee.index());
+                    f.list(args).iter().for_each(|r| uf.union(dst.index(), r.index()))
+                }
                 Instr::MakeClosure { dst, captures, .. } => {
                     f.list(captures).iter().for_each(|r| uf.union(dst.index(), r.index()))
                 }
@@ -252,7 +304,9 @@ fn analyse(f: &Function, builtins: &[Builtin], adjoint: bool, globals: &Globals)
                         // In an adjoint routine, a direct call is a callee's adjoint: it pops.
                         if adjoint || any(f.list(args), &varied) || globals.varies_alone(func) {
                             mark(dst, &mut varied);
-                            mutated.extend(f.list(args));
+                            if adjoint || !globals.pure(func) {
+                                mutated.extend(f.list(args));
+                            }
                         }
                     }
                     // The adjoint routine's own instructions (its tangent routine, forward over
@@ -266,6 +320,11 @@ fn analyse(f: &Function, builtins: &[Builtin], adjoint: bool, globals: &Globals)
                     }
                     Instr::AdjAdd { dst, a, b } => {
                         if any(&[a, b], &varied) {
+                            mark(dst, &mut varied)
+                        }
+                    }
+                    Instr::Gate { dst, src, .. } => {
+                        if varied[src.index()] {
                             mark(dst, &mut varied)
                         }
                     }

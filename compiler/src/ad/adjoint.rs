@@ -21,6 +21,12 @@
 //!
 //! The routine's parameters are `(dy, d_in_1 .. d_in_n)`; it returns
 //! `(d closure, d_out_1 .. d_out_n)`, `d closure` being the tuple of the captures' adjoints.
+//!
+//! Adjoints nobody wants are not computed where they cost most: the adjoint of a parameter
+//! that is an operand of `@` (`discardable_params`; for `W @ x` with `x` data, `W^T @ dy`
+//! costs as much as the product). A caller whose argument does not vary (data passed to a
+//! model) passes `false` as that argument's incoming adjoint, a value no adjoint can be; the
+//! callee's `Gate`s then skip the pullbacks into that parameter and return `nil` for it.
 
 use super::cfg::{block_end, predecessors, return_blocks, terminator, Edge};
 use super::induction::Loop;
@@ -39,6 +45,8 @@ pub struct Context<'a> {
     pub plan: &'a Plan,
     /// The adjoint routine of a directly called function.
     pub adjoint_of: &'a dyn Fn(FuncId) -> Option<FuncId>,
+    /// `discardable_params` of a directly called function.
+    pub discardable_of: &'a dyn Fn(FuncId) -> Vec<bool>,
     /// The loops recomputed from checkpoints under a tape budget (`checkpoints.rs`).
     pub checkpoints: &'a super::checkpoints::CheckpointLoops,
 }
@@ -53,6 +61,8 @@ struct Adjoint<'a> {
     nil: Reg,
     /// Invariants, popped once at the entry: primal register -> adjoint register.
     invariant: Vec<Option<Reg>>,
+    /// Per parameter: `discardable_params` of this function.
+    discardable: Vec<bool>,
     /// Values popped so far in the current block's adjoint (for `Record::Reuse`).
     popped_here: Vec<(Reg, Reg)>,
     /// Values recomputed so far in the current block's adjoint (`Record::Induced`).
@@ -268,16 +278,33 @@ impl<'a> Adjoint<'a> {
 
     /// The incoming adjoints of a call's arguments (each register's adjoint once, handed over
     /// to the callee), after the cotangent.
-    fn call_inputs(&mut self, dy: Reg, args: &[Reg]) -> Vec<Reg> {
+    ///
+    /// `discardable`: the callee's `discardable_params` (a direct call); an argument that does
+    /// not vary then gets the mark `false` there: its adjoint is not wanted.
+    fn call_inputs(&mut self, dy: Reg, args: &[Reg], discardable: &[bool], span: Span) -> Vec<Reg> {
         let mut out = vec![dy];
         for (k, &r) in args.iter().enumerate() {
             if self.varied(r) && !args[..k].contains(&r) {
                 out.push(self.take(r));
+            } else if !self.varied(r) && discardable.get(k).copied().unwrap_or(false) {
+                let unwanted = self.b.emit_def(|dst| Instr::LoadBool { dst, value: 0 }, span);
+                out.push(unwanted);
             } else {
                 out.push(self.nil);
             }
         }
         out
+    }
+
+    /// `dy` for a pullback into operand `r`: gated by the caller's mark when `r` is a
+    /// discardable parameter (see the module comment).
+    fn dy_into(&mut self, dy: Reg, r: Reg, span: Span) -> Reg {
+        if r.0 < self.cx.f.arity && self.discardable[r.index()] {
+            let mark = Reg(1 + r.0);
+            self.b.emit_def(|dst| Instr::Gate { dst, src: dy, cond: mark }, span)
+        } else {
+            dy
+        }
     }
 
     /// Adds the outgoing adjoints of a call's result tuple (`offset` = position of argument 0).
@@ -349,13 +376,15 @@ impl<'a> Adjoint<'a> {
                     Instr::Pow { .. } => (Rule::PowA, Rule::PowB),
                     _ => (Rule::MatMulA, Rule::MatMulB),
                 };
-                let args = [dy, popped[0], popped[1]];
+                let is_matmul = matches!(i, Instr::MatMul { .. });
                 if self.varied(a) {
-                    let c = self.pull(ra, 0, &args, span);
+                    let dy = if is_matmul { self.dy_into(dy, a, span) } else { dy };
+                    let c = self.pull(ra, 0, &[dy, popped[0], popped[1]], span);
                     self.accumulate(a, c, span);
                 }
                 if self.varied(b) {
-                    let c = self.pull(rb, 0, &args, span);
+                    let dy = if is_matmul { self.dy_into(dy, b, span) } else { dy };
+                    let c = self.pull(rb, 0, &[dy, popped[0], popped[1]], span);
                     self.accumulate(b, c, span);
                 }
             }
@@ -397,14 +426,15 @@ impl<'a> Adjoint<'a> {
             Instr::CallDirect { func, args, .. } => {
                 let args = f.list(args);
                 let adjoint = (self.cx.adjoint_of)(func).expect("every callee has an adjoint");
-                let inputs = self.call_inputs(dy, args);
+                let discardable = (self.cx.discardable_of)(func);
+                let inputs = self.call_inputs(dy, args, &discardable, span);
                 let list = self.b.list(inputs);
                 let t = self.b.emit_def(|dst| Instr::CallDirect { dst, func: adjoint, args: list }, span);
                 self.call_outputs(t, args, 1, span);
             }
             Instr::Call { callee, args, .. } => {
                 let args = f.list(args);
-                let inputs = self.call_inputs(dy, args);
+                let inputs = self.call_inputs(dy, args, &[], span);
                 let list = self.b.list(inputs);
                 let c = popped[0];
                 let t = self.b.emit_def(|dst| Instr::CallAdj { dst, callee: c, args: list }, span);
@@ -416,7 +446,7 @@ impl<'a> Adjoint<'a> {
             }
             Instr::CallBuiltin { builtin, args, .. } => {
                 let args = f.list(args);
-                let inputs = self.call_inputs(dy, args);
+                let inputs = self.call_inputs(dy, args, &[], span);
                 let list = self.b.list(inputs);
                 let t = self.b.emit_def(|dst| Instr::CallBuiltinAdj { dst, builtin, args: list }, span);
                 self.call_outputs(t, args, 1, span);
@@ -506,6 +536,22 @@ fn values_used_only_where_defined(f: &Function) -> Vec<Vec<Reg>> {
     out
 }
 
+/// Per parameter of `f`: whether it is an operand of `@`, so that a caller that discards its
+/// adjoint saves the pullback (see the module comment).
+pub fn discardable_params(f: &Function) -> Vec<bool> {
+    let mut out = vec![false; f.arity as usize];
+    for i in &f.code {
+        if let Instr::MatMul { a, b, .. } = *i {
+            for r in [a, b] {
+                if r.0 < f.arity {
+                    out[r.index()] = true;
+                }
+            }
+        }
+    }
+    out
+}
+
 /// Builds the adjoint routine of `cx.f` (SSA form).
 pub fn adjoint(cx: &Context) -> Function {
     let f = cx.f;
@@ -518,6 +564,7 @@ pub fn adjoint(cx: &Context) -> Function {
         carry: (0..nblocks).map(|b| vec![None; f.list(f.blocks[b].params).len()]).collect(),
         nil: Reg(0),
         invariant: vec![None; f.num_regs as usize],
+        discardable: discardable_params(f),
         popped_here: vec![],
         induced_here: vec![],
         iv_var: vec![None; f.num_regs as usize],
@@ -527,7 +574,13 @@ pub fn adjoint(cx: &Context) -> Function {
     a.nil = a.b.nil_reg();
     let dy = Reg(0);
     for k in 0..f.arity {
-        a.write(Reg(k), Reg(1 + k));
+        // A discardable parameter's incoming adjoint may be the caller's mark: not an adjoint.
+        let d_in = if a.discardable[k as usize] {
+            a.b.emit_def(|dst| Instr::Gate { dst, src: Reg(1 + k), cond: Reg(1 + k) }, span)
+        } else {
+            Reg(1 + k)
+        };
+        a.write(Reg(k), d_in);
     }
     let preds = predecessors(f);
     let adjoint_block: Vec<BlockId> = (0..nblocks).map(|_| a.b.new_block()).collect();

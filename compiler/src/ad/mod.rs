@@ -194,6 +194,7 @@ fn differentiate<F: Borrow<Function>>(
             records: &records,
             plan: &plan,
             adjoint_of: &adjoint_of,
+            discardable_of: &|g: FuncId| adjoint::discardable_params(ssa[g.index()].borrow()),
             checkpoints: &checkpointed,
         });
         simplify::simplify(&mut adj);

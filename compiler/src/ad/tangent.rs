@@ -364,6 +364,11 @@ fn tangent_of_instruction(cx: &Context, m: &Map, out: &mut Out, i: Instr, span: 
             let td = t(dst);
             out.emit(Instr::AdjAdd { dst: td, a: t(a), b: t(b) }, span);
         }
+        // Linear in `src`; the mark is the caller's, the same for both.
+        Instr::Gate { dst, src, cond } => {
+            let td = t(dst);
+            out.emit(Instr::Gate { dst: td, src: t(src), cond: p(cond) }, span);
+        }
         Instr::Pull { dst, rule, args } => {
             let mut operands: Vec<Reg> = f.list(args).iter().map(|&r| p(r)).collect();
             operands.extend(f.list(args).iter().map(|&r| t(r)));

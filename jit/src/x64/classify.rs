@@ -140,6 +140,7 @@ pub fn classify(program: &Program, f: &Function, types: &Types, pc: usize) -> Cl
         | Instr::TapePop { .. }
         | Instr::TapePopIf { .. }
         | Instr::Pull { .. }
+        | Instr::Gate { .. }
         | Instr::PullAdd { .. }
         | Instr::MulAdd { .. }
         // A checkpointed loop's bookkeeping (`zygvm_vm::ad::loop_checkpoints`); `step` leaves
