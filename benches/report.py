@@ -92,10 +92,16 @@ def main():
         if g and r3 and d3:
             print(f"| {w} | {fmt(r3)} | {r3 / g:.0f} | {fmt(d3)} | {d3 / g:.0f} |")
     print()
-    for w, iters in (("loop", 500), ("logreg_loops", 7840)):
+    for w, iters in (("loop", 500), ("logreg_loops", 7840), ("mlp_loops", 128 * 784 + 10 * 128 + 10)):
         b = tape_bytes(w)
         if b is not None:
             print(f"Tape bytes per loop iteration, {w}: {b / iters:.2f} ({b} bytes at the peak, {iters} iterations).")
+    # What one more iteration costs, apart from what every call records once.
+    b500, b1000 = tape_bytes("loop"), tape_bytes("loop", ("let n = 500", "let n = 1000"))
+    if b500 is not None and b1000 is not None:
+        fixed = b500 - 500 * (b1000 - b500) / 500
+        print(f"Tape bytes per iteration of loop's loop, marginal (1000 against 500 iterations): "
+              f"{(b1000 - b500) / 500:.2f}, plus {fixed:.0f} bytes per call.")
     first = time_to_first_gradient()
     if first:
         print(f"Time to first gradient (fresh process, mlp_loops): {fmt(first[1])}; forward value only: {fmt(first[0])}.")
@@ -115,9 +121,13 @@ ZYGVM = os.path.join(ROOT, "target", "release", "zygvm")
 ZY = os.path.join(ROOT, "benches", "zy")
 
 
-def tape_bytes(workload):
-    """Peak tape bytes of one gradient of the workload (`zygvm --stats`)."""
+def tape_bytes(workload, replace=None):
+    """Peak tape bytes of one gradient of the workload (`zygvm --stats`), its source changed by
+    `replace` (old, new) if given."""
     src = open(os.path.join(ZY, f"{workload}.zy")).read() + "\nbench_grad()\n"
+    if replace:
+        assert replace[0] in src
+        src = src.replace(*replace)
     r = subprocess.run([ZYGVM, "--stats", "-"], input=src, capture_output=True, text=True, cwd=ZY)
     for line in r.stderr.splitlines():
         if "peak tape bytes" in line:
