@@ -79,19 +79,29 @@ impl Globals {
     }
 }
 
+/// Whether an instruction of a source function writes a container or a module variable, or
+/// runs code no analysis here sees (a call through a value, an imported module's main).
+/// Direct calls and built-in calls are each analysis's own question.
+pub(crate) fn writes_or_runs_unseen(i: &Instr) -> bool {
+    matches!(
+        i,
+        Instr::SetIndex { .. } | Instr::SetIndex2 { .. } | Instr::SetGlobal { .. } | Instr::RunModule { .. } | Instr::Call { .. }
+    )
+}
+
+/// A built-in that changes nothing and calls nothing back, whose derivative (if any) is a
+/// plain pullback (`Builtin::replayable`).
+pub(crate) fn builtin_changes_nothing(builtins: &[Builtin], b: BuiltinId) -> bool {
+    builtins.get(b.index()).is_some_and(|b| b.replayable && matches!(b.deriv, Deriv::Constant | Deriv::Pullback(_)))
+}
+
 /// `Globals::pure` of every function of `ssa`: the greatest solution (recursion among such
 /// functions leaves containers alone too).
 fn pure_functions<F: Borrow<Function>>(ssa: &[F], builtins: &[Builtin]) -> Vec<bool> {
     let leaves_alone = |i: &Instr, pure: &[bool]| match *i {
-        Instr::SetIndex { .. }
-        | Instr::SetIndex2 { .. }
-        | Instr::SetGlobal { .. }
-        | Instr::RunModule { .. }
-        | Instr::Call { .. }
-        | Instr::MakeClosure { .. } => false,
-        Instr::CallBuiltin { builtin, .. } => builtins
-            .get(builtin.index())
-            .is_some_and(|b| b.replayable && matches!(b.deriv, Deriv::Constant | Deriv::Pullback(_))),
+        _ if writes_or_runs_unseen(i) => false,
+        Instr::MakeClosure { .. } => false,
+        Instr::CallBuiltin { builtin, .. } => builtin_changes_nothing(builtins, builtin),
         Instr::CallDirect { func, .. } => pure.get(func.index()).copied().unwrap_or(false),
         _ => true,
     };

@@ -22,8 +22,9 @@
 //! Everywhere else (`pullback`, nested and higher-order derivatives, calls through values,
 //! built-ins calling back) the ordinary routine runs, which copies.
 
+use super::activity::{builtin_changes_nothing, writes_or_runs_unseen};
 use super::cfg::{block_end, successors};
-use zygvm_vm::builtin::{Builtin, Deriv};
+use zygvm_vm::builtin::Builtin;
 use zygvm_vm::bytecode::*;
 use zygvm_vm::program::Function;
 
@@ -31,15 +32,9 @@ use zygvm_vm::program::Function;
 /// or run code that could.
 fn may_write(i: &Instr, builtins: &[Builtin]) -> bool {
     match *i {
-        Instr::SetGlobal { .. }
-        | Instr::SetIndex { .. }
-        | Instr::SetIndex2 { .. }
-        | Instr::RunModule { .. }
-        | Instr::Call { .. }
-        | Instr::CallDirect { .. } => true,
-        Instr::CallBuiltin { builtin, .. } => !builtins.get(builtin.index()).is_some_and(|b| {
-            b.replayable && matches!(b.deriv, Deriv::Constant | Deriv::Pullback(_))
-        }),
+        _ if writes_or_runs_unseen(i) => true,
+        Instr::CallDirect { .. } => true,
+        Instr::CallBuiltin { builtin, .. } => !builtin_changes_nothing(builtins, builtin),
         _ => false,
     }
 }
