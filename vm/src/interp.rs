@@ -1287,8 +1287,27 @@ impl Vm {
                     Instr::Eq { dst, a, b } => simple!(Instr::Eq { dst, a, b }),
                     Instr::LoadK { dst, k } => simple!(Instr::LoadK { dst, k }),
                     Instr::Math1 { dst, src, builtin } => simple!(Instr::Math1 { dst, src, builtin }),
-                    Instr::Index { dst, obj, idx } => simple!(Instr::Index { dst, obj, idx }),
-                    Instr::Index2 { dst, obj, ij } => simple!(Instr::Index2 { dst, obj, ij }),
+                    // A float array's element: read in place (the shared path returns the
+                    // value through memory, which a load of the whole value then waits on).
+                    Instr::Index { dst, obj, idx } => match (&reg!(obj), &reg!(idx)) {
+                        (Value::Array(a), Value::Int(i)) => match a.try_borrow().ok().and_then(|a| a.float_at(*i)) {
+                            Some(x) => set!(dst, Value::Float(x)),
+                            None => simple!(instr),
+                        },
+                        _ => simple!(instr),
+                    },
+                    Instr::Index2 { dst, obj, ij } => {
+                        let ij = func.list(ij);
+                        match (&reg!(obj), &reg!(ij[0]), &reg!(ij[1])) {
+                            (Value::Matrix(m), Value::Int(i), Value::Int(j)) => {
+                                match m.try_borrow().ok().and_then(|m| m.float_at(*i, *j)) {
+                                    Some(x) => set!(dst, Value::Float(x)),
+                                    None => simple!(instr),
+                                }
+                            }
+                            _ => simple!(instr),
+                        }
+                    }
                     Instr::SetIndex { obj, idx, src } => simple!(Instr::SetIndex { obj, idx, src }),
                     Instr::MulAdd { dst, a, b } => simple!(Instr::MulAdd { dst, a, b }),
                     Instr::AdjAdd { dst, a, b } => simple!(Instr::AdjAdd { dst, a, b }),

@@ -293,6 +293,17 @@ fn seq_equal(a: &[Value], b: &[Value]) -> VmResult<bool> {
     Ok(true)
 }
 
+impl Matrix {
+    /// Element `(i, j)` (`None` out of range): the interpreter's fast path of `m[i, j]`.
+    #[inline(always)]
+    pub fn float_at(&self, i: i64, j: i64) -> Option<f64> {
+        match (usize::try_from(i), usize::try_from(j)) {
+            (Ok(r), Ok(c)) if r < self.rows && c < self.cols => self.data.get(r * self.cols + c).copied(),
+            _ => None,
+        }
+    }
+}
+
 impl Array {
     /// Chooses the float representation when every element is a float.
     pub fn from_values(v: Vec<Value>) -> Array {
@@ -313,6 +324,16 @@ impl Array {
 
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+
+    /// Element `i` of a float array (`None` for a negative or out-of-range index, or an array
+    /// of other values): the interpreter's fast path of indexing.
+    #[inline(always)]
+    pub fn float_at(&self, i: i64) -> Option<f64> {
+        match self {
+            Array::Floats(v) => usize::try_from(i).ok().and_then(|i| v.get(i)).copied(),
+            Array::Values(_) => None,
+        }
     }
 
     /// The element at `i` (the caller has checked the bound).
