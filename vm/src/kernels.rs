@@ -1,9 +1,11 @@
 //! Dense float kernels used by operators, pullback rules and the standard library, each
 //! written for its shape: matrix-vector products ([`matvec`], a block of rows per pass over
 //! the vector), vector-matrix accumulation ([`vecmat_add`]), outer products ([`outer`]), dot
-//! products; matrix-matrix products go through `matrixmultiply` (blocked, SIMD). Every kernel
-//! sums in one fixed order whatever the processor (AVX, SSE2 or none): results are the same
-//! bits run to run, machine to machine, tier to tier.
+//! products; matrix-matrix products go through `matrixmultiply` (blocked, SIMD). The kernels
+//! written here sum in one fixed order whatever the processor (AVX, SSE2 or none): the same
+//! bits run to run, machine to machine, tier to tier. `matmul`'s are the same run to run and
+//! tier to tier, but `matrixmultiply` chooses an FMA kernel where the processor has one, so
+//! its last bits may differ between machines.
 
 use crate::error::{VmError, VmResult};
 use crate::value::Matrix;
