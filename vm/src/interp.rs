@@ -647,6 +647,39 @@ impl Vm {
         })
     }
 
+    /// Pushes a frame for `CallDirect`, the common call: the verifier checked that it passes
+    /// the callee's arity and that the callee captures nothing ("direct call of" in
+    /// `verify.rs`), so only the depth is checked here, and the registers are laid out with
+    /// no closure to copy from.
+    #[inline(always)]
+    fn push_direct(&mut self, func: FuncId, callee: &Function, base: usize, args: &[Reg], ret: u32) -> VmResult<()> {
+        if self.frames.len() >= self.limits.max_depth {
+            return Err(VmError::new("stack overflow"));
+        }
+        debug_assert!(args.len() == callee.arity as usize && callee.num_captures == 0);
+        let num_regs = callee.num_regs as usize;
+        self.calls[func.index()] = self.calls[func.index()].saturating_add(1);
+        let new_base = self.stack.len();
+        self.stack.reserve(num_regs);
+        // SAFETY: `reserve` made room for `num_regs` values after `new_base`; the arguments
+        // (`args.len() == arity <= num_regs`, verifier) are written first, then `nil` up to
+        // `num_regs`, and `set_len` publishes them once all are initialised. The caller's
+        // registers `base + r` are initialised values below `new_base` (verifier bound on
+        // `r`; the caller's frame is live).
+        unsafe {
+            let p = self.stack.as_mut_ptr();
+            for (k, r) in args.iter().enumerate() {
+                p.add(new_base + k).write((*p.add(base + r.index())).clone());
+            }
+            for slot in new_base + args.len()..new_base + num_regs {
+                p.add(slot).write(Value::Nil);
+            }
+            self.stack.set_len(new_base + num_regs);
+        }
+        self.push_frame_record(func, new_base, ret, None, false);
+        Ok(())
+    }
+
     /// The common frame push: checks depth and arity, then lays out the new frame on the
     /// value stack in place: argument `k` is `arg(stack, k)`, then the captures, then `nil`
     /// for every other register.
@@ -698,6 +731,13 @@ impl Vm {
             }
             self.stack.set_len(base + num_regs);
         }
+        self.push_frame_record(func, base, ret, closure, boundary);
+        Ok(())
+    }
+
+    /// Appends the frame record of a frame whose registers are laid out from `base`.
+    #[inline(always)]
+    fn push_frame_record(&mut self, func: FuncId, base: usize, ret: u32, closure: Option<Rc<Closure>>, boundary: bool) {
         self.frames.reserve(1);
         let len = self.frames.len();
         // Written field by field in place: building the `Frame` on the stack and copying it
@@ -715,7 +755,6 @@ impl Vm {
             std::ptr::addr_of_mut!((*p).boundary).write(boundary);
             self.frames.set_len(len + 1);
         }
-        Ok(())
     }
 
     /// Records the frames above `depth` in the error's trace and pops them.
@@ -738,19 +777,20 @@ impl Vm {
                 program = self.program.clone();
                 version = self.program_version;
             }
+            // The running frame's state, held in locals. A call or return re-reads it
+            // (`switch_frame!`) without coming back here when no native code is involved.
             let frame = self.frames.last().expect("execute without a frame");
-            let func_id = frame.func;
-            let func: &Function = &program.functions[func_id.index()];
-            let code = &func.code[..];
-            let base = frame.base as usize;
+            let mut func_id = frame.func;
+            let mut func: &Function = &program.functions[func_id.index()];
+            let mut base = frame.base as usize;
             // `ip` points at the next instruction (a pointer rather than an index keeps one
             // register free in the dispatch loop); `pc!()` recovers the index.
-            let code_ptr = code.as_ptr();
+            let mut code_ptr = func.code.as_ptr();
             // SAFETY: a frame's saved pc is an instruction index of its function.
             let mut ip: *const Instr = unsafe { code_ptr.add(frame.pc as usize) };
             macro_rules! pc {
                 () => {
-                    // SAFETY: `ip` always points into (or one past an instruction of) `code`.
+                    // SAFETY: `ip` always points into (or one past an instruction of) `func.code`.
                     unsafe { ip.offset_from(code_ptr) as usize }
                 };
             }
@@ -767,7 +807,7 @@ impl Vm {
             }
             macro_rules! account {
                 () => {{
-                    // SAFETY: both pointers point into `code`.
+                    // SAFETY: both pointers point into `func.code`.
                     self.steps += unsafe { ip.offset_from(run_start) } as u64;
                     run_start = ip;
                 }};
@@ -830,7 +870,7 @@ impl Vm {
             // compiling or running native code) so that the interpreter's jumps test a local.
             let mut native_here = self.native.has_code(func_id);
             // This function's back-edge counters start here (`loop_base`), read once.
-            let edge_base = self.loop_base[func_id.index()] as usize;
+            let mut edge_base = self.loop_base[func_id.index()] as usize;
             // A back edge takes the slow path when `count & edge_mask == 0`: the mode's
             // compile cadence (`NativeState::loop_mask`), or every time once there is native
             // code to enter. One test on the loop path for both.
@@ -952,6 +992,32 @@ impl Vm {
                 }};
             }
 
+            // After a call pushed a frame or a return popped one: goes on with the frame now
+            // on top. The frame-entry path above runs again (`continue 'frames`) when it has
+            // work: native code may be entered or compiled, or the program grew (a routine
+            // made while running) and the local `program` must be re-read; otherwise the
+            // frame's locals are re-read here, without leaving the dispatch loop.
+            macro_rules! switch_frame {
+                () => {{
+                    if self.native.on() || version != self.program_version {
+                        continue 'frames;
+                    }
+                    let frame = self.frames.last().unwrap();
+                    func_id = frame.func;
+                    func = &program.functions[func_id.index()];
+                    base = frame.base as usize;
+                    code_ptr = func.code.as_ptr();
+                    // SAFETY: a frame's saved pc is an instruction index of its function.
+                    ip = unsafe { code_ptr.add(frame.pc as usize) };
+                    run_start = ip;
+                    edge_base = self.loop_base[func_id.index()] as usize;
+                    // Native code is off: the same values the frame-entry path computes.
+                    native_here = false;
+                    edge_mask = self.native.loop_mask;
+                    refresh!();
+                }};
+            }
+
             // Entering a frame or coming back to it after a call: native code, if any.
             if self.native.on() {
                 let pc = pc!() as u32;
@@ -963,7 +1029,7 @@ impl Vm {
             }
 
             loop {
-                debug_assert!(pc!() < code.len());
+                debug_assert!(pc!() < func.code.len());
                 // SAFETY: every block ends with a terminator ("terminator misplaced", checked by
                 // the verifier `VerifiedProgram` ran) and every jump target is a block
                 // start (verifier), so `ip` never runs past the last instruction.
@@ -988,8 +1054,8 @@ impl Vm {
                         if self.steps >= self.next_check {
                             tri!(self.check_limits());
                         }
-                        tri!(self.push_call(f, None, base, func.list(args), dst.0));
-                        continue 'frames;
+                        tri!(self.push_direct(f, &program.functions[f.index()], base, func.list(args), dst.0));
+                        switch_frame!();
                     }
                     Instr::Call { dst, callee, args } => {
                         account!();
@@ -1243,7 +1309,7 @@ impl Vm {
                             let i = caller.base as usize + fr.ret as usize;
                             self.stack[i] = v;
                         }
-                        continue 'frames;
+                        switch_frame!();
                     }
                     // Every other instruction is simple (`semantics.rs`), shared with the JIT.
                     // The hot ones get arms of their own, so that the shared semantics inline

@@ -105,6 +105,11 @@ fn the_verifier_refuses_what_the_interpreter_relies_on() {
     // Parameters and captures that do not fit the frame.
     let e = bad(&|p| Arc::make_mut(&mut p.functions[2]).num_regs = 1);
     assert!(e.contains("outside the frame") || e.contains("exceed the frame"), "{e}");
+    // Direct calls: the interpreter checks neither arity nor captures at a `CallDirect`.
+    let e = bad(&|p| Arc::make_mut(&mut p.functions[0]).code[2] = Instr::CallDirect { dst: Reg(2), func: FuncId(1), args: ListId(0) });
+    assert!(e.contains("direct call of F1 with 0 arguments (it takes 1 and captures 0)"), "{e}");
+    let e = bad(&|p| Arc::make_mut(&mut p.functions[0]).code[5] = Instr::CallDirect { dst: Reg(6), func: FuncId(2), args: ListId(2) });
+    assert!(e.contains("it takes 1 and captures 1"), "{e}");
     // A constant, a function, a block that do not exist.
     let e = bad(&|p| Arc::make_mut(&mut p.functions[0]).code[0] = Instr::LoadK { dst: Reg(0), k: ConstId(9) });
     assert!(e.contains("no constant"), "{e}");

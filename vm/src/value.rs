@@ -112,15 +112,17 @@ const _: () = assert!(std::mem::size_of::<Value>() == 16);
 
 impl Clone for Value {
     /// Inlined so that copying a number (the interpreter's commonest move) is a plain copy
-    /// rather than a call.
+    /// rather than a call: one test of the tag (`nil`, bools, ints and floats are the first
+    /// four variants) and a two-word copy. A `match` rebuilding each variant compiled to a
+    /// jump table, an indirect branch per copied register.
     #[inline(always)]
     fn clone(&self) -> Value {
-        match self {
-            Value::Nil => Value::Nil,
-            Value::Bool(b) => Value::Bool(*b),
-            Value::Int(i) => Value::Int(*i),
-            Value::Float(x) => Value::Float(*x),
-            other => other.clone_heap(),
+        if matches!(self, Value::Nil | Value::Bool(_) | Value::Int(_) | Value::Float(_)) {
+            // SAFETY: these variants own nothing, so a bitwise copy is a clone and dropping
+            // both copies later frees nothing twice.
+            unsafe { std::ptr::read(self) }
+        } else {
+            self.clone_heap()
         }
     }
 }

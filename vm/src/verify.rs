@@ -77,6 +77,18 @@ pub fn verify_function(p: &Program, f: &Function, ssa: bool) -> Result<(), Strin
                         return err(format!("{pc}: closure of {func} captures {} values, the function takes {want}", f.list(captures).len()));
                     }
                 }
+                // The interpreter's `push_direct` relies on this instead of checking each call.
+                Instr::CallDirect { func, args, .. } => {
+                    let callee = &p.functions[func.index()];
+                    if f.list(args).len() != callee.arity as usize || callee.num_captures != 0 {
+                        return err(format!(
+                            "{pc}: direct call of {func} with {} arguments (it takes {} and captures {})",
+                            f.list(args).len(),
+                            callee.arity,
+                            callee.num_captures
+                        ));
+                    }
+                }
                 Instr::Jump { target, args } | Instr::JumpPar { target, args } => {
                     let want = f.list(f.blocks[target.index()].params).len();
                     let got = f.list(args).len();
