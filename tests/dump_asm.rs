@@ -1,8 +1,10 @@
 //! `zygvm --dump asm`: the machine code the JIT made, each instruction's code under its
 //! bytecode (addresses differ between runs, so the test checks the structure, not bytes).
+//! The listings checked are x86-64's: the test is built for that architecture only.
+#![cfg(target_arch = "x86_64")]
 
 use std::path::PathBuf;
-use std::process::Command;
+mod binary;
 
 /// Writes `source` to a fresh folder as `name`; its path (remove the folder when done).
 fn script(name: &str, source: &str) -> PathBuf {
@@ -15,7 +17,7 @@ fn script(name: &str, source: &str) -> PathBuf {
 
 /// Runs the command line on `script` with `args`: (stdout, stderr).
 fn run(script: &PathBuf, args: &[&str]) -> (String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_zygvm")).args(args).arg(script).output().unwrap();
+    let out = binary::zygvm().args(args).arg(script).output().unwrap();
     (String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
 }
 

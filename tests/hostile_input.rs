@@ -2,10 +2,11 @@
 //! clean run), never a panic, abort, hang or stack overflow.
 
 use std::io::Write;
-use std::process::{Command, Stdio};
+mod binary;
+use std::process::Stdio;
 
 fn run(args: &[&str], stdin: &[u8]) -> (i32, String) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_zygvm"))
+    let mut child = binary::zygvm()
         .args(args)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())

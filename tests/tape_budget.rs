@@ -4,7 +4,7 @@
 //! `zy_files.rs` checks without a budget), on the interpreter and with the JIT.
 
 use std::path::Path;
-use std::process::Command;
+mod binary;
 
 const BUDGET: usize = 8_000;
 
@@ -15,7 +15,7 @@ fn stat(stderr: &str, key: &str) -> u64 {
 }
 
 fn run(script: &Path, jit: &str, budget: Option<usize>) -> (String, String) {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_zygvm"));
+    let mut cmd = binary::zygvm();
     cmd.args(["--jit", jit, "--stats"]);
     if let Some(b) = budget {
         cmd.args(["--max-tape", &b.to_string()]);
@@ -102,7 +102,7 @@ fn a_budget_set_later_applies_to_later_gradients() {
 fn the_example_needs_no_annotation_under_a_budget() {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/ode_checkpoint.zy");
     let run = |budget: Option<&str>| {
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_zygvm"));
+        let mut cmd = binary::zygvm();
         cmd.arg("--stats");
         if let Some(b) = budget {
             cmd.args(["--max-tape", b]);

@@ -5,7 +5,7 @@
 //! Set `ZY_BLESS=1` to write the `.out` files from the current output.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
+mod binary;
 
 fn collect(dir: &Path, out: &mut Vec<PathBuf>) {
     for e in std::fs::read_dir(dir).unwrap() {
@@ -46,7 +46,7 @@ fn run_corpus(jit: &str) {
     for f in &files {
         let read = |ext: &str| std::fs::read_to_string(f.with_extension(ext)).ok();
         let flags: Vec<String> = read("flags").map(|s| s.split_whitespace().map(String::from).collect()).unwrap_or_default();
-        let out = Command::new(env!("CARGO_BIN_EXE_zygvm"))
+        let out = binary::zygvm()
             .args(["--jit", jit])
             .args(&flags)
             .arg(f.file_name().unwrap())
@@ -95,7 +95,7 @@ fn examples_run() {
         if p.extension().is_none_or(|x| x != "zy") {
             continue;
         }
-        let out = Command::new(env!("CARGO_BIN_EXE_zygvm")).arg(&p).stdin(std::process::Stdio::null()).output().unwrap();
+        let out = binary::zygvm().arg(&p).stdin(std::process::Stdio::null()).output().unwrap();
         if !out.status.success() || out.stdout.is_empty() {
             failures.push(format!("{}: {:?}\n{}", p.display(), out.status, String::from_utf8_lossy(&out.stderr)));
         }
