@@ -5,13 +5,17 @@
 //! inside an interpreter frame and leaves to the interpreter for whatever it does not compile
 //! (`zygvm_vm::native` states the contract).
 //!
-//! Pipeline: `types::infer` (flow-sensitive register types from the seed) → `loops::find`
-//! (call-free inner loops: register homes, hoisted math) → `x64::compile` (one finalised code
-//! buffer per function).
+//! Pipeline: `types::infer` (flow-sensitive register types from the seed) → `classify`
+//! (what each instruction lowers to) → `loops::find` (call-free inner loops: register homes,
+//! hoisted math) → the emitter of the machine it runs on, `x64::compile` or `a64::compile`
+//! (one finalised code buffer per function). The AArch64 emitter is built and unit-tested on
+//! every host; which one runs is chosen at build time.
 
+pub mod a64;
 #[cfg(target_arch = "x86_64")]
 pub mod disasm;
 pub mod clamp;
+pub mod classify;
 pub mod loops;
 pub mod returns;
 pub mod types;
@@ -33,7 +37,7 @@ impl Jit {
 
     /// Whether this build has a backend for the machine it runs on.
     pub fn available() -> bool {
-        cfg!(target_arch = "x86_64")
+        cfg!(any(target_arch = "x86_64", target_arch = "aarch64"))
     }
 }
 
@@ -65,7 +69,7 @@ impl Tier for Jit {
                 0 => types,
                 _ => {
                     let both = types::infer(program, f, &[hot, (0, types::entry_seed(f, tags))], unspeculated)?;
-                    if x64::no_worse(program, f, &types, &both) {
+                    if classify::no_worse(classify::classify, program, f, &types, &both) {
                         both
                     } else {
                         types
@@ -74,15 +78,25 @@ impl Tier for Jit {
             };
             if profitable_only {
                 match seed {
-                    0 => x64::check_profitable_entry(program, f, &types)?,
-                    _ => x64::check_profitable(program, f, seed, &types)?,
+                    0 => classify::check_profitable_entry(classify::classify, program, f, &types)?,
+                    _ => classify::check_profitable(classify::classify, program, f, seed, &types)?,
                 }
             }
             x64::compile(program, func, &types)
         }
-        #[cfg(not(target_arch = "x86_64"))]
+        #[cfg(target_arch = "aarch64")]
         {
-            let _ = types;
+            if profitable_only {
+                match seed {
+                    0 => classify::check_profitable_entry(a64::class_of, program, f, &types)?,
+                    _ => classify::check_profitable(a64::class_of, program, f, seed, &types)?,
+                }
+            }
+            a64::compile(program, func, &types)
+        }
+        #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+        {
+            let _ = (types, profitable_only);
             Err("no native backend for this architecture".into())
         }
     }

@@ -29,8 +29,7 @@
 //! types this file does not specialise). Calls into the runtime go through `rax` (`mov rax,
 //! QWORD addr; call rax`): a rel32 call cannot reach the binary from mapped memory.
 //!
-//! Files: `classify.rs` (what each instruction lowers to, and whether a loop is worth it),
-//! this file (the emitter's state, its primitives: counting, homes, loads and stores, edges),
+//! Files: this file (the emitter's state, its primitives: counting, homes, loads and stores, edges),
 //! `lower.rs` (one instruction), `arith.rs` (arithmetic, comparisons, pullback rules),
 //! `ways.rs` (the ways in and out: entries, loop stubs, rare exits), and `compile` below.
 
@@ -42,13 +41,12 @@ mod arith;
 mod batch;
 mod calls;
 mod clamp;
-mod classify;
 mod inline;
 mod lower;
 mod tape;
 mod ways;
 
-pub use classify::{check_profitable, check_profitable_entry, classify, no_worse, Class};
+use crate::classify::{classify, Class};
 
 
 use crate::loops::{CachedLoop, Home};

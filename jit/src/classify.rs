@@ -1,4 +1,7 @@
-//! What each instruction lowers to (`Class`), and whether a hot loop is worth compiling.
+//! What each instruction lowers to (`Class`), and whether a hot loop is worth compiling:
+//! decided once for every backend. A backend that does not yet lower everything this file
+//! calls `Native` narrows the class (`a64::class_of`); the profitability checks take the
+//! backend's classifier.
 
 use crate::types::{float_pull, index_pull, Ty, Types};
 use zygvm_vm::bytecode::{Instr, Reg};
@@ -154,9 +157,12 @@ pub fn classify(program: &Program, f: &Function, types: &Types, pc: usize) -> Cl
     }
 }
 
+/// A backend's classifier: `classify`, or a narrowing of it.
+pub type Classifier = fn(&Program, &Function, &Types, usize) -> Class;
+
 /// Whether every instruction that `narrow` lowers to machine code, `wide` (types from more
 /// seeds) lowers to machine code too.
-pub fn no_worse(program: &Program, f: &Function, narrow: &Types, wide: &Types) -> bool {
+pub fn no_worse(classify: Classifier, program: &Program, f: &Function, narrow: &Types, wide: &Types) -> bool {
     (0..f.code.len()).all(|pc| {
         narrow.before[pc].is_none()
             || (wide.before[pc].is_some()
@@ -165,7 +171,13 @@ pub fn no_worse(program: &Program, f: &Function, narrow: &Types, wide: &Types) -
 }
 
 /// How the instructions `pcs` lower: (typed, `step` calls, the first exit).
-fn tally(program: &Program, f: &Function, types: &Types, pcs: impl Iterator<Item = usize>) -> (usize, usize, Option<usize>) {
+fn tally(
+    classify: Classifier,
+    program: &Program,
+    f: &Function,
+    types: &Types,
+    pcs: impl Iterator<Item = usize>,
+) -> (usize, usize, Option<usize>) {
     let (mut native_n, mut step_n, mut exit) = (0, 0, None);
     for pc in pcs {
         match classify(program, f, types, pc) {
@@ -183,9 +195,9 @@ fn tally(program: &Program, f: &Function, types: &Types, pcs: impl Iterator<Item
 /// Whether a function compiled from its entry (a call made it hot) would run mostly as
 /// machine code: a `step` call costs several times what interpreting the instruction does
 /// (it is the same semantics behind a call), so more than one in three refuses it.
-pub fn check_profitable_entry(program: &Program, f: &Function, types: &Types) -> Result<(), String> {
+pub fn check_profitable_entry(classify: Classifier, program: &Program, f: &Function, types: &Types) -> Result<(), String> {
     let reached = (0..f.code.len()).filter(|&pc| types.before[pc].is_some());
-    let (native_n, step_n, _) = tally(program, f, types, reached);
+    let (native_n, step_n, _) = tally(classify, program, f, types, reached);
     if 2 * step_n > native_n {
         return Err(format!("the function is mostly helper calls ({step_n} of {})", step_n + native_n));
     }
@@ -196,7 +208,7 @@ pub fn check_profitable_entry(program: &Program, f: &Function, types: &Types) ->
 /// mostly as machine code: no call or other exit inside it (each iteration would leave to the
 /// interpreter and come back, costlier than interpreting), and more typed instructions than
 /// helper calls.
-pub fn check_profitable(program: &Program, f: &Function, seed: u32, types: &Types) -> Result<(), String> {
+pub fn check_profitable(classify: Classifier, program: &Program, f: &Function, seed: u32, types: &Types) -> Result<(), String> {
     let nb = f.blocks.len();
     let end_of = |b: usize| f.blocks.get(b + 1).map_or(f.code.len(), |n| n.start as usize);
     let block_of_start = |pc: usize| f.blocks.iter().position(|b| b.start as usize == pc);
@@ -234,7 +246,7 @@ pub fn check_profitable(program: &Program, f: &Function, seed: u32, types: &Type
     let body = (0..nb)
         .filter(|&b| in_loop[b])
         .flat_map(|b| (f.blocks[b].start as usize..end_of(b)).take_while(|&pc| types.before[pc].is_some()));
-    let (native_n, step_n, exit) = tally(program, f, types, body);
+    let (native_n, step_n, exit) = tally(classify, program, f, types, body);
     if let Some(pc) = exit {
         return Err(format!("the loop leaves to the interpreter at instruction {pc} ({})", f.code[pc].name()));
     }

@@ -1,0 +1,570 @@
+//! Lowering one instruction: typed machine code, a `step` call, or an exit. Containers and
+//! the tape are reached through the VM's typed helpers (`native.rs`), the slow paths the
+//! x86-64 emitter falls back to, so both tiers run the same code for them.
+
+use super::*;
+use crate::classify::{classify, Class};
+use crate::types::{float_pull, index_pull};
+use zygvm_vm::bytecode::{Instr, ListId};
+use zygvm_vm::program::Const;
+
+/// What an instruction lowers to in this emitter: `classify`'s class, except what this
+/// emitter does not compile yet: native Zy calls and returns, and calls of built-ins that may
+/// run Zy code, which leave to the interpreter.
+pub fn class_of(program: &Program, f: &Function, types: &Types, pc: usize) -> Class {
+    match classify(program, f, types, pc) {
+        Class::Native if matches!(f.code[pc], Instr::CallDirect { .. } | Instr::Return { .. }) => Class::Exit,
+        Class::CallOut => Class::Exit,
+        c => c,
+    }
+}
+
+impl<'a> Emitter<'a> {
+    pub(super) fn lower(&mut self, pc: usize) {
+        let instr = self.f.code[pc];
+        let t = self.types.before[pc].clone().expect("reached");
+        match class_of(self.program, self.f, self.types, pc) {
+            Class::Exit => {
+                self.exit_here(pc);
+                // The interpreter comes back after it (an entry point), a new run.
+                self.run_start = pc + 1;
+                return;
+            }
+            Class::Step => {
+                self.step(pc);
+                if let Instr::Pull { dst, rule, .. } = instr {
+                    if crate::types::take_pull(rule) && self.types.speculates(pc + 1) {
+                        self.guard_result(pc, dst, Ty::Float);
+                    }
+                }
+                return;
+            }
+            Class::CallOut => unreachable!("class_of leaves built-in calls to the interpreter"),
+            Class::Native => {}
+        }
+        let ty = |r: Reg| t[r.index()];
+        match instr {
+            Instr::LoadNil { dst } => {
+                self.prepare_def(pc, dst);
+                self.store_tag(dst, tag::NIL);
+            }
+            Instr::LoadBool { dst, value } => {
+                self.prepare_def(pc, dst);
+                let v = (value != 0) as u32;
+                dynasm!(self.ops ; .arch aarch64 ; movz x0, v);
+                self.store_bool(dst);
+            }
+            Instr::LoadK { dst, k } => match self.program.consts[k.index()] {
+                Const::Int(i) => {
+                    self.prepare_def(pc, dst);
+                    self.imm(0, i as u64);
+                    self.store_int(dst);
+                }
+                Const::Float(x) => {
+                    self.prepare_def(pc, dst);
+                    self.imm(16, x.to_bits());
+                    dynasm!(self.ops ; .arch aarch64 ; fmov d0, x16);
+                    self.store_float(dst);
+                }
+                Const::Str(_) => self.step(pc),
+            },
+            Instr::Add { dst, a, b } | Instr::Sub { dst, a, b } | Instr::Mul { dst, a, b } | Instr::Div { dst, a, b }
+            | Instr::Mod { dst, a, b } | Instr::Pow { dst, a, b } => {
+                self.prepare_def(pc, dst);
+                if ty(a) == Ty::Int && ty(b) == Ty::Int && !matches!(instr, Instr::Div { .. }) {
+                    self.int_arith(pc, instr, a, b);
+                    self.store_int(dst);
+                } else {
+                    self.float_arith(pc, instr, a, b);
+                    self.store_float(dst);
+                }
+            }
+            Instr::Neg { dst, src } => {
+                self.prepare_def(pc, dst);
+                if ty(src) == Ty::Int {
+                    let overflow = self.cold_exit(pc);
+                    self.load_int(src, false);
+                    dynasm!(self.ops ; .arch aarch64 ; negs x0, x0 ; b.vs =>overflow);
+                    self.store_int(dst);
+                } else {
+                    self.load_float(pc, src, false);
+                    dynasm!(self.ops ; .arch aarch64 ; fneg d0, d0);
+                    self.store_float(dst);
+                }
+            }
+            Instr::Not { dst, src } => {
+                self.load_byte(0, slot(src) + 8);
+                dynasm!(self.ops ; .arch aarch64 ; eor w0, w0, 1);
+                self.store_bool(dst);
+            }
+            Instr::CheckBool { .. } | Instr::CheckInt { .. } => {}
+            Instr::Lt { dst, a, b } | Instr::Le { dst, a, b } | Instr::Gt { dst, a, b } | Instr::Ge { dst, a, b }
+            | Instr::Eq { dst, a, b } | Instr::Ne { dst, a, b } => {
+                self.prepare_def(pc, dst);
+                self.compare_to_w0(pc, instr, ty(a), a, b);
+                self.store_bool(dst);
+            }
+            Instr::Math1 { dst, src, builtin } => {
+                self.prepare_def(pc, dst);
+                let f = self.program.builtins[builtin.index()].scalar.expect("Math1 names a scalar built-in");
+                self.load_float(pc, src, false);
+                self.call(f as *const ());
+                self.store_float(dst);
+            }
+            Instr::MulAdd { dst, a, b } => {
+                // `dst + a * b`, rounded after each operation as the interpreter does (no
+                // fused multiply-add).
+                self.load_float(pc, a, true);
+                self.load_float(pc, b, false);
+                dynasm!(self.ops ; .arch aarch64 ; fmul d1, d1, d0);
+                self.load_float(pc, dst, false);
+                dynasm!(self.ops ; .arch aarch64 ; fadd d0, d0, d1);
+                self.store_float(dst);
+            }
+            Instr::AdjAdd { dst, a, b } => match (ty(a), ty(b)) {
+                (Ty::Plain, Ty::Float) => {
+                    self.prepare_def(pc, dst);
+                    self.load_float(pc, b, true);
+                    self.maybe_nil_plus_d1(pc, a);
+                    self.store_float(dst);
+                }
+                (Ty::Float, Ty::Plain) => {
+                    self.prepare_def(pc, dst);
+                    self.load_float(pc, a, false);
+                    self.add_unless_nil(pc, b);
+                    self.store_float(dst);
+                }
+                (Ty::Float, Ty::Float) => {
+                    self.prepare_def(pc, dst);
+                    self.load_float(pc, a, false);
+                    self.load_float(pc, b, true);
+                    dynasm!(self.ops ; .arch aarch64 ; fadd d0, d0, d1);
+                    self.store_float(dst);
+                }
+                (Ty::Nil, t2) => self.copy(dst, ty(dst), b, t2),
+                (t1, _) => self.copy(dst, ty(dst), a, t1),
+            },
+            Instr::Jump { target, args } => {
+                let params = self.f.list(self.f.blocks[target.index()].params).to_vec();
+                let mut cur = t.clone();
+                for (p, a) in params.iter().zip(self.f.list(args).to_vec()) {
+                    self.copy(*p, cur[p.index()], a, cur[a.index()]);
+                    cur[p.index()] = cur[a.index()];
+                }
+                self.jump_edge(pc, target);
+            }
+            Instr::JumpPar { target, .. } => {
+                dynasm!(self.ops ; .arch aarch64 ; mov x0, x20 ; mov x1, x19);
+                self.imm(2, self.func.0 as u64);
+                self.imm(3, pc as u64);
+                self.call(native::parallel_copy as *const ());
+                self.jump_edge(pc, target);
+            }
+            Instr::AddJump { dst, k, target } | Instr::SubJump { dst, k, target } => {
+                let add = matches!(instr, Instr::AddJump { .. });
+                let sd = slot(dst) + 8;
+                if ty(dst) == Ty::Int {
+                    let overflow = self.cold_exit(pc);
+                    self.load_int(dst, false);
+                    self.load_int(k, true);
+                    if add {
+                        dynasm!(self.ops ; .arch aarch64 ; adds x0, x0, x1);
+                    } else {
+                        dynasm!(self.ops ; .arch aarch64 ; subs x0, x0, x1);
+                    }
+                    dynasm!(self.ops ; .arch aarch64 ; b.vs =>overflow ; str x0, [x19, sd]);
+                } else {
+                    self.load_float(pc, dst, false);
+                    self.load_float(pc, k, true);
+                    if add {
+                        dynasm!(self.ops ; .arch aarch64 ; fadd d0, d0, d1);
+                    } else {
+                        dynasm!(self.ops ; .arch aarch64 ; fsub d0, d0, d1);
+                    }
+                    dynasm!(self.ops ; .arch aarch64 ; str d0, [x19, sd]);
+                }
+                self.jump_edge(pc, target);
+            }
+            Instr::Branch { cond, then_blk, else_blk } => {
+                let taken = self.ops.new_dynamic_label();
+                self.load_byte(16, slot(cond) + 8);
+                dynasm!(self.ops ; .arch aarch64 ; cbnz w16, =>taken);
+                self.branch_edge(pc, else_blk);
+                dynasm!(self.ops ; .arch aarch64 ; =>taken);
+                self.branch_edge(pc, then_blk);
+            }
+            Instr::BranchCtl { then_blk, else_blk } => {
+                dynasm!(self.ops ; .arch aarch64 ; mov x0, x20);
+                self.call(native::pop_control as *const ());
+                let (empty, taken) = (self.ops.new_dynamic_label(), self.ops.new_dynamic_label());
+                dynasm!(self.ops ; .arch aarch64 ; cmp x0, 0 ; b.lt =>empty ; cbnz x0, =>taken);
+                self.branch_edge(pc, else_blk);
+                dynasm!(self.ops ; .arch aarch64 ; =>taken);
+                self.branch_edge(pc, then_blk);
+                dynasm!(self.ops ; .arch aarch64 ; =>empty);
+                // Nothing was popped: the interpreter raises the underflow.
+                self.exit_here(pc);
+            }
+            Instr::BranchNotLt { a, b, else_blk }
+            | Instr::BranchNotLe { a, b, else_blk }
+            | Instr::BranchNotGt { a, b, else_blk }
+            | Instr::BranchNotGe { a, b, else_blk } => {
+                let compare = match instr {
+                    Instr::BranchNotLt { .. } => Instr::Lt { dst: a, a, b },
+                    Instr::BranchNotLe { .. } => Instr::Le { dst: a, a, b },
+                    Instr::BranchNotGt { .. } => Instr::Gt { dst: a, a, b },
+                    _ => Instr::Ge { dst: a, a, b },
+                };
+                let else_edge = self.cold_edge(pc, else_blk);
+                self.jump_unless(pc, compare, ty(a), a, b, else_edge);
+                // Falling through into the next block (emitted next) continues the run.
+                self.count(pc + 1 - self.run_start);
+            }
+            Instr::Index { dst, obj, idx } => {
+                self.slot_address(0, slot(obj));
+                self.load_int(idx, true);
+                dynasm!(self.ops ; .arch aarch64 ; add x2, sp, SCRATCH);
+                self.call(native::index_float as *const ());
+                self.float_from_scratch(pc, dst);
+            }
+            Instr::Index2 { dst, obj, ij } => {
+                let l = self.f.list(ij).to_vec();
+                self.slot_address(0, slot(obj));
+                self.load_int(l[0], true);
+                let sy = slot(l[1]) + 8;
+                dynasm!(self.ops ; .arch aarch64 ; ldr x2, [x19, sy] ; add x3, sp, SCRATCH);
+                self.call(native::index2_float as *const ());
+                self.float_from_scratch(pc, dst);
+            }
+            Instr::SetIndex { obj, idx, src } => {
+                self.slot_address(0, slot(obj));
+                self.load_int(idx, true);
+                self.load_float(pc, src, false);
+                self.call(native::set_index_float as *const ());
+                self.exit_unless_w0(pc);
+            }
+            Instr::SetIndex2 { obj, ijv } => {
+                let l = self.f.list(ijv).to_vec();
+                self.slot_address(0, slot(obj));
+                self.load_int(l[0], true);
+                let sy = slot(l[1]) + 8;
+                dynasm!(self.ops ; .arch aarch64 ; ldr x2, [x19, sy]);
+                self.load_float(pc, l[2], false);
+                self.call(native::set_index2_float as *const ());
+                self.exit_unless_w0(pc);
+            }
+            Instr::TapePop { dst } => {
+                // Before popping: dropping the old value is a call.
+                self.prepare_def(pc, dst);
+                let float = self.types.popped(pc) != Ty::Int;
+                dynasm!(self.ops ; .arch aarch64 ; mov x0, x20 ; add x1, sp, SCRATCH);
+                self.call(if float { native::tape_pop_float as *const () } else { native::tape_pop_int as *const () });
+                // Another kind on top, or nothing: the speculation failed (the interpreter pops
+                // whatever it is, and the next compilation speculates differently here).
+                let failed = self.cold_guard(pc, status::SPECULATION);
+                dynasm!(self.ops ; .arch aarch64 ; cbz w0, =>failed);
+                if float {
+                    dynasm!(self.ops ; .arch aarch64 ; ldr d0, [sp, SCRATCH]);
+                    self.store_float(dst);
+                } else {
+                    dynasm!(self.ops ; .arch aarch64 ; ldr x0, [sp, SCRATCH]);
+                    self.store_int(dst);
+                }
+            }
+            Instr::TapePopCtl { dst } => {
+                self.prepare_def(pc, dst);
+                let empty = self.cold_exit(pc);
+                dynasm!(self.ops ; .arch aarch64 ; mov x0, x20);
+                self.call(native::pop_control_symbol as *const ());
+                dynasm!(self.ops ; .arch aarch64 ; cmp x0, 0 ; b.lt =>empty);
+                self.store_int(dst);
+            }
+            Instr::TapePopIf { dst, code, mask } => {
+                // Speculated not taken (`types.rs`): taken, the interpreter pops.
+                let (sc, taken) = (slot(code) + 8, self.cold_guard(pc, status::SPECULATION));
+                self.imm(17, mask as u64);
+                dynasm!(self.ops ; .arch aarch64 ; ldr x16, [x19, sc] ; tst x16, x17 ; b.ne =>taken);
+                self.prepare_def(pc, dst);
+                self.store_tag(dst, tag::NIL);
+            }
+            Instr::Pull { dst, rule, args } if index_pull(rule, self.f.list(args), &t) => {
+                let l = self.f.list(args).to_vec();
+                self.slot_address(0, slot(dst));
+                self.slot_address(1, slot(l[0]));
+                self.slot_address(2, slot(l[2]));
+                self.slot_address(3, slot(l[3]));
+                if l.len() == 5 {
+                    self.slot_address(4, slot(l[4]));
+                    self.call(native::pull_index2_float as *const ());
+                } else {
+                    self.call(native::pull_index_float as *const ());
+                }
+                // Off the fast path: the general semantics.
+                let done = self.ops.new_dynamic_label();
+                dynasm!(self.ops ; .arch aarch64 ; cbnz w0, =>done);
+                self.step(pc);
+                dynasm!(self.ops ; .arch aarch64 ; =>done);
+            }
+            Instr::Pull { dst, rule, args } => {
+                // Before computing: dropping the old value is a call. (A `dst` that is also an
+                // operand is a float: nothing to drop.)
+                self.prepare_def(pc, dst);
+                self.pull_float(pc, rule, args);
+                self.store_float(dst);
+            }
+            Instr::PullAdd { dst, rule, args } => {
+                self.pull_float(pc, rule, args);
+                // `dst (+) v`, in that order (a NaN's payload comes from the first operand).
+                match ty(dst) {
+                    Ty::Float => {
+                        dynasm!(self.ops ; .arch aarch64 ; fmov d1, d0);
+                        self.load_float(pc, dst, false);
+                        dynasm!(self.ops ; .arch aarch64 ; fadd d0, d0, d1);
+                    }
+                    Ty::Plain => {
+                        dynasm!(self.ops ; .arch aarch64 ; fmov d1, d0);
+                        self.maybe_nil_plus_d1(pc, dst);
+                    }
+                    _ => {}
+                }
+                self.store_float(dst);
+            }
+            Instr::TapeSave { src } | Instr::TapePush { src } => {
+                let s = slot(src) + 8;
+                dynasm!(self.ops ; .arch aarch64 ; mov x0, x20);
+                if ty(src) == Ty::Float {
+                    dynasm!(self.ops ; .arch aarch64 ; ldr d0, [x19, s]);
+                    self.call(native::tape_push_float as *const ());
+                } else {
+                    dynasm!(self.ops ; .arch aarch64 ; ldr x1, [x19, s]);
+                    self.call(native::tape_push_int as *const ());
+                }
+            }
+            Instr::TapePushCtl { bit } => self.push_control(bit as u32),
+            // Two numbers: shape code 0 (`rules::shape_code`).
+            Instr::TapeShape { .. } => self.push_control(0),
+            other => unreachable!("{} classified native but not lowered", other.name()),
+        }
+    }
+
+    fn push_control(&mut self, bit: u32) {
+        dynasm!(self.ops ; .arch aarch64 ; mov x0, x20 ; movz x1, bit);
+        self.call(native::tape_push_control as *const ());
+    }
+
+    /// After `index_float`/`index2_float` (`w0`: it succeeded; the float in the scratch
+    /// word): stores the float into `dst`, else leaves with a failed speculation at `pc`.
+    fn float_from_scratch(&mut self, pc: usize, dst: Reg) {
+        let failed = self.cold_guard(pc, status::SPECULATION);
+        dynasm!(self.ops ; .arch aarch64 ; cbz w0, =>failed);
+        self.prepare_def(pc, dst);
+        dynasm!(self.ops ; .arch aarch64 ; ldr d0, [sp, SCRATCH]);
+        self.store_float(dst);
+    }
+
+    /// `x0 := a OP b` for two ints, leaving at `pc` on overflow.
+    fn int_arith(&mut self, pc: usize, instr: Instr, a: Reg, b: Reg) {
+        let bad = self.cold_exit(pc);
+        self.load_int(a, false);
+        self.load_int(b, true);
+        match instr {
+            Instr::Add { .. } => dynasm!(self.ops ; .arch aarch64 ; adds x0, x0, x1 ; b.vs =>bad),
+            Instr::Sub { .. } => dynasm!(self.ops ; .arch aarch64 ; subs x0, x0, x1 ; b.vs =>bad),
+            // The product overflows when its high word is not the sign of its low word.
+            Instr::Mul { .. } => dynasm!(self.ops ; .arch aarch64
+                ; mul x2, x0, x1 ; smulh x3, x0, x1 ; cmp x3, x2, ASR 63 ; b.ne =>bad ; mov x0, x2),
+            _ => unreachable!("int Mod and Pow are not classified native"),
+        }
+    }
+
+    /// `d0 := a OP b` with ints converted (the semantics of mixed operands).
+    fn float_arith(&mut self, pc: usize, instr: Instr, a: Reg, b: Reg) {
+        self.load_float(pc, a, false);
+        if matches!(instr, Instr::Pow { .. }) && self.ty(pc, b) == Ty::Int && self.ty(pc, a) == Ty::Float {
+            self.load_int(b, false);
+            return self.call(native::pow_int as *const ());
+        }
+        self.load_float(pc, b, true);
+        match instr {
+            Instr::Add { .. } => dynasm!(self.ops ; .arch aarch64 ; fadd d0, d0, d1),
+            Instr::Sub { .. } => dynasm!(self.ops ; .arch aarch64 ; fsub d0, d0, d1),
+            Instr::Mul { .. } => dynasm!(self.ops ; .arch aarch64 ; fmul d0, d0, d1),
+            Instr::Div { .. } => dynasm!(self.ops ; .arch aarch64 ; fdiv d0, d0, d1),
+            Instr::Mod { .. } => self.call(native::rem_float as *const ()),
+            Instr::Pow { .. } => self.call(native::pow_float as *const ()),
+            _ => unreachable!(),
+        }
+    }
+
+    /// `w0 := a CMP b` for two ints, two floats (unordered: false except `!=`) or two bools.
+    fn compare_to_w0(&mut self, pc: usize, instr: Instr, t: Ty, a: Reg, b: Reg) {
+        match t {
+            Ty::Int => {
+                self.load_int(a, false);
+                self.load_int(b, true);
+                dynasm!(self.ops ; .arch aarch64 ; cmp x0, x1);
+                match instr {
+                    Instr::Lt { .. } => dynasm!(self.ops ; .arch aarch64 ; cset w0, lt),
+                    Instr::Le { .. } => dynasm!(self.ops ; .arch aarch64 ; cset w0, le),
+                    Instr::Gt { .. } => dynasm!(self.ops ; .arch aarch64 ; cset w0, gt),
+                    Instr::Ge { .. } => dynasm!(self.ops ; .arch aarch64 ; cset w0, ge),
+                    Instr::Eq { .. } => dynasm!(self.ops ; .arch aarch64 ; cset w0, eq),
+                    _ => dynasm!(self.ops ; .arch aarch64 ; cset w0, ne),
+                }
+            }
+            Ty::Bool => {
+                self.load_byte(0, slot(a) + 8);
+                self.load_byte(1, slot(b) + 8);
+                dynasm!(self.ops ; .arch aarch64 ; cmp w0, w1);
+                match instr {
+                    Instr::Eq { .. } => dynasm!(self.ops ; .arch aarch64 ; cset w0, eq),
+                    _ => dynasm!(self.ops ; .arch aarch64 ; cset w0, ne),
+                }
+            }
+            _ => {
+                // After `fcmp`, an unordered pair sets C and V: `mi`, `ls`, `gt`, `ge` and
+                // `eq` are false for it, `ne` true, as the interpreter's comparisons are.
+                self.load_float(pc, a, false);
+                self.load_float(pc, b, true);
+                dynasm!(self.ops ; .arch aarch64 ; fcmp d0, d1);
+                match instr {
+                    Instr::Lt { .. } => dynasm!(self.ops ; .arch aarch64 ; cset w0, mi),
+                    Instr::Le { .. } => dynasm!(self.ops ; .arch aarch64 ; cset w0, ls),
+                    Instr::Gt { .. } => dynasm!(self.ops ; .arch aarch64 ; cset w0, gt),
+                    Instr::Ge { .. } => dynasm!(self.ops ; .arch aarch64 ; cset w0, ge),
+                    Instr::Eq { .. } => dynasm!(self.ops ; .arch aarch64 ; cset w0, eq),
+                    _ => dynasm!(self.ops ; .arch aarch64 ; cset w0, ne),
+                }
+            }
+        }
+    }
+
+    /// Jumps to `to` unless `a CMP b` (`<`, `<=`, `>`, `>=`; an unordered float comparison
+    /// is false, so it jumps): two ints or two floats inline, anything else through
+    /// `order_numbers` (exact between an int and a float; not two numbers: leaves at `pc`).
+    fn jump_unless(&mut self, pc: usize, instr: Instr, t: Ty, a: Reg, b: Reg, to: DynamicLabel) {
+        if t == self.ty(pc, b) && t == Ty::Int {
+            self.load_int(a, false);
+            self.load_int(b, true);
+            dynasm!(self.ops ; .arch aarch64 ; cmp x0, x1);
+            match instr {
+                Instr::Lt { .. } => dynasm!(self.ops ; .arch aarch64 ; b.ge =>to),
+                Instr::Le { .. } => dynasm!(self.ops ; .arch aarch64 ; b.gt =>to),
+                Instr::Gt { .. } => dynasm!(self.ops ; .arch aarch64 ; b.le =>to),
+                _ => dynasm!(self.ops ; .arch aarch64 ; b.lt =>to),
+            }
+        } else if t == self.ty(pc, b) && t == Ty::Float {
+            self.load_float(pc, a, false);
+            self.load_float(pc, b, true);
+            // The negations of `mi`, `ls`, `gt`, `ge`: each true for an unordered pair.
+            dynasm!(self.ops ; .arch aarch64 ; fcmp d0, d1);
+            match instr {
+                Instr::Lt { .. } => dynasm!(self.ops ; .arch aarch64 ; b.pl =>to),
+                Instr::Le { .. } => dynasm!(self.ops ; .arch aarch64 ; b.hi =>to),
+                Instr::Gt { .. } => dynasm!(self.ops ; .arch aarch64 ; b.le =>to),
+                _ => dynasm!(self.ops ; .arch aarch64 ; b.lt =>to),
+            }
+        } else {
+            self.slot_address(0, slot(a));
+            self.slot_address(1, slot(b));
+            self.call(native::order_numbers as *const ());
+            let odd = self.cold_exit(pc);
+            dynasm!(self.ops ; .arch aarch64 ; cmp x0, 3 ; b.eq =>odd);
+            // -1 less, 0 equal, 1 greater, 2 unordered (every comparison false).
+            match instr {
+                Instr::Lt { .. } => dynasm!(self.ops ; .arch aarch64 ; cmn x0, 1 ; b.ne =>to),
+                Instr::Le { .. } => dynasm!(self.ops ; .arch aarch64 ; cmp x0, 0 ; b.gt =>to),
+                Instr::Gt { .. } => dynasm!(self.ops ; .arch aarch64 ; cmp x0, 1 ; b.ne =>to),
+                // Ge: 0 or 1, unsigned at most 1.
+                _ => dynasm!(self.ops ; .arch aarch64 ; cmp x0, 1 ; b.hi =>to),
+            }
+        }
+    }
+
+    /// `d0 := d0 + r` when `r` holds a float, `d0` when it holds `nil` (no adjoint yet), else
+    /// leaves to the interpreter at `pc` (the general sum).
+    fn add_unless_nil(&mut self, pc: usize, r: Reg) {
+        let (s, ps) = (slot(r), slot(r) + 8);
+        let (other, done) = (self.cold_exit(pc), self.ops.new_dynamic_label());
+        dynasm!(self.ops ; .arch aarch64
+            ; ldr x16, [x19, s] ; cbz x16, =>done
+            ; cmp x16, tag::FLOAT as u32 ; b.ne =>other
+            ; ldr d1, [x19, ps] ; fadd d0, d0, d1
+            ; =>done);
+    }
+
+    /// `d0 := r + d1` when `r` holds a float, `d1` when it holds `nil` (no adjoint yet), else
+    /// leaves to the interpreter at `pc` (the general sum).
+    fn maybe_nil_plus_d1(&mut self, pc: usize, r: Reg) {
+        let (s, ps) = (slot(r), slot(r) + 8);
+        let (other, nil, done) = (self.cold_exit(pc), self.ops.new_dynamic_label(), self.ops.new_dynamic_label());
+        dynasm!(self.ops ; .arch aarch64
+            ; ldr x16, [x19, s] ; cbz x16, =>nil
+            ; cmp x16, tag::FLOAT as u32 ; b.ne =>other
+            ; ldr d0, [x19, ps] ; fadd d0, d0, d1 ; b =>done
+            ; =>nil
+            ; fmov d0, d1
+            ; =>done);
+    }
+
+    /// `d0 :=` the pullback rule `rule` on float arguments: the float fast path of
+    /// `ad::rules::fast` (`types::float_pull` says when), with `chain::times`'s strong zero.
+    fn pull_float(&mut self, pc: usize, rule: u32, args: ListId) {
+        use zygvm_vm::ad::rules::Rule;
+        debug_assert!(float_pull(self.program, rule, self.f.list(args), self.types.before[pc].as_ref().unwrap()));
+        let l = self.f.list(args).to_vec();
+        let (r, payload) = Rule::decode(rule);
+        match r {
+            Rule::AddA | Rule::AddB | Rule::SubA => self.load_float(pc, l[0], false),
+            Rule::SubB | Rule::Neg => {
+                self.load_float(pc, l[0], false);
+                dynasm!(self.ops ; .arch aarch64 ; fneg d0, d0);
+            }
+            Rule::MulA | Rule::MulB => {
+                self.load_float(pc, l[0], false);
+                self.load_float(pc, if r == Rule::MulA { l[2] } else { l[1] }, true);
+                self.times();
+            }
+            Rule::DivA => {
+                // g = 1 / b
+                self.load_float(pc, l[2], false);
+                self.imm(16, 1.0f64.to_bits());
+                dynasm!(self.ops ; .arch aarch64 ; fmov d1, x16 ; fdiv d1, d1, d0);
+                self.load_float(pc, l[0], false);
+                self.times();
+            }
+            Rule::DivB => {
+                // g = -a / (b * b), as `(-a) / (b * b)`
+                self.load_float(pc, l[2], true);
+                dynasm!(self.ops ; .arch aarch64 ; fmul d1, d1, d1);
+                self.load_float(pc, l[1], false);
+                dynasm!(self.ops ; .arch aarch64 ; fneg d0, d0 ; fdiv d1, d0, d1);
+                self.load_float(pc, l[0], false);
+                self.times();
+            }
+            Rule::Math1 => {
+                let deriv = self.program.builtins[payload as usize].scalar_deriv.expect("float_pull checked scalar_deriv");
+                self.load_float(pc, l[1], false);
+                self.imm(0, native::scalar_address(deriv) as u64);
+                self.call(native::call_scalar as *const ());
+                dynasm!(self.ops ; .arch aarch64 ; fmov d1, d0);
+                self.load_float(pc, l[0], false);
+                self.times();
+            }
+            other => unreachable!("{} is not a float pull (types::float_pull)", other.name()),
+        }
+    }
+
+    /// `d0 := times(d0, d1)` (`ad::chain::times`): zero when either factor is ±0 (an
+    /// infinite or NaN factor then gives 0, not NaN), else the product.
+    fn times(&mut self) {
+        let (zero, done) = (self.ops.new_dynamic_label(), self.ops.new_dynamic_label());
+        dynasm!(self.ops ; .arch aarch64
+            ; fmov x16, d0 ; lsl x16, x16, 1 ; cbz x16, =>zero
+            ; fmov x16, d1 ; lsl x16, x16, 1 ; cbz x16, =>zero
+            ; fmul d0, d0, d1 ; b =>done
+            ; =>zero
+            ; fmov d0, xzr
+            ; =>done);
+    }
+}

@@ -1,0 +1,487 @@
+//! The AArch64 emitter: typed machine code over the interpreter's frame, as the x86-64
+//! emitter makes it (`native.rs` in the VM describes the contract both follow). The
+//! architecture-neutral part is shared: register types (`types.rs`), what each instruction
+//! lowers to (`classify.rs`, narrowed here by `class_of` to what this emitter lowers so far).
+//!
+//! Pinned registers while native code runs (all callee-saved, so helper calls keep them):
+//!
+//! | register | holds |
+//! | --- | --- |
+//! | `x19` | the frame's registers: Zy register `r` is the 16 bytes at `[x19 + 16 r]` (tag word, payload word) |
+//! | `x20` | the `Vm` (helpers' first argument; `next_check` and the steps at fixed offsets) |
+//! | `x21` | the instruction count, `Vm::steps` (loaded and stored by `Enter`) |
+//!
+//! `x0`-`x3`, `x16`, `x17`, `d0` and `d1` are scratch within one instruction; no value lives
+//! in a machine register across instructions, so every way out finds the frame exactly the
+//! interpreter's. Each activation's stack frame (`FRAME_BYTES`, pushed by the entry point it
+//! was called at): the frame record (`x29`, `x30`: helper calls overwrite the link register),
+//! then the helpers' scratch word at `[sp + SCRATCH]`.
+//!
+//! Not yet here (each leaves to the interpreter or runs through `step`, which gives the same
+//! results more slowly): cached loops with register homes, tape batches, inlined float
+//! leaves, native Zy calls and returns, calls of built-ins that run Zy code.
+//!
+//! Files: this file (the emitter's state, its primitives and `compile`), `lower.rs` (one
+//! instruction), `ways.rs` (entries and rare exits).
+
+mod lower;
+mod ways;
+
+pub use lower::class_of;
+
+use crate::types::{Ty, Types};
+use dynasmrt::aarch64::Assembler;
+use dynasmrt::{dynasm, DynamicLabel, DynasmApi, DynasmLabelApi};
+use zygvm_vm::bytecode::{BlockId, FuncId, Reg};
+use zygvm_vm::native::{self, status, tag, NativeCode};
+use zygvm_vm::program::{Function, Program};
+
+/// Bytes each activation pushes: the frame record, then the scratch word (16-byte aligned).
+const FRAME_BYTES: u32 = 32;
+/// The helpers' scratch word (`index_float`'s result, a popped number).
+const SCRATCH: u32 = 16;
+/// Registers a frame may have for this emitter: every slot's payload is then reachable by a
+/// scaled 12-bit load offset (`ldr x, [x19, #16 r + 8]`, at most 32,760).
+pub const MAX_REGS: usize = 2047;
+
+/// The byte offset of register `r`'s tag word (payload at `+ 8`).
+fn slot(r: Reg) -> u32 {
+    16 * r.0
+}
+
+/// The first instruction of a block.
+fn start(f: &Function, b: BlockId) -> usize {
+    f.blocks[b.index()].start as usize
+}
+
+pub(crate) struct Emitter<'a> {
+    pub(crate) ops: Assembler,
+    program: &'a Program,
+    f: &'a Function,
+    func: FuncId,
+    types: &'a Types,
+    /// The registers live before each instruction (`types::live_before`).
+    live: Vec<Vec<bool>>,
+    /// One label per instruction (the start of its code).
+    labels: Vec<DynamicLabel>,
+    /// Where every exit goes: pops the activation and returns (status in `x0`).
+    epilogue: DynamicLabel,
+    next_check: u32,
+    /// Where the current straight-line run began (native code counts instructions at the
+    /// points the interpreter does).
+    run_start: usize,
+    /// The instruction being lowered (`None` in cold code).
+    pc: Option<usize>,
+    /// Where each lowered instruction's code starts (for `--dump asm`).
+    pc_offsets: Vec<(u32, u32)>,
+    /// Rare exits and out-of-line edges still to emit (`cold_leave`, `cold_edge`).
+    cold: Vec<Cold>,
+}
+
+/// An exit or taken edge placed after the function's code.
+struct Cold {
+    label: DynamicLabel,
+    counted: usize,
+    pc: usize,
+    /// `None`: leave with `status`; `Some(b)`: the taken edge to block `b` of the branch at `pc`.
+    edge: Option<BlockId>,
+    status: (u64, u32),
+}
+
+impl<'a> Emitter<'a> {
+    fn ty(&self, pc: usize, r: Reg) -> Ty {
+        self.types.before[pc].as_ref().expect("reached")[r.index()]
+    }
+
+    /// `x{reg} := value`, in as few `movz`/`movk` as its non-zero halfwords need.
+    pub(crate) fn imm(&mut self, reg: u8, value: u64) {
+        if value == 0 {
+            dynasm!(self.ops ; .arch aarch64 ; movz X(reg), 0);
+            return;
+        }
+        let mut first = true;
+        for k in 0..4u32 {
+            let half = ((value >> (16 * k)) & 0xffff) as u32;
+            if half == 0 {
+                continue;
+            }
+            match (first, k) {
+                (true, 0) => dynasm!(self.ops ; .arch aarch64 ; movz X(reg), half),
+                (true, 1) => dynasm!(self.ops ; .arch aarch64 ; movz X(reg), half, LSL 16),
+                (true, 2) => dynasm!(self.ops ; .arch aarch64 ; movz X(reg), half, LSL 32),
+                (true, _) => dynasm!(self.ops ; .arch aarch64 ; movz X(reg), half, LSL 48),
+                (false, 1) => dynasm!(self.ops ; .arch aarch64 ; movk X(reg), half, LSL 16),
+                (false, 2) => dynasm!(self.ops ; .arch aarch64 ; movk X(reg), half, LSL 32),
+                (false, _) => dynasm!(self.ops ; .arch aarch64 ; movk X(reg), half, LSL 48),
+            }
+            first = false;
+        }
+    }
+
+    /// `x{reg} := x19 + off` (the address of a slot, a helper's argument).
+    fn slot_address(&mut self, reg: u8, off: u32) {
+        if off < 4096 {
+            dynasm!(self.ops ; .arch aarch64 ; add XSP(reg), x19, off);
+        } else {
+            self.imm(reg, off as u64);
+            dynasm!(self.ops ; .arch aarch64 ; add X(reg), x19, X(reg));
+        }
+    }
+
+    /// `w{reg} :=` the byte at `x19 + off` (a bool's payload: the rest of its word is not
+    /// written by the interpreter).
+    fn load_byte(&mut self, reg: u8, off: u32) {
+        if off < 4096 {
+            dynasm!(self.ops ; .arch aarch64 ; ldrb W(reg), [x19, off]);
+        } else {
+            self.imm(17, off as u64);
+            dynasm!(self.ops ; .arch aarch64 ; ldrb W(reg), [x19, x17]);
+        }
+    }
+
+    /// Adds `n` to the instruction count (`x21`).
+    fn count(&mut self, n: usize) {
+        if n == 0 {
+        } else if n < 4096 {
+            let n = n as u32;
+            dynasm!(self.ops ; .arch aarch64 ; add x21, x21, n);
+        } else {
+            self.imm(16, n as u64);
+            dynasm!(self.ops ; .arch aarch64 ; add x21, x21, x16);
+        }
+    }
+
+    /// Leaves with `status` in `x0` after counting `counted` instructions.
+    fn leave(&mut self, counted: usize, st: u64) {
+        self.count(counted);
+        self.imm(0, st);
+        let ep = self.epilogue;
+        dynasm!(self.ops ; .arch aarch64 ; b =>ep);
+    }
+
+    /// Leaves to the interpreter at `pc` (the instruction not run).
+    fn exit_here(&mut self, pc: usize) {
+        self.leave(pc - self.run_start, status::encode(status::EXIT, pc as u32, 0));
+    }
+
+    /// A label that leaves to the interpreter at `pc`, its code placed after the function's.
+    fn cold_exit(&mut self, pc: usize) -> DynamicLabel {
+        self.cold_leave(pc, status::EXIT, 0)
+    }
+
+    /// As `cold_exit`, leaving with `GUARD` and `next` (which says why).
+    fn cold_guard(&mut self, pc: usize, next: u32) -> DynamicLabel {
+        self.cold_leave(pc, status::GUARD, next)
+    }
+
+    fn cold_leave(&mut self, pc: usize, kind: u64, next: u32) -> DynamicLabel {
+        let label = self.ops.new_dynamic_label();
+        self.cold.push(Cold { label, counted: pc - self.run_start, pc, edge: None, status: (kind, next) });
+        label
+    }
+
+    /// A label for the taken edge of the branch at `pc` to `target`, placed after the code.
+    fn cold_edge(&mut self, pc: usize, target: BlockId) -> DynamicLabel {
+        let label = self.ops.new_dynamic_label();
+        self.cold.push(Cold { label, counted: pc + 1 - self.run_start, pc, edge: Some(target), status: (status::EXIT, 0) });
+        label
+    }
+
+    /// After an instruction at `pc` whose result in `dst` the types after it rely on: leaves
+    /// with `GUARD`/`RESULT` at `pc + 1` unless `dst` holds a value of type `t`.
+    fn guard_result(&mut self, pc: usize, dst: Reg, t: Ty) {
+        let (s, ok) = (slot(dst), self.ops.new_dynamic_label());
+        match (t, t.tag()) {
+            (Ty::Plain, _) => {
+                dynasm!(self.ops ; .arch aarch64 ; ldr x16, [x19, s] ; cmp x16, tag::LAST_PLAIN as u32 ; b.ls =>ok)
+            }
+            (_, Some(tg)) => dynasm!(self.ops ; .arch aarch64 ; ldr x16, [x19, s] ; cmp x16, tg as u32 ; b.eq =>ok),
+            _ => return,
+        }
+        self.leave(pc + 1 - self.run_start, status::encode(status::GUARD, pc as u32 + 1, status::RESULT));
+        dynasm!(self.ops ; .arch aarch64 ; =>ok);
+    }
+
+    /// Calls a runtime function at `addr` (arguments already in place) through `x16`: a
+    /// branch-and-link immediate cannot reach the binary from mapped memory.
+    fn call(&mut self, addr: *const ()) {
+        self.imm(16, addr as u64);
+        dynasm!(self.ops ; .arch aarch64 ; blr x16);
+    }
+
+    /// Before a plain value is stored into `d`: drops what `d` holds unless it is known plain.
+    fn prepare_def(&mut self, pc: usize, d: Reg) {
+        if !self.ty(pc, d).plain() {
+            self.clear_if_heap(d);
+        }
+    }
+
+    /// Drops the value in `d` if its tag says it has a heap part.
+    fn clear_if_heap(&mut self, d: Reg) {
+        let s = slot(d);
+        let skip = self.ops.new_dynamic_label();
+        dynasm!(self.ops ; .arch aarch64 ; ldr x16, [x19, s] ; cmp x16, tag::LAST_PLAIN as u32 ; b.ls =>skip);
+        self.slot_address(0, s);
+        self.call(native::clear_slot as *const ());
+        dynasm!(self.ops ; .arch aarch64 ; =>skip);
+    }
+
+    /// Whether `d` is live and known to hold a value of type `t` before the instruction
+    /// being lowered (its tag word then needs no store).
+    fn tag_known(&self, d: Reg, t: Ty) -> bool {
+        self.pc.is_some_and(|pc| self.live[pc][d.index()] && self.ty(pc, d) == t)
+    }
+
+    fn store_tag(&mut self, d: Reg, tg: u64) {
+        let s = slot(d);
+        dynasm!(self.ops ; .arch aarch64 ; movz x16, tg as u32 ; str x16, [x19, s]);
+    }
+
+    /// Stores the float in `d0` into `d`.
+    fn store_float(&mut self, d: Reg) {
+        if !self.tag_known(d, Ty::Float) {
+            self.store_tag(d, tag::FLOAT);
+        }
+        let s = slot(d) + 8;
+        dynasm!(self.ops ; .arch aarch64 ; str d0, [x19, s]);
+    }
+
+    /// Stores the int in `x0` into `d`.
+    fn store_int(&mut self, d: Reg) {
+        if !self.tag_known(d, Ty::Int) {
+            self.store_tag(d, tag::INT);
+        }
+        let s = slot(d) + 8;
+        dynasm!(self.ops ; .arch aarch64 ; str x0, [x19, s]);
+    }
+
+    /// Stores the bool in `w0` (0 or 1) into `d`.
+    fn store_bool(&mut self, d: Reg) {
+        self.store_tag(d, tag::BOOL);
+        let s = slot(d) + 8;
+        dynasm!(self.ops ; .arch aarch64 ; str x0, [x19, s]);
+    }
+
+    /// `x0` (`second`: `x1`) := the payload word of an int register.
+    fn load_int(&mut self, r: Reg, second: bool) {
+        let (s, x) = (slot(r) + 8, second as u8);
+        dynasm!(self.ops ; .arch aarch64 ; ldr X(x), [x19, s]);
+    }
+
+    /// Loads a number register as a float into `d0` (`second`: `d1`).
+    fn load_float(&mut self, pc: usize, r: Reg, second: bool) {
+        let (s, d) = (slot(r) + 8, second as u8);
+        if self.ty(pc, r) == Ty::Int {
+            dynasm!(self.ops ; .arch aarch64 ; ldr x16, [x19, s] ; scvtf D(d), x16);
+        } else {
+            dynasm!(self.ops ; .arch aarch64 ; ldr D(d), [x19, s]);
+        }
+    }
+
+    /// The taken edge of a `Jump`: counts the run, then checks the limits the interpreter
+    /// would check (after the jump, at the target) before going on there.
+    fn jump_edge(&mut self, pc: usize, target: BlockId) {
+        self.count(pc + 1 - self.run_start);
+        let to = start(self.f, target);
+        self.check_then_go(to, to as u32);
+    }
+
+    /// Goes to instruction `to` unless the instruction count reached its next check; then
+    /// leaves with `LIMIT(trace, to)`.
+    fn check_then_go(&mut self, to: usize, trace: u32) {
+        let (next, label) = (self.next_check, self.labels[to]);
+        dynasm!(self.ops ; .arch aarch64 ; ldr x16, [x20, next] ; cmp x21, x16 ; b.lo =>label);
+        self.leave(0, status::encode(status::LIMIT, trace, to as u32));
+    }
+
+    /// The taken edge of a conditional branch: backward ones check the limits first.
+    fn branch_edge(&mut self, pc: usize, target: BlockId) {
+        self.count(pc + 1 - self.run_start);
+        let to = start(self.f, target);
+        if to < pc + 1 {
+            self.check_then_go(to, pc as u32 + 1);
+        } else {
+            let label = self.labels[to];
+            dynasm!(self.ops ; .arch aarch64 ; b =>label);
+        }
+    }
+
+    /// A call of `step` for the instruction at `pc`; on anything but `STEP_DONE` it leaves
+    /// with the status `step` returned (an `ERROR` counts the instruction, an `EXIT` not).
+    fn step(&mut self, pc: usize) {
+        dynasm!(self.ops ; .arch aarch64 ; mov x0, x20 ; mov x1, x19);
+        self.imm(2, self.func.0 as u64);
+        self.imm(3, pc as u64);
+        self.call(native::step as *const ());
+        let (done, failed, ep) = (self.ops.new_dynamic_label(), self.ops.new_dynamic_label(), self.epilogue);
+        dynasm!(self.ops ; .arch aarch64 ; cmn x0, 1 ; b.eq =>done);
+        self.count(pc - self.run_start);
+        dynasm!(self.ops ; .arch aarch64
+            ; and x1, x0, 3
+            ; cmp x1, status::ERROR as u32
+            ; b.eq =>failed
+            ; b =>ep
+            ; =>failed
+        );
+        self.count(1);
+        dynasm!(self.ops ; .arch aarch64 ; b =>ep ; =>done);
+    }
+
+    /// Leaves to the interpreter at `pc` unless the helper just called returned true in `w0`
+    /// (otherwise it did nothing: the interpreter runs the general semantics).
+    fn exit_unless_w0(&mut self, pc: usize) {
+        let ok = self.ops.new_dynamic_label();
+        dynasm!(self.ops ; .arch aarch64 ; cbnz w0, =>ok);
+        self.exit_here(pc);
+        dynasm!(self.ops ; .arch aarch64 ; =>ok);
+    }
+
+    /// Copies register `src` into `dst` (a block argument), types before the copy given.
+    fn copy(&mut self, dst: Reg, dst_ty: Ty, src: Reg, src_ty: Ty) {
+        if dst == src {
+            return;
+        }
+        let (d, s) = (slot(dst), slot(src));
+        if src_ty.plain() {
+            if !dst_ty.plain() {
+                self.clear_if_heap(dst);
+            }
+            match src_ty.tag() {
+                Some(_) if dst_ty == src_ty && self.tag_known(dst, src_ty) => {}
+                Some(tg) => self.store_tag(dst, tg),
+                None => dynasm!(self.ops ; .arch aarch64 ; ldr x16, [x19, s] ; str x16, [x19, d]),
+            }
+            let (pd, ps) = (d + 8, s + 8);
+            dynasm!(self.ops ; .arch aarch64 ; ldr x16, [x19, ps] ; str x16, [x19, pd]);
+        } else {
+            // The same object already (a loop-carried container): nothing to do.
+            let (same, copy) = (self.ops.new_dynamic_label(), self.ops.new_dynamic_label());
+            let (pd, ps) = (d + 8, s + 8);
+            dynasm!(self.ops ; .arch aarch64
+                ; ldr x16, [x19, s] ; ldr x17, [x19, d] ; cmp x16, x17 ; b.ne =>copy
+                ; ldr x16, [x19, ps] ; ldr x17, [x19, pd] ; cmp x16, x17 ; b.eq =>same
+                ; =>copy
+            );
+            self.slot_address(0, d);
+            self.slot_address(1, s);
+            self.call(native::copy_slot as *const ());
+            dynasm!(self.ops ; .arch aarch64 ; =>same);
+        }
+    }
+}
+
+/// Why a function cannot be compiled by this emitter, if it cannot.
+fn refuse(f: &Function) -> Option<String> {
+    let far = native::steps_offset().max(native::next_check_offset());
+    if f.num_regs as usize > MAX_REGS {
+        Some(format!("{} registers: the AArch64 emitter addresses {MAX_REGS}", f.num_regs))
+    } else if far > 32760 || native::steps_offset() % 8 != 0 || native::next_check_offset() % 8 != 0 {
+        Some("the VM's counters are out of reach of a scaled load".into())
+    } else {
+        None
+    }
+}
+
+/// Compiles `func` from its inferred types into one finalised code buffer.
+pub fn compile(program: &Program, func: FuncId, types: &Types) -> Result<NativeCode, String> {
+    let f = &program.functions[func.index()];
+    if let Some(why) = refuse(f) {
+        return Err(why);
+    }
+    let mut ops = Assembler::new().map_err(|e| format!("cannot map code memory: {e}"))?;
+    let labels: Vec<DynamicLabel> = (0..f.code.len()).map(|_| ops.new_dynamic_label()).collect();
+    let epilogue = ops.new_dynamic_label();
+    let steps = native::steps_offset() as u32;
+    // The way in from Rust (`Enter`: `x0` the VM, `x1` the registers, `x2` the entry point):
+    // saves the callee-saved registers it pins, pins them, calls the entry point (which
+    // pushes its own activation: the convention every entry follows), stores the count back.
+    let enter = ops.offset();
+    dynasm!(ops ; .arch aarch64
+        ; stp x29, x30, [sp, -48]!
+        ; add x29, sp, 0
+        ; stp x19, x20, [sp, 16]
+        ; str x21, [sp, 32]
+        ; mov x20, x0
+        ; mov x19, x1
+        ; ldr x21, [x20, steps]
+        ; blr x2
+        ; str x21, [x20, steps]
+        ; ldp x19, x20, [sp, 16]
+        ; ldr x21, [sp, 32]
+        ; ldp x29, x30, [sp], 48
+        ; ret
+        ; =>epilogue
+        ; ldp x29, x30, [sp], FRAME_BYTES as i32
+        ; ret
+    );
+    let mut e = Emitter {
+        ops,
+        program,
+        f,
+        func,
+        types,
+        live: crate::types::live_before(f),
+        labels,
+        epilogue,
+        next_check: native::next_check_offset() as u32,
+        run_start: 0,
+        pc: None,
+        pc_offsets: vec![],
+        cold: vec![],
+    };
+    // Entry points: reached block starts, and the instruction after each exit to the
+    // interpreter (where it comes back after a call).
+    let mut entry_pcs = vec![];
+    for (b, info) in f.blocks.iter().enumerate() {
+        let first = info.start as usize;
+        let end = f.blocks.get(b + 1).map_or(f.code.len(), |n| n.start as usize);
+        if types.before[first].is_none() {
+            continue;
+        }
+        entry_pcs.push(first);
+        e.run_start = first;
+        for pc in first..end {
+            if types.before[pc].is_none() {
+                break;
+            }
+            let label = e.labels[pc];
+            dynasm!(e.ops ; .arch aarch64 ; =>label);
+            if pc > first && e.run_start == pc {
+                entry_pcs.push(pc);
+            }
+            e.pc = Some(pc);
+            e.pc_offsets.push((pc as u32, e.ops.offset().0 as u32));
+            e.lower(pc);
+        }
+    }
+    e.pc = None;
+    e.pc_offsets.push((u32::MAX, e.ops.offset().0 as u32));
+    let mut entries = vec![std::ptr::null(); f.code.len()];
+    let mut offsets = vec![];
+    for &pc in &entry_pcs {
+        offsets.push((pc, e.entry(pc, false)));
+    }
+    let call_entry = e.types.before[0].is_some().then(|| e.entry(0, true));
+    e.emit_cold();
+    let size = e.ops.offset().0;
+    let pc_offsets = std::mem::take(&mut e.pc_offsets);
+    // A conditional branch reaches 1 MB: a function whose code is larger cannot link its
+    // rare exits (placed after the code) and stays interpreted.
+    e.ops.commit().map_err(|err| format!("the code cannot be linked ({err:?}): too large for conditional branches"))?;
+    let buf = e.ops.finalize().map_err(|_| "cannot finalise the code buffer".to_string())?;
+    for (pc, off) in offsets {
+        entries[pc] = buf.ptr(off);
+    }
+    let call_entry = call_entry.map_or(std::ptr::null(), |off| buf.ptr(off));
+    // SAFETY: `enter` is the code emitted first above, with the `Enter` signature under the
+    // AAPCS64: it saves and restores the callee-saved registers it uses (`x19`-`x21`, the
+    // frame record; entry points clobber no other callee-saved register), keeps `sp` 16-byte
+    // aligned (48 bytes pushed; each entry point pushes `FRAME_BYTES`, a multiple of 16), and
+    // returns the status the entry point leaves in `x0`. `finalize` synchronised the
+    // instruction cache with the data written (dynasmrt's `ExecutableBuffer`).
+    let enter: native::Enter = unsafe { std::mem::transmute::<*const u8, native::Enter>(buf.ptr(enter)) };
+    Ok(NativeCode { enter, entries, call_entry, owner: Box::new(buf), size, cached_loops: 0, pc_offsets })
+}
+
+#[cfg(test)]
+mod tests;
