@@ -9,13 +9,13 @@ use zygvm_vm::bytecode::{Instr, ListId};
 use zygvm_vm::program::Const;
 
 /// What an instruction lowers to in this emitter: `classify`'s class, except what this
-/// emitter does not compile yet: native Zy calls and returns, and calls of built-ins that may
-/// run Zy code, which leave to the interpreter.
+/// emitter does not compile yet: calls of built-ins that may run Zy code, and calls of a
+/// callee whose frame is larger than this emitter addresses, which leave to the interpreter.
 pub fn class_of(program: &Program, f: &Function, types: &Types, pc: usize) -> Class {
-    match classify(program, f, types, pc) {
-        Class::Native if matches!(f.code[pc], Instr::CallDirect { .. } | Instr::Return { .. }) => Class::Exit,
-        Class::CallOut => Class::Exit,
-        c => c,
+    match (classify(program, f, types, pc), f.code[pc]) {
+        (Class::Native, Instr::CallDirect { func, .. }) if program.functions[func.index()].num_regs as usize > MAX_REGS => Class::Exit,
+        (Class::CallOut, _) => Class::Exit,
+        (c, _) => c,
     }
 }
 
@@ -343,6 +343,8 @@ impl<'a> Emitter<'a> {
             Instr::TapePushCtl { bit } => self.push_control(bit as u32),
             // Two numbers: shape code 0 (`rules::shape_code`).
             Instr::TapeShape { .. } => self.push_control(0),
+            Instr::CallDirect { dst, func, args } => self.call_direct(pc, dst, func, args),
+            Instr::Return { src } => self.ret(pc, src),
             other => unreachable!("{} classified native but not lowered", other.name()),
         }
     }

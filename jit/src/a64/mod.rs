@@ -11,19 +11,22 @@
 //! | `x20` | the `Vm` (helpers' first argument; `next_check` and the steps at fixed offsets) |
 //! | `x21` | the instruction count, `Vm::steps` (loaded and stored by `Enter`) |
 //!
-//! `x0`-`x3`, `x16`, `x17`, `d0` and `d1` are scratch within one instruction; no value lives
+//! `x0`-`x3`, `x16`, `x17`, `d0` and `d1` are scratch within one instruction (`x22`, `x23`
+//! too, in a call: `calls.rs`); no value lives
 //! in a machine register across instructions, so every way out finds the frame exactly the
 //! interpreter's. Each activation's stack frame (`FRAME_BYTES`, pushed by the entry point it
 //! was called at): the frame record (`x29`, `x30`: helper calls overwrite the link register),
-//! then the helpers' scratch word at `[sp + SCRATCH]`.
+//! then the helpers' scratch word at `[sp + SCRATCH]`, then the caller's `x19` during a
+//! native call (`calls::SAVED_X19`).
 //!
 //! Not yet here (each leaves to the interpreter or runs through `step`, which gives the same
 //! results more slowly): cached loops with register homes, tape batches, inlined float
-//! leaves, native Zy calls and returns, calls of built-ins that run Zy code.
+//! leaves, calls of built-ins that run Zy code.
 //!
 //! Files: this file (the emitter's state, its primitives and `compile`), `lower.rs` (one
-//! instruction), `ways.rs` (entries and rare exits).
+//! instruction), `calls.rs` (native calls and returns), `ways.rs` (entries and rare exits).
 
+mod calls;
 mod lower;
 mod ways;
 
@@ -375,7 +378,7 @@ fn refuse(f: &Function) -> Option<String> {
     let far = native::steps_offset().max(native::next_check_offset());
     if f.num_regs as usize > MAX_REGS {
         Some(format!("{} registers: the AArch64 emitter addresses {MAX_REGS}", f.num_regs))
-    } else if far > 32760 || native::steps_offset() % 8 != 0 || native::next_check_offset() % 8 != 0 {
+    } else if far > 32760 || native::steps_offset() % 8 != 0 || native::next_check_offset() % 8 != 0 || !calls::vm_fields_in_reach() {
         Some("the VM's counters are out of reach of a scaled load".into())
     } else {
         None
@@ -397,18 +400,20 @@ pub fn compile(program: &Program, func: FuncId, types: &Types) -> Result<NativeC
     // pushes its own activation: the convention every entry follows), stores the count back.
     let enter = ops.offset();
     dynasm!(ops ; .arch aarch64
-        ; stp x29, x30, [sp, -48]!
+        ; stp x29, x30, [sp, -64]!
         ; add x29, sp, 0
         ; stp x19, x20, [sp, 16]
-        ; str x21, [sp, 32]
+        ; stp x21, x22, [sp, 32]
+        ; str x23, [sp, 48]
         ; mov x20, x0
         ; mov x19, x1
         ; ldr x21, [x20, steps]
         ; blr x2
         ; str x21, [x20, steps]
         ; ldp x19, x20, [sp, 16]
-        ; ldr x21, [sp, 32]
-        ; ldp x29, x30, [sp], 48
+        ; ldp x21, x22, [sp, 32]
+        ; ldr x23, [sp, 48]
+        ; ldp x29, x30, [sp], 64
         ; ret
         ; =>epilogue
         ; ldp x29, x30, [sp], FRAME_BYTES as i32
@@ -474,9 +479,9 @@ pub fn compile(program: &Program, func: FuncId, types: &Types) -> Result<NativeC
     }
     let call_entry = call_entry.map_or(std::ptr::null(), |off| buf.ptr(off));
     // SAFETY: `enter` is the code emitted first above, with the `Enter` signature under the
-    // AAPCS64: it saves and restores the callee-saved registers it uses (`x19`-`x21`, the
-    // frame record; entry points clobber no other callee-saved register), keeps `sp` 16-byte
-    // aligned (48 bytes pushed; each entry point pushes `FRAME_BYTES`, a multiple of 16), and
+    // AAPCS64: it saves and restores the callee-saved registers native code uses (`x19`-`x23`,
+    // the frame record; no code here touches another callee-saved register), keeps `sp`
+    // 16-byte aligned (64 bytes pushed; each entry point pushes `FRAME_BYTES`, a multiple of 16), and
     // returns the status the entry point leaves in `x0`. `finalize` synchronised the
     // instruction cache with the data written (dynasmrt's `ExecutableBuffer`).
     let enter: native::Enter = unsafe { std::mem::transmute::<*const u8, native::Enter>(buf.ptr(enter)) };

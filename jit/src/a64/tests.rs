@@ -132,3 +132,21 @@ fn int_products_check_the_high_word() {
     assert_eq!(words[k + 2], 0xeb82fc7f); // cmp x3, x2, asr #63
     assert_eq!(words[k + 3] & 0xff00001f, 0x54000001); // b.ne (to the overflow exit)
 }
+
+#[test]
+fn a_direct_call_pins_the_callee_registers_and_restores_its_own() {
+    let p = program("fn g(x) { x * 2.0 }\nfn f(x) { g(x) + 1.0 }");
+    let code = code_of(&p, "f", "CallDirect");
+    let at = |w: u32| code.iter().position(|&x| x == w).unwrap_or_else(|| panic!("{w:#x} missing"));
+    // The call count saturates (`cinc` unless it is all ones), then the frame switch.
+    assert!(at(0x1a910631) < at(0xf9000ff3)); // cinc w17, w17, ne; str x19, [sp, #24]
+    assert_eq!(
+        code[at(0xf9000ff3)..at(0xf9000ff3) + 4],
+        [
+            0xf9000ff3, // str x19, [sp, #24]
+            0xaa1603f3, // mov x19, x22
+            0xd63f02e0, // blr x23
+            0xf9400ff3, // ldr x19, [sp, #24]
+        ]
+    );
+}
