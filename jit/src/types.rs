@@ -374,6 +374,16 @@ pub(crate) fn writes(f: &Function, instr: &Instr, mut each: impl FnMut(Reg)) {
     }
 }
 
+/// The order every emitter lays code out in: each reached block's reached instructions
+/// (a block stops at its first unreached one), blocks in order, as `(pc, block_start)`.
+pub fn emission_order<'t>(f: &'t Function, types: &'t Types) -> impl Iterator<Item = (usize, bool)> + 't {
+    f.blocks.iter().enumerate().flat_map(move |(b, info)| {
+        let first = info.start as usize;
+        let end = f.blocks.get(b + 1).map_or(f.code.len(), |n| n.start as usize);
+        (first..end).take_while(move |&pc| types.before[pc].is_some()).map(move |pc| (pc, pc == first))
+    })
+}
+
 /// The registers each instruction's code may read before writing (live before it), by
 /// backward dataflow over the executable form. Entry guards check exact tags only for these;
 /// a dead register need only hold no heap value (native code stores over it without a drop).

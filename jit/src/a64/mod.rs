@@ -437,27 +437,18 @@ pub fn compile(program: &Program, func: FuncId, types: &Types) -> Result<NativeC
     // Entry points: reached block starts, and the instruction after each exit to the
     // interpreter (where it comes back after a call).
     let mut entry_pcs = vec![];
-    for (b, info) in f.blocks.iter().enumerate() {
-        let first = info.start as usize;
-        let end = f.blocks.get(b + 1).map_or(f.code.len(), |n| n.start as usize);
-        if types.before[first].is_none() {
-            continue;
+    for (pc, block_start) in crate::types::emission_order(f, types) {
+        if block_start {
+            e.run_start = pc;
         }
-        entry_pcs.push(first);
-        e.run_start = first;
-        for pc in first..end {
-            if types.before[pc].is_none() {
-                break;
-            }
-            let label = e.labels[pc];
-            dynasm!(e.ops ; .arch aarch64 ; =>label);
-            if pc > first && e.run_start == pc {
-                entry_pcs.push(pc);
-            }
-            e.pc = Some(pc);
-            e.pc_offsets.push((pc as u32, e.ops.offset().0 as u32));
-            e.lower(pc);
+        if e.run_start == pc {
+            entry_pcs.push(pc);
         }
+        let label = e.labels[pc];
+        dynasm!(e.ops ; .arch aarch64 ; =>label);
+        e.pc = Some(pc);
+        e.pc_offsets.push((pc as u32, e.ops.offset().0 as u32));
+        e.lower(pc);
     }
     e.pc = None;
     e.pc_offsets.push((u32::MAX, e.ops.offset().0 as u32));
