@@ -1,4 +1,5 @@
-//! Zy calls and returns in native code, as the x86-64 emitter makes them (`x64/calls.rs`
+//! Zy calls and returns, and calls of built-ins that may run Zy code, in native code, as
+//! the x86-64 emitter makes them (`x64/calls.rs`
 //! states the protocol; `native.rs` in the VM the contract): a direct call pushes the
 //! callee's frame and registers onto the VM's stacks in place and calls the callee's call
 //! entry with its registers in `x19`, the caller's kept in its activation (`SAVED_X19`); a
@@ -146,6 +147,33 @@ impl<'a> Emitter<'a> {
             return;
         };
         self.guard_result(pc, dst, after_types[dst.index()]);
+    }
+
+    /// `dst = builtin(args)` for a built-in that may run Zy or host code
+    /// (`native::call_builtin`): counted, with the count and the frame's pc where the
+    /// interpreter would have them; afterwards the count is read back (code the built-in ran
+    /// added to it). If that code moved the stack, the helper leaves (`EXIT` after the call)
+    /// rather than return, so no activation goes on with a stale `x19`.
+    pub(super) fn call_out(&mut self, pc: usize) {
+        let l = native::layout();
+        let (f_ptr, f_len, _) = stack_fields(l.frames);
+        let (size, f_pc) = (l.frame_size as u32, l.frame_pc as u32);
+        let steps = native::steps_offset() as u32;
+        self.count(pc + 1 - self.run_start);
+        self.run_start = pc + 1;
+        self.store_vm(21, steps);
+        self.load_vm(1, f_len);
+        self.load_vm(17, f_ptr);
+        self.imm(16, size as u64);
+        dynasm!(self.ops ; .arch aarch64 ; madd x1, x1, x16, x17 ; sub x1, x1, size);
+        self.imm(16, pc as u64 + 1);
+        dynasm!(self.ops ; .arch aarch64 ; str w16, [x1, f_pc] ; mov x0, x20);
+        self.imm(1, self.func.0 as u64);
+        self.imm(2, pc as u64);
+        self.call(native::call_builtin as *const ());
+        self.load_vm(21, steps);
+        let epilogue = self.epilogue;
+        dynasm!(self.ops ; .arch aarch64 ; cmn x0, 1 ; b.ne =>epilogue);
     }
 
     /// `Return src`. A closure's frame, or a discarded result, leaves to the interpreter.

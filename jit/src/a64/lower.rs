@@ -8,13 +8,11 @@ use crate::types::{float_pull, index_pull};
 use zygvm_vm::bytecode::{Instr, ListId};
 use zygvm_vm::program::Const;
 
-/// What an instruction lowers to in this emitter: `classify`'s class, except what this
-/// emitter does not compile yet: calls of built-ins that may run Zy code, and calls of a
-/// callee whose frame is larger than this emitter addresses, which leave to the interpreter.
+/// What an instruction lowers to in this emitter: `classify`'s class, except a call of a
+/// callee whose frame is larger than this emitter addresses, which leaves to the interpreter.
 pub fn class_of(program: &Program, f: &Function, types: &Types, pc: usize) -> Class {
     match (classify(program, f, types, pc), f.code[pc]) {
         (Class::Native, Instr::CallDirect { func, .. }) if program.functions[func.index()].num_regs as usize > MAX_REGS => Class::Exit,
-        (Class::CallOut, _) => Class::Exit,
         (c, _) => c,
     }
 }
@@ -39,7 +37,7 @@ impl<'a> Emitter<'a> {
                 }
                 return;
             }
-            Class::CallOut => unreachable!("class_of leaves built-in calls to the interpreter"),
+            Class::CallOut => return self.call_out(pc),
             Class::Native => {}
         }
         let ty = |r: Reg| t[r.index()];

@@ -21,7 +21,7 @@
 //!
 //! Not yet here (each leaves to the interpreter or runs through `step`, which gives the same
 //! results more slowly): cached loops with register homes, tape batches, inlined float
-//! leaves, calls of built-ins that run Zy code.
+//! leaves, clamped bounds.
 //!
 //! Files: this file (the emitter's state, its primitives and `compile`), `lower.rs` (one
 //! instruction), `calls.rs` (native calls and returns), `ways.rs` (entries and rare exits).
