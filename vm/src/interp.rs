@@ -1307,7 +1307,7 @@ impl Vm {
                         if fr.ret != DISCARD {
                             let caller = self.frames.last().unwrap();
                             let i = caller.base as usize + fr.ret as usize;
-                            self.stack[i] = v;
+                            store(&mut self.stack[i], v);
                         }
                         switch_frame!();
                     }
