@@ -28,10 +28,10 @@ pub(super) fn vm_fields_in_reach() -> bool {
     let (s, f) = (stack_fields(l.stack), stack_fields(l.frames));
     [s.0, s.1, s.2, f.0, f.1, f.2, l.ctx_max_depth as u32, l.ctx_stack_limit as u32, l.ctx_entries as u32, l.ctx_calls as u32]
         .iter()
-        .all(|&o| o % 8 == 0 && o <= 32760)
-        && l.frame_size % 8 == 0
-        && [l.frame_func, l.frame_pc, l.frame_base, l.frame_ret].iter().all(|&o| o % 4 == 0 && o < 16380)
-        && l.frame_closure % 8 == 0
+        .all(|&o| o.is_multiple_of(8) && o <= 32760)
+        && l.frame_size.is_multiple_of(8)
+        && [l.frame_func, l.frame_pc, l.frame_base, l.frame_ret].iter().all(|&o| o.is_multiple_of(4) && o < 16380)
+        && l.frame_closure.is_multiple_of(8)
         && l.frame_boundary < 4096
 }
 

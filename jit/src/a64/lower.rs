@@ -338,7 +338,7 @@ impl<'a> Emitter<'a> {
                     self.call(native::tape_push_int as *const ());
                 }
             }
-            Instr::TapePushCtl { bit } => self.push_control(bit as u32),
+            Instr::TapePushCtl { bit } => self.push_control(bit),
             // Two numbers: shape code 0 (`rules::shape_code`).
             Instr::TapeShape { .. } => self.push_control(0),
             Instr::CallDirect { dst, func, args } => self.call_direct(pc, dst, func, args),

@@ -26,6 +26,10 @@
 //! Files: this file (the emitter's state, its primitives and `compile`), `lower.rs` (one
 //! instruction), `calls.rs` (native calls and returns), `ways.rs` (entries and rare exits).
 
+// dynasm's expansion of a dynamic register (`X(r)`, `D(r)`) converts the `u8` it is given
+// into a `u8`.
+#![allow(clippy::useless_conversion)]
+
 mod calls;
 mod lower;
 mod ways;
@@ -378,7 +382,7 @@ fn refuse(f: &Function) -> Option<String> {
     let far = native::steps_offset().max(native::next_check_offset());
     if f.num_regs as usize > MAX_REGS {
         Some(format!("{} registers: the AArch64 emitter addresses {MAX_REGS}", f.num_regs))
-    } else if far > 32760 || native::steps_offset() % 8 != 0 || native::next_check_offset() % 8 != 0 || !calls::vm_fields_in_reach() {
+    } else if far > 32760 || !native::steps_offset().is_multiple_of(8) || !native::next_check_offset().is_multiple_of(8) || !calls::vm_fields_in_reach() {
         Some("the VM's counters are out of reach of a scaled load".into())
     } else {
         None
