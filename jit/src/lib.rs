@@ -16,6 +16,7 @@ pub mod a64;
 pub mod disasm;
 pub mod clamp;
 pub mod classify;
+pub mod float_tree;
 pub mod loops;
 pub mod returns;
 pub mod types;

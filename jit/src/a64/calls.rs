@@ -15,7 +15,7 @@ use zygvm_vm::stack::{CAP_OFFSET, LEN_OFFSET, PTR_OFFSET};
 
 /// Where a native call keeps the caller's `x19` in the caller's activation.
 pub(super) const SAVED_X19: u32 = 24;
-const _: () = assert!(SAVED_X19 + 8 <= FRAME_BYTES && SAVED_X19 >= SCRATCH + 8);
+const _: () = assert!(SAVED_X19 + 8 <= INLINE_AT && SAVED_X19 >= SCRATCH + 8);
 
 /// The offsets of a `Stack`'s pointer, length and capacity words, from the `Vm` pointer.
 fn stack_fields(at: usize) -> (u32, u32, u32) {
@@ -49,6 +49,11 @@ impl<'a> Emitter<'a> {
     pub(super) fn call_direct(&mut self, pc: usize, dst: Reg, g: FuncId, args: ListId) {
         let l = native::layout();
         let callee = &self.program.functions[g.index()];
+        let floats = self.f.list(args).iter().all(|&a| self.ty(pc, a) == Ty::Float);
+        let float_after = self.types.before.get(pc + 1).cloned().flatten().is_some_and(|t| t[dst.index()] == Ty::Float);
+        if let (true, true, Some(tree)) = (floats, float_after, crate::float_tree::float_tree(self.program, callee)) {
+            return self.call_inline(pc, dst, g, args, tree);
+        }
         let (n, arity) = (callee.num_regs, callee.arity);
         let (s_ptr, s_len, s_cap) = stack_fields(l.stack);
         let (f_ptr, f_len, f_cap) = stack_fields(l.frames);

@@ -17,20 +17,22 @@
 //! interpreter's. Each activation's stack frame (`FRAME_BYTES`, pushed by the entry point it
 //! was called at): the frame record (`x29`, `x30`: helper calls overwrite the link register),
 //! then the helpers' scratch word at `[sp + SCRATCH]`, then the caller's `x19` during a
-//! native call (`calls::SAVED_X19`).
+//! native call (`calls::SAVED_X19`), then the registers of an inlined float leaf
+//! (`inline.rs`, from `INLINE_AT`).
 //!
 //! Not yet here (each leaves to the interpreter or runs through `step`, which gives the same
-//! results more slowly): cached loops with register homes, tape batches, inlined float
-//! leaves, clamped bounds.
+//! results more slowly): cached loops with register homes, tape batches, clamped bounds.
 //!
 //! Files: this file (the emitter's state, its primitives and `compile`), `lower.rs` (one
-//! instruction), `calls.rs` (native calls and returns), `ways.rs` (entries and rare exits).
+//! instruction), `calls.rs` (native calls and returns), `inline.rs` (float leaves in
+//! place), `ways.rs` (entries and rare exits).
 
 // dynasm's expansion of a dynamic register (`X(r)`, `D(r)`) converts the `u8` it is given
 // into a `u8`.
 #![allow(clippy::useless_conversion)]
 
 mod calls;
+mod inline;
 mod lower;
 mod ways;
 
@@ -43,10 +45,14 @@ use zygvm_vm::bytecode::{BlockId, FuncId, Reg};
 use zygvm_vm::native::{self, status, tag, NativeCode};
 use zygvm_vm::program::{Function, Program};
 
-/// Bytes each activation pushes: the frame record, then the scratch word (16-byte aligned).
-const FRAME_BYTES: u32 = 32;
+/// Bytes each activation pushes: the frame record, the scratch word, the caller's `x19`
+/// during a native call, the inline slots (16-byte aligned).
+const FRAME_BYTES: u32 = 32 + 8 * crate::float_tree::INLINE_SLOTS as u32;
 /// The helpers' scratch word (`index_float`'s result, a popped number).
 const SCRATCH: u32 = 16;
+/// The first inline slot (`inline.rs`).
+const INLINE_AT: u32 = 32;
+const _: () = assert!(FRAME_BYTES % 16 == 0);
 /// Registers a frame may have for this emitter: every slot's payload is then reachable by a
 /// scaled 12-bit load offset (`ldr x, [x19, #16 r + 8]`, at most 32,760).
 pub const MAX_REGS: usize = 2047;

@@ -135,7 +135,8 @@ fn int_products_check_the_high_word() {
 
 #[test]
 fn a_direct_call_pins_the_callee_registers_and_restores_its_own() {
-    let p = program("fn g(x) { x * 2.0 }\nfn f(x) { g(x) + 1.0 }");
+    // Two blocks: not a float tree, so called, not inlined.
+    let p = program("fn g(x) { if x > 0.0 { x } else { 0.0 - x } }\nfn f(x) { g(x) + 1.0 }");
     let code = code_of(&p, "f", "CallDirect");
     let at = |w: u32| code.iter().position(|&x| x == w).unwrap_or_else(|| panic!("{w:#x} missing"));
     // The call count saturates (`cinc` unless it is all ones), then the frame switch.
@@ -149,4 +150,12 @@ fn a_direct_call_pins_the_callee_registers_and_restores_its_own() {
             0xf9400ff3, // ldr x19, [sp, #24]
         ]
     );
+}
+
+#[test]
+fn a_float_leaf_runs_in_place() {
+    let p = program("fn g(x) { x * 2.0 }\nfn f(x) { g(x) + 1.0 }");
+    let code = code_of(&p, "f", "CallDirect");
+    assert!(!code.contains(&0xd63f02e0), "no frame switch (blr x23)");
+    assert!(code.contains(&0x1e610800), "the body's fmul d0, d0, d1 in place");
 }

@@ -30,7 +30,7 @@ impl<'a> Emitter<'a> {
         let callee = &self.program.functions[g.index()];
         let floats = self.f.list(args).iter().all(|&a| self.ty(pc, a) == Ty::Float);
         let float_after = self.types.before.get(pc + 1).cloned().flatten().is_some_and(|t| t[dst.index()] == Ty::Float);
-        if let (true, true, Some(tree)) = (floats, float_after, inline::float_tree(self.program, callee)) {
+        if let (true, true, Some(tree)) = (floats, float_after, crate::float_tree::float_tree(self.program, callee)) {
             return self.call_inline(pc, dst, g, args, tree);
         }
         let n = callee.num_regs as i32;

@@ -85,7 +85,7 @@ const SAVED_RBX: i32 = row_offset(crate::loops::MAX_ROWS);
 const FRAME_BYTES: i32 = CLAMP + 8;
 
 /// Where a cached loop's tape batch began (`loops.rs`: the cursor when last committed).
-const TAPE_START: i32 = SAVED_RBX + 8 + 8 * inline::INLINE_SLOTS as i32;
+const TAPE_START: i32 = SAVED_RBX + 8 + 8 * crate::float_tree::INLINE_SLOTS as i32;
 /// A cached loop's control batch (`batch.rs`): the count of pushes not yet committed or of
 /// entries still to pop, that count as of the last commit (pops), and the top run's symbol.
 const CTL_N: i32 = TAPE_START + 8;
