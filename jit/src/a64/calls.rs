@@ -45,6 +45,37 @@ impl<'a> Emitter<'a> {
         dynasm!(self.ops ; .arch aarch64 ; str X(reg), [x20, off]);
     }
 
+    /// `x{reg} := &frames[len + delta]` (`x1` holding the frames' length already when
+    /// `len_in_x1`); clobbers `x16` and `x17`.
+    fn frame_address(&mut self, reg: u8, len_in_x1: bool, delta: i32) {
+        let l = native::layout();
+        let (f_ptr, f_len, _) = stack_fields(l.frames);
+        if !len_in_x1 {
+            self.load_vm(1, f_len);
+        }
+        self.load_vm(17, f_ptr);
+        self.imm(16, l.frame_size as u64);
+        dynasm!(self.ops ; .arch aarch64 ; madd X(reg), x1, x16, x17);
+        if delta < 0 {
+            let back = (-delta) as u32 * l.frame_size as u32;
+            dynasm!(self.ops ; .arch aarch64 ; sub XSP(reg), XSP(reg), back);
+        }
+    }
+
+    /// Adds one to function `g`'s call count, saturating as the interpreter's does
+    /// (`hotness()`); clobbers `x16` and `x17`.
+    pub(super) fn count_call(&mut self, g: FuncId) {
+        self.load_vm(16, native::layout().ctx_calls as u32);
+        self.imm(17, 4 * g.0 as u64);
+        dynasm!(self.ops ; .arch aarch64
+            ; add x16, x16, x17
+            ; ldr w17, [x16]
+            ; cmn w17, 1
+            ; cinc w17, w17, ne
+            ; str w17, [x16]
+        );
+    }
+
     /// `dst = g(args)` for a function `g` without captures called with its arity.
     pub(super) fn call_direct(&mut self, pc: usize, dst: Reg, g: FuncId, args: ListId) {
         let l = native::layout();
@@ -56,7 +87,7 @@ impl<'a> Emitter<'a> {
         }
         let (n, arity) = (callee.num_regs, callee.arity);
         let (s_ptr, s_len, s_cap) = stack_fields(l.stack);
-        let (f_ptr, f_len, f_cap) = stack_fields(l.frames);
+        let (_, f_len, f_cap) = stack_fields(l.frames);
         let counted = pc + 1 - self.run_start;
         let (slow, no_code) = (self.cold_exit(pc), self.cold_guard(pc, status::CALLEE));
         // What the interpreter would check or do itself: leave it to the interpreter. `x0`
@@ -108,10 +139,8 @@ impl<'a> Emitter<'a> {
         let (f_func, f_pc, f_base, f_ret) = (l.frame_func as u32, l.frame_pc as u32, l.frame_base as u32, l.frame_ret as u32);
         let (f_closure, f_boundary) = (l.frame_closure as u32, l.frame_boundary as u32);
         self.load_vm(2, s_len);
-        self.load_vm(1, f_len);
-        self.load_vm(17, f_ptr);
-        self.imm(16, size as u64);
-        dynasm!(self.ops ; .arch aarch64 ; madd x0, x1, x16, x17 ; sub x3, x0, size);
+        self.frame_address(0, false, 0);
+        dynasm!(self.ops ; .arch aarch64 ; sub x3, x0, size);
         self.imm(16, pc as u64 + 1);
         dynasm!(self.ops ; .arch aarch64 ; str w16, [x3, f_pc]);
         self.imm(16, g.0 as u64);
@@ -126,14 +155,8 @@ impl<'a> Emitter<'a> {
         );
         self.store_vm(1, f_len);
         self.store_vm(2, s_len);
-        self.load_vm(16, l.ctx_calls as u32);
-        self.imm(17, 4 * g.0 as u64);
+        self.count_call(g);
         dynasm!(self.ops ; .arch aarch64
-            ; add x16, x16, x17
-            ; ldr w17, [x16]
-            ; cmn w17, 1
-            ; cinc w17, w17, ne
-            ; str w17, [x16]
             // Enter the callee with its registers pinned in `x19` (ours kept in our frame).
             ; str x19, [sp, SAVED_X19]
             ; mov x19, x22
@@ -160,17 +183,12 @@ impl<'a> Emitter<'a> {
     /// added to it). If that code moved the stack, the helper leaves (`EXIT` after the call)
     /// rather than return, so no activation goes on with a stale `x19`.
     pub(super) fn call_out(&mut self, pc: usize) {
-        let l = native::layout();
-        let (f_ptr, f_len, _) = stack_fields(l.frames);
-        let (size, f_pc) = (l.frame_size as u32, l.frame_pc as u32);
+        let f_pc = native::layout().frame_pc as u32;
         let steps = native::steps_offset() as u32;
         self.count(pc + 1 - self.run_start);
         self.run_start = pc + 1;
         self.store_vm(21, steps);
-        self.load_vm(1, f_len);
-        self.load_vm(17, f_ptr);
-        self.imm(16, size as u64);
-        dynasm!(self.ops ; .arch aarch64 ; madd x1, x1, x16, x17 ; sub x1, x1, size);
+        self.frame_address(1, false, -1);
         self.imm(16, pc as u64 + 1);
         dynasm!(self.ops ; .arch aarch64 ; str w16, [x1, f_pc] ; mov x0, x20);
         self.imm(1, self.func.0 as u64);
@@ -184,17 +202,11 @@ impl<'a> Emitter<'a> {
     /// `Return src`. A closure's frame, or a discarded result, leaves to the interpreter.
     pub(super) fn ret(&mut self, pc: usize, src: Reg) {
         let l = native::layout();
-        let (_, f_len, _) = stack_fields(l.frames);
-        let size = l.frame_size as u32;
         let (f_ret, f_closure, f_boundary) = (l.frame_ret as u32, l.frame_closure as u32, l.frame_boundary as u32);
         let slow = self.cold_exit(pc);
         let boundary = self.ops.new_dynamic_label();
-        self.load_vm(1, f_len);
-        self.load_vm(17, stack_fields(l.frames).0);
-        self.imm(16, size as u64);
+        self.frame_address(1, false, -1);
         dynasm!(self.ops ; .arch aarch64
-            ; madd x1, x1, x16, x17
-            ; sub x1, x1, size
             ; ldr x16, [x1, f_closure]
             ; cbnz x16, =>slow
             // A boundary frame's value goes to Rust (its `ret` is the discard mark too).
@@ -217,7 +229,7 @@ impl<'a> Emitter<'a> {
     fn pop_and_return(&mut self, pc: usize, src: Reg, boundary: bool) {
         let l = native::layout();
         let (s_ptr, s_len, _) = stack_fields(l.stack);
-        let (f_ptr, f_len, _) = stack_fields(l.frames);
+        let (_, f_len, _) = stack_fields(l.frames);
         let size = l.frame_size as u32;
         let (f_base, f_ret) = (l.frame_base as u32, l.frame_ret as u32);
         self.count(pc + 1 - self.run_start);
@@ -231,9 +243,8 @@ impl<'a> Emitter<'a> {
         self.load_vm(1, f_len);
         dynasm!(self.ops ; .arch aarch64 ; sub x1, x1, 1);
         self.store_vm(1, f_len);
-        self.load_vm(17, f_ptr);
-        self.imm(16, size as u64);
-        dynasm!(self.ops ; .arch aarch64 ; madd x1, x1, x16, x17 ; ldr w0, [x1, f_base]);
+        self.frame_address(1, true, 0);
+        dynasm!(self.ops ; .arch aarch64 ; ldr w0, [x1, f_base]);
         self.store_vm(0, s_len);
         let store = self.ops.new_dynamic_label();
         if boundary {

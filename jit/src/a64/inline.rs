@@ -59,16 +59,7 @@ impl<'a> Emitter<'a> {
     /// the call in `hotness()`, and gives the stack offset of the returned value. `in_d0`:
     /// the slot whose value `d0` also holds, if any.
     fn inline_body(&mut self, g: FuncId, base: usize, in_d0: &mut Option<u32>) -> u32 {
-        let calls = native::layout().ctx_calls as u32;
-        dynasm!(self.ops ; .arch aarch64 ; ldr x16, [x20, calls]);
-        self.imm(17, 4 * g.0 as u64);
-        dynasm!(self.ops ; .arch aarch64
-            ; add x16, x16, x17
-            ; ldr w17, [x16]
-            ; cmn w17, 1
-            ; cinc w17, w17, ne
-            ; str w17, [x16]
-        );
+        self.count_call(g);
         let callee = &self.program.functions[g.index()];
         let n = callee.num_regs as usize;
         let at = |r: Reg| inline_offset(base + r.index());
