@@ -207,13 +207,13 @@ impl ProgramBuilder {
 /// (`/dev/zero`) must end in an error, not exhaust memory.
 pub const MAX_SOURCE_BYTES: u64 = 64 << 20;
 
-/// Reads a source file of at most `MAX_SOURCE_BYTES`.
-/// Whether this build has a native backend for the machine it runs on (x86-64 today). Every
-/// `JitMode` is accepted everywhere; without a backend they all interpret.
+/// Whether this build has a native backend for the machine it runs on (x86-64 and AArch64).
+/// Every `JitMode` is accepted everywhere; without a backend they all interpret.
 pub fn jit_available() -> bool {
     zygvm_jit::Jit::available()
 }
 
+/// Reads a source file of at most `MAX_SOURCE_BYTES`.
 pub fn read_source(path: &Path) -> std::io::Result<String> {
     use std::io::Read;
     let mut text = String::new();

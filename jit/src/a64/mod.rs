@@ -155,7 +155,9 @@ impl<'a> Emitter<'a> {
     /// Adds `n` to the instruction count (`x21`).
     fn count(&mut self, n: usize) {
         if n == 0 {
-        } else if n < 4096 {
+            return;
+        }
+        if n < 4096 {
             let n = n as u32;
             dynasm!(self.ops ; .arch aarch64 ; add x21, x21, n);
         } else {
