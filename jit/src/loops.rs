@@ -7,7 +7,7 @@
 //! that calls nothing (no helper, no `step`, no drop of a heap value). Inside it:
 //!
 //! - **Homes.** Each register the loop reads with one number type throughout (all reads
-//!   `Float`, or all `Int`) gets a *home*: an `xmm` or general register; reads use the home
+//!   `Float`, or all `Int`) gets a *home*: a float or general register of the backend's `LoopRegs`; reads use the home
 //!   (bools get none: see `qualify`). The invariant "home == the slot's payload word" is
 //!   established on every way *into* the loop (an entry stub loads the homes).
 //!   - *Int homes are written through*: every definition writes the slot and the home (an
@@ -20,13 +20,14 @@
 //!     definitions cannot fail after writing their home, so the frame is the interpreter's
 //!     exactly at any exit. Every read of such a register in the loop must use its home:
 //!     the lowering reads floats through `load_float`, which does.
-//! - **The instruction count in `r15`**, as in all native code (`x64/mod.rs`): counting in
+//! - **The instruction count in a register** (`r15`, `x21`), as in all native code: counting in
 //!   memory would put a store-to-load chain through `Vm::steps` in every iteration.
 //! - **Arrays read in place.** `a[i]` and `m[i, j]` of a container register the loop never
 //!   writes read through a *view* (data pointer, array length, columns, rows) that the entry stub
 //!   takes (`native::float_view`); the loop only bounds-checks and loads. Nothing in the loop
 //!   can resize or free the buffer (it calls nothing but scalar math). The view fields read
-//!   most often are also kept in `r13`/`r14` when no int home took them (`view_regs`): a
+//!   most often are also kept in the two *kept* registers (`LoopRegs::kept`: `r13`/`r14` on
+//!   x86-64, `x24`/`x25` on AArch64) when no int home took them (`view_regs`): a
 //!   dot product's loop is bound by its loads, not its arithmetic. An adjoint container that
 //!   `Pull Index`/`Index2` accumulates into in place (`into_adjoint`) gets a view too: the
 //!   loop adds to its elements, which changes neither the register nor the buffer; when it
@@ -34,11 +35,11 @@
 //!   is empty and the first accumulation leaves to the interpreter, which makes it.
 //! - **Helper calls.** A `Math1` that cannot be hoisted calls the built-in's scalar function;
 //!   the tape's pushes and pops (primal-with-tape and adjoint loops) call small helpers. All
-//!   `xmm` registers and some homes are caller-saved, so those homes are reloaded from the frame
+//!   float registers and all but the kept general ones are caller-saved, so those homes are reloaded from the frame
 //!   after each call (write-through makes the frame exact: no spill).
 //! - **The tape's top in registers.** A loop whose value-tape entries are all pushes of one
 //!   number kind, or all pops of one (`TapeBatch`), keeps a cursor into the tape's words in
-//!   `r13` and a limit in `r14`, and the cursor where the batch began in a stack slot
+//!   the first kept register and a limit in the second, and the cursor where the batch began in a stack slot
 //!   (`TAPE_START`): a push is a compare, a store and an add, a pop a compare, a subtract and
 //!   a load. The limit is the words' capacity for pushes, and for pops the start of the run
 //!   of that kind on top (so every entry popped is of the kind the run says). The entries'
@@ -59,17 +60,29 @@ use crate::types::{float_pull, index_pull, reads, successors, writes, Ty, Types}
 use zygvm_vm::bytecode::{Instr, Reg};
 use zygvm_vm::program::{Const, Function, Program};
 
-/// Where a register lives inside a cached loop besides its frame slot.
+/// Where a register lives inside a cached loop besides its frame slot: a float register or
+/// a general register, numbered as the backend's assembler numbers them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Home {
-    Xmm(u8),
-    Gp(u8),
+    Float(u8),
+    Int(u8),
 }
 
-/// `xmm0`/`xmm1` are the lowering's scratch registers.
-const XMM_HOMES: [u8; 14] = [2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15];
-/// `rax`, `rcx`, `rdx`, `rsi`, `rdi` are scratch; `rbx`, `r12` pinned; `r15` the count.
-const GP_HOMES: [u8; 6] = [8, 9, 10, 11, 13, 14];
+/// The machine registers a backend gives cached loops (the free part of its pinned-register
+/// table): the only thing about the target this analysis needs.
+#[derive(Clone, Copy, Debug)]
+pub struct LoopRegs {
+    /// Float registers homes may take (caller-saved: reloaded after a helper call).
+    pub float: &'static [u8],
+    /// General registers homes may take, in order of preference; the `kept` ones last.
+    pub int: &'static [u8],
+    /// Two callee-saved general registers among `int` (a helper call keeps them): a tape
+    /// batch's cursor and limit, else the view fields read most often when no home took them.
+    pub kept: [u8; 2],
+    /// Whether the backend lowers tape batches (`tape`, `ctl`) and clamped bounds (`clamp`).
+    pub batches: bool,
+    pub clamp: bool,
+}
 
 #[derive(Clone, Debug)]
 pub struct CachedLoop {
@@ -97,7 +110,7 @@ pub struct CachedLoop {
     /// viewed `m` with `i` unchanged in the loop. The entry stub checks `i` and computes
     /// `i * cols` once (`row_offset`); each access then checks `j` only.
     pub rows: Vec<(Reg, Reg)>,
-    /// Value-tape entries all of one kind and direction (`r13`, `r14`: see the module).
+    /// Value-tape entries all of one kind and direction (the kept registers: see the module).
     pub tape: Option<TapeBatch>,
     /// Control decisions all pushes of one symbol, or all pops (counted in stack slots).
     pub ctl: Option<CtlBatch>,
@@ -131,10 +144,6 @@ pub struct TapeBatch {
     pub kind: u8,
 }
 
-/// The callee-saved general registers that hold view fields when no int home uses them
-/// (helper calls keep them, so nothing reloads them).
-const VIEW_REGS: [u8; 2] = [13, 14];
-
 /// Views a loop may hold (stack slots reserved by the prologue in `x64/mod.rs`).
 pub const MAX_VIEWS: usize = 4;
 /// Hoisted values a loop may hold (stack slots, likewise).
@@ -144,7 +153,7 @@ pub const MAX_ROWS: usize = 4;
 
 
 /// The cached loops of `f` under `types`: innermost first, never overlapping.
-pub fn find(program: &Program, f: &Function, types: &Types) -> Vec<CachedLoop> {
+pub fn find(program: &Program, f: &Function, types: &Types, regs: &LoopRegs) -> Vec<CachedLoop> {
     let nb = f.blocks.len();
     let end_of = |b: usize| f.blocks.get(b + 1).map_or(f.code.len(), |n| n.start as usize);
     // Edges between reached blocks (each block's terminator is its last instruction).
@@ -181,7 +190,7 @@ pub fn find(program: &Program, f: &Function, types: &Types) -> Vec<CachedLoop> {
         if pcs.iter().any(|&pc| taken[pc]) {
             continue;
         }
-        if let Some(c) = qualify(program, f, types, f.blocks[h].start as usize, pcs) {
+        if let Some(c) = qualify(program, f, types, regs, f.blocks[h].start as usize, pcs) {
             c.pcs.iter().for_each(|&pc| taken[pc] = true);
             found.push(c);
         }
@@ -209,7 +218,7 @@ fn natural_loop(preds: &[Vec<usize>], header: usize, tail: usize) -> Option<Vec<
     (!entered_elsewhere).then_some(body)
 }
 
-fn qualify(program: &Program, f: &Function, types: &Types, first: usize, pcs: Vec<usize>) -> Option<CachedLoop> {
+fn qualify(program: &Program, f: &Function, types: &Types, regs: &LoopRegs, first: usize, pcs: Vec<usize>) -> Option<CachedLoop> {
     let ty = |pc: usize, r: Reg| types.before[pc].as_ref().map(|t| t[r.index()]);
     // Writes, and the writes that change a register: all but the in-place accumulations into
     // an adjoint container, which keep its value (or leave).
@@ -341,32 +350,34 @@ fn qualify(program: &Program, f: &Function, types: &Types, first: usize, pcs: Ve
             }
         });
     }
-    let tape = tape_batch(f, types, &pcs);
-    // A batch keeps the tape's cursor and limit in `r13` and `r14`.
-    let gp_homes: Vec<u8> = GP_HOMES.into_iter().filter(|g| tape.is_none() || !VIEW_REGS.contains(g)).collect();
+    let tape = tape_batch(f, types, &pcs).filter(|_| regs.batches);
+    // A batch keeps the tape's cursor and limit in the kept registers.
+    let gp_homes: Vec<u8> = regs.int.iter().copied().filter(|g| tape.is_none() || !regs.kept.contains(g)).collect();
     let mut homes = vec![None; n];
     let (mut xi, mut gi) = (0, 0);
     for r in 0..n {
         match (read_ty[r], mixed[r]) {
-            (Some(Ty::Float), false) if xi < XMM_HOMES.len() => {
-                homes[r] = Some(Home::Xmm(XMM_HOMES[xi]));
+            (Some(Ty::Float), false) if xi < regs.float.len() => {
+                homes[r] = Some(Home::Float(regs.float[xi]));
                 xi += 1;
             }
             (Some(Ty::Int), false) if gi < gp_homes.len() => {
-                homes[r] = Some(Home::Gp(gp_homes[gi]));
+                homes[r] = Some(Home::Int(gp_homes[gi]));
                 gi += 1;
             }
             _ => {}
         }
     }
     let written: Vec<bool> = written.iter().map(|&n| n > 0).collect();
-    let lazy = (0..n).map(|r| written[r] && matches!(homes[r], Some(Home::Xmm(_)))).collect();
+    let lazy = (0..n).map(|r| written[r] && matches!(homes[r], Some(Home::Float(_)))).collect();
     let rows = fixed_rows(f, types, &pcs, &views, &written);
-    let ctl = ctl_batch(f, &pcs);
+    let ctl = ctl_batch(f, &pcs).filter(|_| regs.batches);
     let mut l = CachedLoop { first, pcs, hoisted, homes, views, written, lazy, view_regs: vec![], rows, tape, ctl, clamp: None };
-    l.clamp = crate::clamp::find(f, types, &l);
+    if regs.clamp {
+        l.clamp = crate::clamp::find(f, types, &l);
+    }
     if l.tape.is_none() {
-        view_registers(f, &mut l);
+        view_registers(f, regs, &mut l);
     }
     Some(l)
 }
@@ -458,8 +469,8 @@ fn tape_batch(f: &Function, types: &Types, pcs: &[usize]) -> Option<TapeBatch> {
 /// Gives the view fields read most often in the loop, and a clamped loop's bound
 /// (`clamp.rs`: read once per iteration), the callee-saved registers the homes left free
 /// (`CachedLoop::view_regs`, `Clamp::lim_reg`).
-fn view_registers(f: &Function, l: &mut CachedLoop) {
-    let free: Vec<u8> = VIEW_REGS.into_iter().filter(|g| !l.homes.contains(&Some(Home::Gp(*g)))).collect();
+fn view_registers(f: &Function, regs: &LoopRegs, l: &mut CachedLoop) {
+    let free: Vec<u8> = regs.kept.into_iter().filter(|g| !l.homes.contains(&Some(Home::Int(*g)))).collect();
     let (views, rows) = (&l.views, &l.rows);
     let clamped = |pc: usize| l.clamp.as_ref().is_some_and(|c| c.checks.iter().any(|x| x.0 == pc));
     // Reads per (view, field): an index reads the data pointer and the length (unless
@@ -506,6 +517,6 @@ fn view_registers(f: &Function, l: &mut CachedLoop) {
     // Else a general register no home took (caller-saved: reloaded after a helper call).
     let homes = &l.homes;
     if let Some(c) = l.clamp.as_mut().filter(|c| c.lim_reg.is_none()) {
-        c.lim_reg = GP_HOMES.into_iter().find(|g| !VIEW_REGS.contains(g) && !homes.contains(&Some(Home::Gp(*g))));
+        c.lim_reg = regs.int.iter().copied().find(|g| !regs.kept.contains(g) && !homes.contains(&Some(Home::Int(*g))));
     }
 }

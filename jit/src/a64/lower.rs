@@ -20,6 +20,14 @@ pub fn class_of(program: &Program, f: &Function, types: &Types, pc: usize) -> Cl
 impl<'a> Emitter<'a> {
     pub(super) fn lower(&mut self, pc: usize) {
         let instr = self.f.code[pc];
+        if let Some(i) = self.cur.and_then(|l| self.loops[l].hoisted.iter().position(|&h| h == pc)) {
+            // Computed by the loop's entry stubs (`loops.rs`): copied into place here.
+            let (Instr::Math1 { dst, .. }, h) = (instr, hoist_offset(i)) else { unreachable!("only Math1 is hoisted") };
+            self.prepare_def(pc, dst);
+            let d = self.float_dst(dst);
+            dynasm!(self.ops ; .arch aarch64 ; ldr D(d), [sp, h]);
+            return self.store_float_from(dst, d);
+        }
         let t = self.types.before[pc].clone().expect("reached");
         match class_of(self.program, self.f, self.types, pc) {
             Class::Exit => {
@@ -73,8 +81,8 @@ impl<'a> Emitter<'a> {
                     self.int_arith(pc, instr, a, b);
                     self.store_int(dst);
                 } else {
-                    self.float_arith(pc, instr, a, b);
-                    self.store_float(dst);
+                    let d = self.float_arith(pc, instr, a, b, dst);
+                    self.store_float_from(dst, d);
                 }
             }
             Instr::Neg { dst, src } => {
@@ -85,9 +93,10 @@ impl<'a> Emitter<'a> {
                     dynasm!(self.ops ; .arch aarch64 ; negs x0, x0 ; b.vs =>overflow);
                     self.store_int(dst);
                 } else {
-                    self.load_float(pc, src, false);
-                    dynasm!(self.ops ; .arch aarch64 ; fneg d0, d0);
-                    self.store_float(dst);
+                    let x = self.float_reg(pc, src, false);
+                    let d = self.float_dst(dst);
+                    dynasm!(self.ops ; .arch aarch64 ; fneg D(d), D(x));
+                    self.store_float_from(dst, d);
                 }
             }
             Instr::Not { dst, src } => {
@@ -112,12 +121,18 @@ impl<'a> Emitter<'a> {
             Instr::MulAdd { dst, a, b } => {
                 // `dst + a * b`, rounded after each operation as the interpreter does (no
                 // fused multiply-add).
-                self.load_float(pc, a, true);
-                self.load_float(pc, b, false);
-                dynasm!(self.ops ; .arch aarch64 ; fmul d1, d1, d0);
-                self.load_float(pc, dst, false);
-                dynasm!(self.ops ; .arch aarch64 ; fadd d0, d0, d1);
-                self.store_float(dst);
+                let x = self.float_reg(pc, a, true);
+                let y = self.float_reg(pc, b, false);
+                dynasm!(self.ops ; .arch aarch64 ; fmul d1, D(x), D(y));
+                match self.float_home_only(dst) {
+                    // A written-back accumulator stays in its home: `dst += a * b` in place.
+                    Some(k) => dynasm!(self.ops ; .arch aarch64 ; fadd D(k), D(k), d1),
+                    None => {
+                        let acc = self.float_reg(pc, dst, false);
+                        dynasm!(self.ops ; .arch aarch64 ; fadd d0, D(acc), d1);
+                        self.store_float(dst);
+                    }
+                }
             }
             Instr::AdjAdd { dst, a, b } => match (ty(a), ty(b)) {
                 (Ty::Plain, Ty::Float) => {
@@ -134,10 +149,11 @@ impl<'a> Emitter<'a> {
                 }
                 (Ty::Float, Ty::Float) => {
                     self.prepare_def(pc, dst);
-                    self.load_float(pc, a, false);
-                    self.load_float(pc, b, true);
-                    dynasm!(self.ops ; .arch aarch64 ; fadd d0, d0, d1);
-                    self.store_float(dst);
+                    let x = self.float_reg(pc, a, false);
+                    let y = self.float_reg(pc, b, true);
+                    let d = self.float_dst(dst);
+                    dynasm!(self.ops ; .arch aarch64 ; fadd D(d), D(x), D(y));
+                    self.store_float_from(dst, d);
                 }
                 (Ty::Nil, t2) => self.copy(dst, ty(dst), b, t2),
                 (t1, _) => self.copy(dst, ty(dst), a, t1),
@@ -163,23 +179,27 @@ impl<'a> Emitter<'a> {
                 let sd = slot(dst) + 8;
                 if ty(dst) == Ty::Int {
                     let overflow = self.cold_exit(pc);
-                    self.load_int(dst, false);
-                    self.load_int(k, true);
+                    // In place in a home (on overflow the home is dead: native code leaves,
+                    // and the slot still holds the old value), else in `x0`.
+                    let x = self.int_reg(dst, false);
+                    let y = self.int_reg(k, true);
                     if add {
-                        dynasm!(self.ops ; .arch aarch64 ; adds x0, x0, x1);
+                        dynasm!(self.ops ; .arch aarch64 ; adds X(x), X(x), X(y));
                     } else {
-                        dynasm!(self.ops ; .arch aarch64 ; subs x0, x0, x1);
+                        dynasm!(self.ops ; .arch aarch64 ; subs X(x), X(x), X(y));
                     }
-                    dynasm!(self.ops ; .arch aarch64 ; b.vs =>overflow ; str x0, [x19, sd]);
+                    dynasm!(self.ops ; .arch aarch64 ; b.vs =>overflow ; str X(x), [x19, sd]);
                 } else {
-                    self.load_float(pc, dst, false);
-                    self.load_float(pc, k, true);
+                    let x = self.float_reg(pc, dst, false);
+                    let y = self.float_reg(pc, k, true);
+                    let d = self.float_dst(dst);
                     if add {
-                        dynasm!(self.ops ; .arch aarch64 ; fadd d0, d0, d1);
+                        dynasm!(self.ops ; .arch aarch64 ; fadd D(d), D(x), D(y));
                     } else {
-                        dynasm!(self.ops ; .arch aarch64 ; fsub d0, d0, d1);
+                        dynasm!(self.ops ; .arch aarch64 ; fsub D(d), D(x), D(y));
                     }
-                    dynasm!(self.ops ; .arch aarch64 ; str d0, [x19, sd]);
+                    // `dst` is read here, so live and known a float: no tag to store.
+                    self.store_float_from(dst, d);
                 }
                 self.jump_edge(pc, target);
             }
@@ -215,8 +235,29 @@ impl<'a> Emitter<'a> {
                 };
                 let else_edge = self.cold_edge(pc, else_blk);
                 self.jump_unless(pc, compare, ty(a), a, b, else_edge);
-                // Falling through into the next block (emitted next) continues the run.
+                // Falling through into the next block continues the run.
                 self.count(pc + 1 - self.run_start);
+                let next = pc + 1;
+                let label = self.target(next);
+                // The next block's code follows directly (blocks are emitted in order) unless
+                // a stub lies between (into or out of a cached loop).
+                if label != self.labels[next] {
+                    dynasm!(self.ops ; .arch aarch64 ; b =>label);
+                }
+            }
+            Instr::Index { dst, obj, idx } if self.view_slot(obj).is_some() => {
+                let out = self.cold_exit(pc);
+                self.prepare_def(pc, dst);
+                let ix = self.view_index(obj, idx, out);
+                let base = self.element_base(obj);
+                self.load_at(base, ix, dst);
+            }
+            Instr::Index2 { dst, obj, ij } if self.view_slot(obj).is_some() => {
+                let out = self.cold_exit(pc);
+                let l = self.f.list(ij).to_vec();
+                self.prepare_def(pc, dst);
+                let (base, ix) = self.view_index2(obj, l[0], l[1], out);
+                self.load_at(base, ix, dst);
             }
             Instr::Index { dst, obj, idx } => {
                 self.slot_address(0, slot(obj));
@@ -285,6 +326,11 @@ impl<'a> Emitter<'a> {
                 self.prepare_def(pc, dst);
                 self.store_tag(dst, tag::NIL);
             }
+            Instr::Pull { args, .. }
+                if crate::loops::into_adjoint(self.f, &instr, &t) && self.view_slot(self.f.list(args)[0]).is_some() =>
+            {
+                self.pull_into_view(pc, args);
+            }
             Instr::Pull { dst, rule, args } if index_pull(rule, self.f.list(args), &t) => {
                 let l = self.f.list(args).to_vec();
                 self.slot_address(0, slot(dst));
@@ -328,13 +374,13 @@ impl<'a> Emitter<'a> {
                 self.store_float(dst);
             }
             Instr::TapeSave { src } | Instr::TapePush { src } => {
-                let s = slot(src) + 8;
+                // From the home where there is one (a written-back home's slot is stale).
                 dynasm!(self.ops ; .arch aarch64 ; mov x0, x20);
                 if ty(src) == Ty::Float {
-                    dynasm!(self.ops ; .arch aarch64 ; ldr d0, [x19, s]);
+                    self.load_float(pc, src, false);
                     self.call(native::tape_push_float as *const ());
                 } else {
-                    dynasm!(self.ops ; .arch aarch64 ; ldr x1, [x19, s]);
+                    self.load_int(src, true);
                     self.call(native::tape_push_int as *const ());
                 }
             }
@@ -365,44 +411,52 @@ impl<'a> Emitter<'a> {
     /// `x0 := a OP b` for two ints, leaving at `pc` on overflow.
     fn int_arith(&mut self, pc: usize, instr: Instr, a: Reg, b: Reg) {
         let bad = self.cold_exit(pc);
-        self.load_int(a, false);
-        self.load_int(b, true);
+        let x = self.int_reg(a, false);
+        let y = self.int_reg(b, true);
         match instr {
-            Instr::Add { .. } => dynasm!(self.ops ; .arch aarch64 ; adds x0, x0, x1 ; b.vs =>bad),
-            Instr::Sub { .. } => dynasm!(self.ops ; .arch aarch64 ; subs x0, x0, x1 ; b.vs =>bad),
+            Instr::Add { .. } => dynasm!(self.ops ; .arch aarch64 ; adds x0, X(x), X(y) ; b.vs =>bad),
+            Instr::Sub { .. } => dynasm!(self.ops ; .arch aarch64 ; subs x0, X(x), X(y) ; b.vs =>bad),
             // The product overflows when its high word is not the sign of its low word.
             Instr::Mul { .. } => dynasm!(self.ops ; .arch aarch64
-                ; mul x2, x0, x1 ; smulh x3, x0, x1 ; cmp x3, x2, ASR 63 ; b.ne =>bad ; mov x0, x2),
+                ; mul x2, X(x), X(y) ; smulh x3, X(x), X(y) ; cmp x3, x2, ASR 63 ; b.ne =>bad ; mov x0, x2),
             _ => unreachable!("int Mod and Pow are not classified native"),
         }
     }
 
-    /// `d0 := a OP b` with ints converted (the semantics of mixed operands).
-    fn float_arith(&mut self, pc: usize, instr: Instr, a: Reg, b: Reg) {
-        self.load_float(pc, a, false);
-        if matches!(instr, Instr::Pow { .. }) && self.ty(pc, b) == Ty::Int && self.ty(pc, a) == Ty::Float {
-            self.load_int(b, false);
-            return self.call(native::pow_int as *const ());
+    /// `a OP b` with ints converted (the semantics of mixed operands), into the float
+    /// register it returns: `float_dst(dst)` for the four operations, `d0` after a call.
+    fn float_arith(&mut self, pc: usize, instr: Instr, a: Reg, b: Reg, dst: Reg) -> u8 {
+        if matches!(instr, Instr::Mod { .. } | Instr::Pow { .. }) {
+            self.load_float(pc, a, false);
+            if matches!(instr, Instr::Pow { .. }) && self.ty(pc, b) == Ty::Int && self.ty(pc, a) == Ty::Float {
+                self.load_int(b, false);
+                self.call(native::pow_int as *const ());
+                return 0;
+            }
+            self.load_float(pc, b, true);
+            let f = if matches!(instr, Instr::Mod { .. }) { native::rem_float as *const () } else { native::pow_float as *const () };
+            self.call(f);
+            return 0;
         }
-        self.load_float(pc, b, true);
+        let x = self.float_reg(pc, a, false);
+        let y = self.float_reg(pc, b, true);
+        let d = self.float_dst(dst);
         match instr {
-            Instr::Add { .. } => dynasm!(self.ops ; .arch aarch64 ; fadd d0, d0, d1),
-            Instr::Sub { .. } => dynasm!(self.ops ; .arch aarch64 ; fsub d0, d0, d1),
-            Instr::Mul { .. } => dynasm!(self.ops ; .arch aarch64 ; fmul d0, d0, d1),
-            Instr::Div { .. } => dynasm!(self.ops ; .arch aarch64 ; fdiv d0, d0, d1),
-            Instr::Mod { .. } => self.call(native::rem_float as *const ()),
-            Instr::Pow { .. } => self.call(native::pow_float as *const ()),
-            _ => unreachable!(),
+            Instr::Add { .. } => dynasm!(self.ops ; .arch aarch64 ; fadd D(d), D(x), D(y)),
+            Instr::Sub { .. } => dynasm!(self.ops ; .arch aarch64 ; fsub D(d), D(x), D(y)),
+            Instr::Mul { .. } => dynasm!(self.ops ; .arch aarch64 ; fmul D(d), D(x), D(y)),
+            _ => dynasm!(self.ops ; .arch aarch64 ; fdiv D(d), D(x), D(y)),
         }
+        d
     }
 
     /// `w0 := a CMP b` for two ints, two floats (unordered: false except `!=`) or two bools.
     fn compare_to_w0(&mut self, pc: usize, instr: Instr, t: Ty, a: Reg, b: Reg) {
         match t {
             Ty::Int => {
-                self.load_int(a, false);
-                self.load_int(b, true);
-                dynasm!(self.ops ; .arch aarch64 ; cmp x0, x1);
+                let x = self.int_reg(a, false);
+                let y = self.int_reg(b, true);
+                dynasm!(self.ops ; .arch aarch64 ; cmp X(x), X(y));
                 match instr {
                     Instr::Lt { .. } => dynasm!(self.ops ; .arch aarch64 ; cset w0, lt),
                     Instr::Le { .. } => dynasm!(self.ops ; .arch aarch64 ; cset w0, le),
@@ -424,9 +478,9 @@ impl<'a> Emitter<'a> {
             _ => {
                 // After `fcmp`, an unordered pair sets C and V: `mi`, `ls`, `gt`, `ge` and
                 // `eq` are false for it, `ne` true, as the interpreter's comparisons are.
-                self.load_float(pc, a, false);
-                self.load_float(pc, b, true);
-                dynasm!(self.ops ; .arch aarch64 ; fcmp d0, d1);
+                let x = self.float_reg(pc, a, false);
+                let y = self.float_reg(pc, b, true);
+                dynasm!(self.ops ; .arch aarch64 ; fcmp D(x), D(y));
                 match instr {
                     Instr::Lt { .. } => dynasm!(self.ops ; .arch aarch64 ; cset w0, mi),
                     Instr::Le { .. } => dynasm!(self.ops ; .arch aarch64 ; cset w0, ls),
@@ -444,9 +498,9 @@ impl<'a> Emitter<'a> {
     /// `order_numbers` (exact between an int and a float; not two numbers: leaves at `pc`).
     fn jump_unless(&mut self, pc: usize, instr: Instr, t: Ty, a: Reg, b: Reg, to: DynamicLabel) {
         if t == self.ty(pc, b) && t == Ty::Int {
-            self.load_int(a, false);
-            self.load_int(b, true);
-            dynasm!(self.ops ; .arch aarch64 ; cmp x0, x1);
+            let x = self.int_reg(a, false);
+            let y = self.int_reg(b, true);
+            dynasm!(self.ops ; .arch aarch64 ; cmp X(x), X(y));
             match instr {
                 Instr::Lt { .. } => dynasm!(self.ops ; .arch aarch64 ; b.ge =>to),
                 Instr::Le { .. } => dynasm!(self.ops ; .arch aarch64 ; b.gt =>to),
@@ -454,10 +508,10 @@ impl<'a> Emitter<'a> {
                 _ => dynasm!(self.ops ; .arch aarch64 ; b.lt =>to),
             }
         } else if t == self.ty(pc, b) && t == Ty::Float {
-            self.load_float(pc, a, false);
-            self.load_float(pc, b, true);
+            let x = self.float_reg(pc, a, false);
+            let y = self.float_reg(pc, b, true);
             // The negations of `mi`, `ls`, `gt`, `ge`: each true for an unordered pair.
-            dynasm!(self.ops ; .arch aarch64 ; fcmp d0, d1);
+            dynasm!(self.ops ; .arch aarch64 ; fcmp D(x), D(y));
             match instr {
                 Instr::Lt { .. } => dynasm!(self.ops ; .arch aarch64 ; b.pl =>to),
                 Instr::Le { .. } => dynasm!(self.ops ; .arch aarch64 ; b.hi =>to),

@@ -12,32 +12,38 @@
 //! | `x21` | the instruction count, `Vm::steps` (loaded and stored by `Enter`) |
 //!
 //! `x0`-`x3`, `x16`, `x17`, `d0` and `d1` are scratch within one instruction (`x22`, `x23`
-//! too, in a call: `calls.rs`); no value lives
-//! in a machine register across instructions, so every way out finds the frame exactly the
-//! interpreter's. Each activation's stack frame (`FRAME_BYTES`, pushed by the entry point it
-//! was called at): the frame record (`x29`, `x30`: helper calls overwrite the link register),
-//! then the helpers' scratch word at `[sp + SCRATCH]`, then the caller's `x19` during a
-//! native call (`calls::SAVED_X19`), then the registers of an inlined float leaf
-//! (`inline.rs`, from `INLINE_AT`).
+//! too, in a call: `calls.rs`). Outside cached loops no value lives in a machine register
+//! across instructions; inside one (`loops.rs`, `LOOP_REGS`), `d2`-`d7` and `d16`-`d31`,
+//! `x4`-`x15`, `x24` and `x25` hold copies of slots (homes: ints written through, floats the
+//! loop writes written back on every way out; `homes.rs`). Either way every way out finds
+//! the frame exactly the interpreter's. Each activation's stack frame (`FRAME_BYTES`, pushed
+//! by the entry point it was called at): the frame record (`x29`, `x30`: helper calls
+//! overwrite the link register), then the helpers' scratch word at `[sp + SCRATCH]`, then the
+//! caller's `x19` during a native call (`calls::SAVED_X19`), then the registers of an inlined
+//! float leaf (`inline.rs`, from `INLINE_AT`), then a cached loop's views, hoisted values
+//! and fixed rows (`view_offset`, `hoist_offset`, `row_offset`).
 //!
-//! Not yet here (each leaves to the interpreter or runs through `step`, which gives the same
-//! results more slowly): cached loops with register homes, tape batches, clamped bounds.
+//! Not yet here (each runs as in the interpreter's order, more slowly): tape batches and
+//! clamped bounds in cached loops.
 //!
-//! Files: this file (the emitter's state, its primitives and `compile`), `lower.rs` (one
-//! instruction), `calls.rs` (native calls and returns), `inline.rs` (float leaves in
-//! place), `ways.rs` (entries and rare exits).
+//! Files: this file (the emitter's state, its primitives and `compile`), `homes.rs` (cached
+//! loops: homes, views, the way out), `lower.rs` (one instruction), `calls.rs` (native calls
+//! and returns), `inline.rs` (float leaves in place), `ways.rs` (entries, loop stubs and
+//! rare exits).
 
 // dynasm's expansion of a dynamic register (`X(r)`, `D(r)`) converts the `u8` it is given
 // into a `u8`.
 #![allow(clippy::useless_conversion)]
 
 mod calls;
+mod homes;
 mod inline;
 mod lower;
 mod ways;
 
 pub use lower::class_of;
 
+use crate::loops::{CachedLoop, Home, LoopRegs, MAX_HOISTS, MAX_ROWS, MAX_VIEWS};
 use crate::types::{Ty, Types};
 use dynasmrt::aarch64::Assembler;
 use dynasmrt::{dynasm, DynamicLabel, DynasmApi, DynasmLabelApi};
@@ -45,14 +51,44 @@ use zygvm_vm::bytecode::{BlockId, FuncId, Reg};
 use zygvm_vm::native::{self, status, tag, NativeCode};
 use zygvm_vm::program::{Function, Program};
 
-/// Bytes each activation pushes: the frame record, the scratch word, the caller's `x19`
-/// during a native call, the inline slots (16-byte aligned).
-const FRAME_BYTES: u32 = 32 + 8 * crate::float_tree::INLINE_SLOTS as u32;
 /// The helpers' scratch word (`index_float`'s result, a popped number).
 const SCRATCH: u32 = 16;
 /// The first inline slot (`inline.rs`).
 const INLINE_AT: u32 = 32;
-const _: () = assert!(FRAME_BYTES % 16 == 0);
+
+/// The stack offset of view `i` of a cached loop: data pointer, length or rows, columns,
+/// rows (`native::float_view`), after the inline slots.
+const fn view_offset(i: usize) -> u32 {
+    INLINE_AT + 8 * crate::float_tree::INLINE_SLOTS as u32 + 32 * i as u32
+}
+
+/// The stack offset of hoisted value `i` of a cached loop (after the views).
+const fn hoist_offset(i: usize) -> u32 {
+    view_offset(MAX_VIEWS) + 8 * i as u32
+}
+
+/// The stack offset of fixed row `i` of a cached loop (`loops::CachedLoop::rows`): the row's
+/// address, then the column bound (0 when the row is out of range or the view is not of a
+/// matrix, so that every access leaves).
+const fn row_offset(i: usize) -> u32 {
+    hoist_offset(MAX_HOISTS) + 16 * i as u32
+}
+
+/// Bytes each activation pushes: the frame record, the scratch word, the caller's `x19`
+/// during a native call, the inline slots, a cached loop's views, hoisted values and rows.
+const FRAME_BYTES: u32 = row_offset(MAX_ROWS);
+const _: () = assert!(FRAME_BYTES.is_multiple_of(16) && FRAME_BYTES <= 504, "stp's pre-index reach");
+
+/// The registers cached loops may use (`loops.rs`). `x0`-`x3`, `x16`, `x17`, `d0`, `d1` are
+/// scratch; `x19`-`x23` pinned; `x18` is the platform's. The float homes are caller-saved
+/// (reloaded after a helper call); `x24` and `x25` are callee-saved (`Enter` saves them).
+const LOOP_REGS: LoopRegs = LoopRegs {
+    float: &[2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31],
+    int: &[4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 24, 25],
+    kept: [24, 25],
+    batches: false,
+    clamp: false,
+};
 /// Registers a frame may have for this emitter: every slot's payload is then reachable by a
 /// scaled 12-bit load offset (`ldr x, [x19, #16 r + 8]`, at most 32,760).
 pub const MAX_REGS: usize = 2047;
@@ -89,6 +125,21 @@ pub(crate) struct Emitter<'a> {
     pc_offsets: Vec<(u32, u32)>,
     /// Rare exits and out-of-line edges still to emit (`cold_leave`, `cold_edge`).
     cold: Vec<Cold>,
+    /// The cached loops (`loops.rs`), the loop each instruction belongs to, and the one being
+    /// lowered now (its homes are in use).
+    loops: Vec<CachedLoop>,
+    loop_of: Vec<Option<usize>>,
+    cur: Option<usize>,
+    /// Stubs into and out of cached loops still to emit: (kind, instruction, label).
+    stubs: Vec<(Stub, usize, DynamicLabel)>,
+}
+
+/// A way into the cached loop with the given index (loading its homes), or out of it
+/// (storing its written-back homes).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Stub {
+    Enter(usize),
+    Leave(usize),
 }
 
 /// An exit or taken edge placed after the function's code.
@@ -96,6 +147,8 @@ struct Cold {
     label: DynamicLabel,
     counted: usize,
     pc: usize,
+    /// The cached loop it leaves from, if any (its homes to settle).
+    cur: Option<usize>,
     /// `None`: leave with `status`; `Some(b)`: the taken edge to block `b` of the branch at `pc`.
     edge: Option<BlockId>,
     status: (u64, u32),
@@ -168,6 +221,7 @@ impl<'a> Emitter<'a> {
 
     /// Leaves with `status` in `x0` after counting `counted` instructions.
     fn leave(&mut self, counted: usize, st: u64) {
+        self.settle_loop();
         self.count(counted);
         self.imm(0, st);
         let ep = self.epilogue;
@@ -191,14 +245,14 @@ impl<'a> Emitter<'a> {
 
     fn cold_leave(&mut self, pc: usize, kind: u64, next: u32) -> DynamicLabel {
         let label = self.ops.new_dynamic_label();
-        self.cold.push(Cold { label, counted: pc - self.run_start, pc, edge: None, status: (kind, next) });
+        self.cold.push(Cold { label, counted: pc - self.run_start, pc, cur: self.cur, edge: None, status: (kind, next) });
         label
     }
 
     /// A label for the taken edge of the branch at `pc` to `target`, placed after the code.
     fn cold_edge(&mut self, pc: usize, target: BlockId) -> DynamicLabel {
         let label = self.ops.new_dynamic_label();
-        self.cold.push(Cold { label, counted: pc + 1 - self.run_start, pc, edge: Some(target), status: (status::EXIT, 0) });
+        self.cold.push(Cold { label, counted: pc + 1 - self.run_start, pc, cur: self.cur, edge: Some(target), status: (status::EXIT, 0) });
         label
     }
 
@@ -218,10 +272,14 @@ impl<'a> Emitter<'a> {
     }
 
     /// Calls a runtime function at `addr` (arguments already in place) through `x16`: a
-    /// branch-and-link immediate cannot reach the binary from mapped memory.
+    /// branch-and-link immediate cannot reach the binary from mapped memory. Inside a cached
+    /// loop, written-back homes are stored first and the homes in caller-saved registers
+    /// reloaded from the (then exact) frame after; `x0`-`x3`, `d0` and `d1` are not homes.
     fn call(&mut self, addr: *const ()) {
+        self.write_back();
         self.imm(16, addr as u64);
         dynasm!(self.ops ; .arch aarch64 ; blr x16);
+        self.load_homes(true);
     }
 
     /// Before a plain value is stored into `d`: drops what `d` holds unless it is known plain.
@@ -241,10 +299,13 @@ impl<'a> Emitter<'a> {
         dynasm!(self.ops ; .arch aarch64 ; =>skip);
     }
 
-    /// Whether `d` is live and known to hold a value of type `t` before the instruction
-    /// being lowered (its tag word then needs no store).
+    /// Whether `d` is known to hold a value of type `t` before the instruction being lowered
+    /// (its tag word then needs no store): a live register, or inside a cached loop any
+    /// register the loop writes, whose tag the loop's entry stubs store.
     fn tag_known(&self, d: Reg, t: Ty) -> bool {
-        self.pc.is_some_and(|pc| self.live[pc][d.index()] && self.ty(pc, d) == t)
+        self.pc.is_some_and(|pc| {
+            (self.live[pc][d.index()] || self.cur.is_some_and(|l| self.loops[l].written[d.index()])) && self.ty(pc, d) == t
+        })
     }
 
     fn store_tag(&mut self, d: Reg, tg: u64) {
@@ -252,13 +313,32 @@ impl<'a> Emitter<'a> {
         dynasm!(self.ops ; .arch aarch64 ; movz x16, tg as u32 ; str x16, [x19, s]);
     }
 
-    /// Stores the float in `d0` into `d`.
+    /// Stores the float in `d0` into `d` (a written-back home: into the home only).
     fn store_float(&mut self, d: Reg) {
+        self.store_float_from(d, 0);
+    }
+
+    /// Stores the float in `d{reg}` into `d`.
+    fn store_float_from(&mut self, d: Reg, reg: u8) {
         if !self.tag_known(d, Ty::Float) {
             self.store_tag(d, tag::FLOAT);
         }
-        let s = slot(d) + 8;
-        dynasm!(self.ops ; .arch aarch64 ; str d0, [x19, s]);
+        if !self.lazy(d) {
+            let s = slot(d) + 8;
+            dynasm!(self.ops ; .arch aarch64 ; str D(reg), [x19, s]);
+        }
+        match self.home(d) {
+            Some(Home::Int(g)) => dynasm!(self.ops ; .arch aarch64 ; fmov X(g), D(reg)),
+            Some(Home::Float(k)) if k != reg => dynasm!(self.ops ; .arch aarch64 ; fmov D(k), D(reg)),
+            _ => {}
+        }
+    }
+
+    /// The float register to compute a float result for `d` in: its home when that is
+    /// written back and already tagged float (then storing is nothing), else `d0`. The
+    /// result is stored by `store_float_from(d, reg)`.
+    fn float_dst(&self, d: Reg) -> u8 {
+        self.float_home_only(d).unwrap_or(0)
     }
 
     /// Stores the int in `x0` into `d`.
@@ -268,6 +348,7 @@ impl<'a> Emitter<'a> {
         }
         let s = slot(d) + 8;
         dynasm!(self.ops ; .arch aarch64 ; str x0, [x19, s]);
+        self.home_from_x0(d);
     }
 
     /// Stores the bool in `w0` (0 or 1) into `d`.
@@ -275,21 +356,50 @@ impl<'a> Emitter<'a> {
         self.store_tag(d, tag::BOOL);
         let s = slot(d) + 8;
         dynasm!(self.ops ; .arch aarch64 ; str x0, [x19, s]);
+        self.home_from_x0(d);
     }
 
     /// `x0` (`second`: `x1`) := the payload word of an int register.
     fn load_int(&mut self, r: Reg, second: bool) {
         let (s, x) = (slot(r) + 8, second as u8);
-        dynasm!(self.ops ; .arch aarch64 ; ldr X(x), [x19, s]);
+        match self.home(r) {
+            Some(Home::Int(g)) => dynasm!(self.ops ; .arch aarch64 ; mov X(x), X(g)),
+            _ => dynasm!(self.ops ; .arch aarch64 ; ldr X(x), [x19, s]),
+        }
+    }
+
+    /// The general register holding int register `r`'s payload: its home, else `x0`
+    /// (`second`: `x1`) loaded from the slot.
+    fn int_reg(&mut self, r: Reg, second: bool) -> u8 {
+        match self.home(r) {
+            Some(Home::Int(g)) => g,
+            _ => {
+                self.load_int(r, second);
+                second as u8
+            }
+        }
     }
 
     /// Loads a number register as a float into `d0` (`second`: `d1`).
     fn load_float(&mut self, pc: usize, r: Reg, second: bool) {
         let (s, d) = (slot(r) + 8, second as u8);
-        if self.ty(pc, r) == Ty::Int {
-            dynasm!(self.ops ; .arch aarch64 ; ldr x16, [x19, s] ; scvtf D(d), x16);
-        } else {
-            dynasm!(self.ops ; .arch aarch64 ; ldr D(d), [x19, s]);
+        match (self.home(r), self.ty(pc, r)) {
+            (Some(Home::Float(k)), Ty::Float) => dynasm!(self.ops ; .arch aarch64 ; fmov D(d), D(k)),
+            (Some(Home::Int(g)), Ty::Int) => dynasm!(self.ops ; .arch aarch64 ; scvtf D(d), X(g)),
+            (_, Ty::Int) => dynasm!(self.ops ; .arch aarch64 ; ldr x16, [x19, s] ; scvtf D(d), x16),
+            _ => dynasm!(self.ops ; .arch aarch64 ; ldr D(d), [x19, s]),
+        }
+    }
+
+    /// The float register holding number register `r` as a float: its home when it is a
+    /// float with one, else `d0` (`second`: `d1`) loaded (and converted from an int).
+    fn float_reg(&mut self, pc: usize, r: Reg, second: bool) -> u8 {
+        match (self.home(r), self.ty(pc, r)) {
+            (Some(Home::Float(k)), Ty::Float) => k,
+            _ => {
+                self.load_float(pc, r, second);
+                second as u8
+            }
         }
     }
 
@@ -304,7 +414,7 @@ impl<'a> Emitter<'a> {
     /// Goes to instruction `to` unless the instruction count reached its next check; then
     /// leaves with `LIMIT(trace, to)`.
     fn check_then_go(&mut self, to: usize, trace: u32) {
-        let (next, label) = (self.next_check, self.labels[to]);
+        let (next, label) = (self.next_check, self.target(to));
         dynasm!(self.ops ; .arch aarch64 ; ldr x16, [x20, next] ; cmp x21, x16 ; b.lo =>label);
         self.leave(0, status::encode(status::LIMIT, trace, to as u32));
     }
@@ -316,7 +426,7 @@ impl<'a> Emitter<'a> {
         if to < pc + 1 {
             self.check_then_go(to, pc as u32 + 1);
         } else {
-            let label = self.labels[to];
+            let label = self.target(to);
             dynasm!(self.ops ; .arch aarch64 ; b =>label);
         }
     }
@@ -362,12 +472,30 @@ impl<'a> Emitter<'a> {
                 self.clear_if_heap(dst);
             }
             match src_ty.tag() {
+                // A loop-carried value of one type: its tag is there already.
                 Some(_) if dst_ty == src_ty && self.tag_known(dst, src_ty) => {}
                 Some(tg) => self.store_tag(dst, tg),
                 None => dynasm!(self.ops ; .arch aarch64 ; ldr x16, [x19, s] ; str x16, [x19, d]),
             }
             let (pd, ps) = (d + 8, s + 8);
-            dynasm!(self.ops ; .arch aarch64 ; ldr x16, [x19, ps] ; str x16, [x19, pd]);
+            // A float from one written-back home to another: a register move.
+            if let (Some(Home::Float(k)), Ty::Float, Some(Home::Float(dk)), true) =
+                (self.home(src), src_ty, self.home(dst), self.lazy(dst))
+            {
+                dynasm!(self.ops ; .arch aarch64 ; fmov D(dk), D(k));
+                return;
+            }
+            // The payload from the source's home when it has one (no store-to-load chain
+            // through the frame for a loop-carried value).
+            match (self.home(src), src_ty) {
+                (Some(Home::Float(k)), Ty::Float) => dynasm!(self.ops ; .arch aarch64 ; fmov x0, D(k)),
+                (Some(Home::Int(g)), Ty::Int) => dynasm!(self.ops ; .arch aarch64 ; mov x0, X(g)),
+                _ => dynasm!(self.ops ; .arch aarch64 ; ldr x0, [x19, ps]),
+            }
+            if !self.lazy(dst) {
+                dynasm!(self.ops ; .arch aarch64 ; str x0, [x19, pd]);
+            }
+            self.home_from_x0(dst);
         } else {
             // The same object already (a loop-carried container): nothing to do.
             let (same, copy) = (self.ops.new_dynamic_label(), self.ops.new_dynamic_label());
@@ -408,15 +536,17 @@ pub fn compile(program: &Program, func: FuncId, types: &Types) -> Result<NativeC
     let epilogue = ops.new_dynamic_label();
     let steps = native::steps_offset() as u32;
     // The way in from Rust (`Enter`: `x0` the VM, `x1` the registers, `x2` the entry point):
-    // saves the callee-saved registers it pins, pins them, calls the entry point (which
-    // pushes its own activation: the convention every entry follows), stores the count back.
+    // saves the callee-saved registers native code uses, pins them, calls the entry point
+    // (which pushes its own activation: the convention every entry follows), stores the
+    // count back.
     let enter = ops.offset();
     dynasm!(ops ; .arch aarch64
-        ; stp x29, x30, [sp, -64]!
+        ; stp x29, x30, [sp, -80]!
         ; add x29, sp, 0
         ; stp x19, x20, [sp, 16]
         ; stp x21, x22, [sp, 32]
-        ; str x23, [sp, 48]
+        ; stp x23, x24, [sp, 48]
+        ; str x25, [sp, 64]
         ; mov x20, x0
         ; mov x19, x1
         ; ldr x21, [x20, steps]
@@ -424,13 +554,24 @@ pub fn compile(program: &Program, func: FuncId, types: &Types) -> Result<NativeC
         ; str x21, [x20, steps]
         ; ldp x19, x20, [sp, 16]
         ; ldp x21, x22, [sp, 32]
-        ; ldr x23, [sp, 48]
-        ; ldp x29, x30, [sp], 64
+        ; ldp x23, x24, [sp, 48]
+        ; ldr x25, [sp, 64]
+        ; ldp x29, x30, [sp], 80
         ; ret
         ; =>epilogue
         ; ldp x29, x30, [sp], FRAME_BYTES as i32
         ; ret
     );
+    // Cached loops whose every instruction lowers to machine code (a `step` or an exit would
+    // call out with homes in caller-saved registers).
+    let loops: Vec<CachedLoop> = crate::loops::find(program, f, types, &LOOP_REGS)
+        .into_iter()
+        .filter(|l| l.pcs.iter().all(|&pc| l.hoisted.contains(&pc) || class_of(program, f, types, pc) == crate::classify::Class::Native))
+        .collect();
+    let mut loop_of = vec![None; f.code.len()];
+    for (i, l) in loops.iter().enumerate() {
+        l.pcs.iter().for_each(|&pc| loop_of[pc] = Some(i));
+    }
     let mut e = Emitter {
         ops,
         program,
@@ -445,6 +586,10 @@ pub fn compile(program: &Program, func: FuncId, types: &Types) -> Result<NativeC
         pc: None,
         pc_offsets: vec![],
         cold: vec![],
+        loops,
+        loop_of,
+        cur: None,
+        stubs: vec![],
     };
     // Entry points: reached block starts, and the instruction after each exit to the
     // interpreter (where it comes back after a call).
@@ -458,10 +603,12 @@ pub fn compile(program: &Program, func: FuncId, types: &Types) -> Result<NativeC
         }
         let label = e.labels[pc];
         dynasm!(e.ops ; .arch aarch64 ; =>label);
+        e.cur = e.loop_of[pc];
         e.pc = Some(pc);
         e.pc_offsets.push((pc as u32, e.ops.offset().0 as u32));
         e.lower(pc);
     }
+    e.cur = None;
     e.pc = None;
     e.pc_offsets.push((u32::MAX, e.ops.offset().0 as u32));
     let mut entries = vec![std::ptr::null(); f.code.len()];
@@ -471,7 +618,9 @@ pub fn compile(program: &Program, func: FuncId, types: &Types) -> Result<NativeC
     }
     let call_entry = e.types.before[0].is_some().then(|| e.entry(0, true));
     e.emit_cold();
+    e.emit_stubs();
     let size = e.ops.offset().0;
+    let cached_loops = e.loops.len();
     let pc_offsets = std::mem::take(&mut e.pc_offsets);
     // A conditional branch reaches 1 MB: a function whose code is larger cannot link its
     // rare exits (placed after the code) and stays interpreted.
@@ -482,13 +631,13 @@ pub fn compile(program: &Program, func: FuncId, types: &Types) -> Result<NativeC
     }
     let call_entry = call_entry.map_or(std::ptr::null(), |off| buf.ptr(off));
     // SAFETY: `enter` is the code emitted first above, with the `Enter` signature under the
-    // AAPCS64: it saves and restores the callee-saved registers native code uses (`x19`-`x23`,
-    // the frame record; no code here touches another callee-saved register), keeps `sp`
-    // 16-byte aligned (64 bytes pushed; each entry point pushes `FRAME_BYTES`, a multiple of 16), and
+    // AAPCS64: it saves and restores the callee-saved registers native code uses (`x19`-`x25`,
+    // the frame record; no code here touches another callee-saved register: `LOOP_REGS`'s
+    // float homes are all caller-saved), keeps `sp` 16-byte aligned (80 bytes pushed; each entry point pushes `FRAME_BYTES`, a multiple of 16), and
     // returns the status the entry point leaves in `x0`. `finalize` synchronised the
     // instruction cache with the data written (dynasmrt's `ExecutableBuffer`).
     let enter: native::Enter = unsafe { std::mem::transmute::<*const u8, native::Enter>(buf.ptr(enter)) };
-    Ok(NativeCode { enter, entries, call_entry, owner: Box::new(buf), size, cached_loops: 0, pc_offsets })
+    Ok(NativeCode { enter, entries, call_entry, owner: Box::new(buf), size, cached_loops, pc_offsets })
 }
 
 #[cfg(test)]

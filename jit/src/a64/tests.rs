@@ -60,6 +60,10 @@ fn constants_take_one_move_per_nonzero_halfword() {
         pc: None,
         pc_offsets: vec![],
         cold: vec![],
+        loops: vec![],
+        loop_of: vec![],
+        cur: None,
+        stubs: vec![],
     };
     e.imm(0, 0);
     e.imm(16, 0x1234_0000_0000_5678);

@@ -1,8 +1,10 @@
-//! The ways into and out of native code: entry points with their tag guards, and the rare
-//! exits and taken edges placed after the function's code.
+//! The ways into and out of native code: entry points with their tag guards, the stubs into
+//! and out of cached loops (out stubs store written-back homes), and the rare exits and
+//! taken edges placed after the function's code.
 
 use super::*;
 use dynasmrt::AssemblyOffset;
+use zygvm_vm::bytecode::Instr;
 
 impl<'a> Emitter<'a> {
     /// An entry point at `pc` (called: it pushes the activation's frame): checks the tags the
@@ -27,7 +29,7 @@ impl<'a> Emitter<'a> {
                 None => {}
             }
         }
-        let label = self.labels[pc];
+        let label = self.target(pc);
         dynasm!(self.ops ; .arch aarch64 ; b =>label ; =>refuse);
         self.imm(0, status::encode(status::GUARD, pc as u32, 0));
         let ep = self.epilogue;
@@ -38,6 +40,7 @@ impl<'a> Emitter<'a> {
     /// The rare exits and out-of-line edges (`cold_leave`, `cold_edge`), after the code.
     pub(super) fn emit_cold(&mut self) {
         for c in std::mem::take(&mut self.cold) {
+            self.cur = c.cur;
             let label = c.label;
             dynasm!(self.ops ; .arch aarch64 ; =>label);
             match c.edge {
@@ -48,11 +51,95 @@ impl<'a> Emitter<'a> {
                     if to < c.pc + 1 {
                         self.check_then_go(to, c.pc as u32 + 1);
                     } else {
-                        let label = self.labels[to];
+                        let label = self.target(to);
                         dynasm!(self.ops ; .arch aarch64 ; b =>label);
                     }
                 }
             }
+        }
+        self.cur = None;
+    }
+
+    /// The ways out of cached loops (written-back homes stored, then on to the target, which
+    /// may be another loop's way in) and into them (hoisted math computed into its slot,
+    /// views taken, fixed rows found, every home loaded from its slot; then on to the
+    /// instruction). `loops.rs` says why.
+    pub(super) fn emit_stubs(&mut self) {
+        let mut done = 0;
+        // A stub out of a loop may lead into another (a new stub, emitted in turn).
+        while done < self.stubs.len() {
+            let (stub, to, label) = self.stubs[done];
+            done += 1;
+            let l = match stub {
+                Stub::Leave(l) => {
+                    dynasm!(self.ops ; .arch aarch64 ; =>label);
+                    self.cur = Some(l);
+                    self.settle_loop();
+                    self.cur = None;
+                    let next = self.target(to);
+                    dynasm!(self.ops ; .arch aarch64 ; b =>next);
+                    continue;
+                }
+                Stub::Enter(l) => l,
+            };
+            self.cur = None;
+            dynasm!(self.ops ; .arch aarch64 ; =>label);
+            let first = self.loops[l].first;
+            for (i, pc) in self.loops[l].hoisted.clone().into_iter().enumerate() {
+                let Instr::Math1 { src, builtin, .. } = self.f.code[pc] else { unreachable!("only Math1 is hoisted") };
+                let f = self.program.builtins[builtin.index()].scalar.expect("Math1 names a scalar built-in");
+                self.load_float(first, src, false);
+                self.call(f as *const ());
+                let h = hoist_offset(i);
+                dynasm!(self.ops ; .arch aarch64 ; str d0, [sp, h]);
+            }
+            for (i, obj) in self.loops[l].views.clone().into_iter().enumerate() {
+                let v = view_offset(i);
+                self.slot_address(0, slot(obj));
+                dynasm!(self.ops ; .arch aarch64 ; add x1, sp, v);
+                self.call(native::float_view as *const ());
+            }
+            // Fixed rows: the row's address (`data + 8 i cols`) and the column bound, or a
+            // bound of 0 when `i` is out of range (each access then leaves, and the
+            // interpreter raises the error).
+            for (k, (m, i)) in self.loops[l].rows.clone().into_iter().enumerate() {
+                let v = view_offset(self.loops[l].views.iter().position(|&x| x == m).expect("a viewed matrix"));
+                let (s_i, r, out) = (slot(i) + 8, row_offset(k), self.ops.new_dynamic_label());
+                let (data, cols, rows, bound) = (v, v + 16, v + 24, r + 8);
+                dynasm!(self.ops ; .arch aarch64
+                    ; ldr x0, [x19, s_i]
+                    ; movz x1, 0
+                    ; movz x2, 0
+                    ; ldr x16, [sp, rows]
+                    ; cmp x0, x16
+                    ; b.hs =>out
+                    ; ldr x2, [sp, cols]
+                    ; ldr x16, [sp, data]
+                    ; mul x0, x0, x2
+                    ; add x1, x16, x0, LSL 3
+                    ; =>out
+                    ; str x1, [sp, r]
+                    ; str x2, [sp, bound]
+                );
+            }
+            for (v, field, g) in self.loops[l].view_regs.clone() {
+                let o = if field >= 4 { row_offset(field - 4) } else { view_offset(v) + 8 * field as u32 };
+                dynasm!(self.ops ; .arch aarch64 ; ldr X(g), [sp, o]);
+            }
+            // The tags of the registers the loop writes, as inferred at `to`: exact for live
+            // ones already, and for dead ones what lets the loop skip storing a tag it
+            // knows (`tag_known`). A dead register's slot holds no heap value (entry guard).
+            let t = self.types.before[to].clone().expect("a loop entry is reached");
+            for (r, ty) in t.iter().enumerate() {
+                if let (Some(tg), true, false) = (ty.tag(), self.loops[l].written[r], self.live[to][r]) {
+                    self.store_tag(Reg(r as u32), tg);
+                }
+            }
+            self.cur = Some(l);
+            self.load_homes(false);
+            self.cur = None;
+            let target = self.labels[to];
+            dynasm!(self.ops ; .arch aarch64 ; b =>target);
         }
     }
 }

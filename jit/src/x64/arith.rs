@@ -146,7 +146,7 @@ impl<'a> Emitter<'a> {
             }
             _ => {}
         }
-        if let (Some(Home::Xmm(k)), Ty::Float, Instr::Add { .. } | Instr::Sub { .. } | Instr::Mul { .. } | Instr::Div { .. }) =
+        if let (Some(Home::Float(k)), Ty::Float, Instr::Add { .. } | Instr::Sub { .. } | Instr::Mul { .. } | Instr::Div { .. }) =
             (self.home(b), self.ty(pc, b), instr)
         {
             match instr {
@@ -191,7 +191,7 @@ impl<'a> Emitter<'a> {
         let (x, y) = if matches!(instr, Instr::Lt { .. } | Instr::Le { .. }) { (b, a) } else { (a, b) };
         self.load_float(pc, x, false);
         match (self.home(y), self.ty(pc, y)) {
-            (Some(Home::Xmm(k)), Ty::Float) => dynasm!(self.ops ; .arch x64 ; ucomisd xmm0, Rx(k)),
+            (Some(Home::Float(k)), Ty::Float) => dynasm!(self.ops ; .arch x64 ; ucomisd xmm0, Rx(k)),
             _ => {
                 self.load_float(pc, y, true);
                 dynasm!(self.ops ; .arch x64 ; ucomisd xmm0, xmm1);
@@ -231,8 +231,8 @@ impl<'a> Emitter<'a> {
     pub(super) fn int_cmp(&mut self, a: Reg, b: Reg) {
         let sb = slot(b) + 8;
         match (self.home(a), self.home(b)) {
-            (Some(Home::Gp(x)), Some(Home::Gp(y))) => dynasm!(self.ops ; .arch x64 ; cmp Rq(x), Rq(y)),
-            (Some(Home::Gp(x)), _) => dynasm!(self.ops ; .arch x64 ; cmp Rq(x), QWORD [rbx + sb]),
+            (Some(Home::Int(x)), Some(Home::Int(y))) => dynasm!(self.ops ; .arch x64 ; cmp Rq(x), Rq(y)),
+            (Some(Home::Int(x)), _) => dynasm!(self.ops ; .arch x64 ; cmp Rq(x), QWORD [rbx + sb]),
             _ => {
                 self.load_int(a, false);
                 self.load_int(b, true);

@@ -108,7 +108,7 @@ impl<'a> Emitter<'a> {
             Instr::MulAdd { dst, a, b } => {
                 self.load_float(pc, a, true);
                 match self.home(b) {
-                    Some(Home::Xmm(k)) => dynasm!(self.ops ; .arch x64 ; mulsd xmm1, Rx(k)),
+                    Some(Home::Float(k)) => dynasm!(self.ops ; .arch x64 ; mulsd xmm1, Rx(k)),
                     _ => {
                         let sb = slot(b) + 8;
                         dynasm!(self.ops ; .arch x64 ; mulsd xmm1, QWORD [rbx + sb]);
@@ -168,12 +168,12 @@ impl<'a> Emitter<'a> {
                 let sd = slot(dst) + 8;
                 if ty(dst) == Ty::Int {
                     let overflow = self.cold_exit(pc);
-                    if let Some(Home::Gp(g)) = self.home(dst) {
+                    if let Some(Home::Int(g)) = self.home(dst) {
                         // In place: on overflow the home is dead (native code leaves).
                         let sk = slot(k) + 8;
                         match (self.home(k), add) {
-                            (Some(Home::Gp(h)), true) => dynasm!(self.ops ; .arch x64 ; add Rq(g), Rq(h)),
-                            (Some(Home::Gp(h)), false) => dynasm!(self.ops ; .arch x64 ; sub Rq(g), Rq(h)),
+                            (Some(Home::Int(h)), true) => dynasm!(self.ops ; .arch x64 ; add Rq(g), Rq(h)),
+                            (Some(Home::Int(h)), false) => dynasm!(self.ops ; .arch x64 ; sub Rq(g), Rq(h)),
                             (_, true) => dynasm!(self.ops ; .arch x64 ; add Rq(g), QWORD [rbx + sk]),
                             (_, false) => dynasm!(self.ops ; .arch x64 ; sub Rq(g), QWORD [rbx + sk]),
                         }
@@ -388,8 +388,8 @@ impl<'a> Emitter<'a> {
                 let s = slot(src) + 8;
                 let l = native::layout();
                 match self.home(src) {
-                    Some(Home::Xmm(k)) => dynasm!(self.ops ; .arch x64 ; movq rax, Rx(k)),
-                    Some(Home::Gp(g)) => dynasm!(self.ops ; .arch x64 ; mov rax, Rq(g)),
+                    Some(Home::Float(k)) => dynasm!(self.ops ; .arch x64 ; movq rax, Rx(k)),
+                    Some(Home::Int(g)) => dynasm!(self.ops ; .arch x64 ; mov rax, Rq(g)),
                     None => dynasm!(self.ops ; .arch x64 ; mov rax, QWORD [rbx + s]),
                 }
                 let (kind, float) = if ty(src) == Ty::Float { (l.kind_float, true) } else { (l.kind_int, false) };

@@ -95,6 +95,16 @@ const CTL_SYM: i32 = CTL_START + 8;
 const CLAMP: i32 = CTL_SYM + 8;
 const _: () = assert!(FRAME_BYTES % 16 == 8, "the native frame would misalign calls");
 
+/// The registers cached loops may use (`loops.rs`): `xmm0`/`xmm1` are scratch, so are `rax`,
+/// `rcx`, `rdx`, `rsi`, `rdi`; `rbx`, `r12` are pinned and `r15` holds the count.
+const LOOP_REGS: crate::loops::LoopRegs = crate::loops::LoopRegs {
+    float: &[2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15],
+    int: &[8, 9, 10, 11, 13, 14],
+    kept: [13, 14],
+    batches: true,
+    clamp: true,
+};
+
 /// The byte offset of register `r`'s tag word (payload at `+ 8`).
 fn slot(r: Reg) -> i32 {
     16 * r.0 as i32
@@ -184,14 +194,14 @@ impl<'a> Emitter<'a> {
         for (r, home) in self.loops[l].homes.clone().iter().enumerate() {
             let s = 16 * r as i32 + 8;
             match home {
-                Some(Home::Xmm(k)) => dynasm!(self.ops ; .arch x64 ; movsd Rx(*k), QWORD [rbx + s]),
-                Some(Home::Gp(g)) if !(after_call && matches!(g, 13 | 14)) => {
+                Some(Home::Float(k)) => dynasm!(self.ops ; .arch x64 ; movsd Rx(*k), QWORD [rbx + s]),
+                Some(Home::Int(g)) if !(after_call && LOOP_REGS.kept.contains(g)) => {
                     dynasm!(self.ops ; .arch x64 ; mov Rq(*g), QWORD [rbx + s])
                 }
                 _ => {}
             }
         }
-        if let Some(g) = self.loops[l].clamp.as_ref().and_then(|c| c.lim_reg).filter(|g| after_call && !matches!(g, 13 | 14)) {
+        if let Some(g) = self.loops[l].clamp.as_ref().and_then(|c| c.lim_reg).filter(|g| after_call && !LOOP_REGS.kept.contains(g)) {
             dynasm!(self.ops ; .arch x64 ; mov Rq(g), QWORD [rsp + CLAMP]);
         }
     }
@@ -228,7 +238,7 @@ impl<'a> Emitter<'a> {
     pub(super) fn write_back(&mut self) {
         let Some(l) = self.cur else { return };
         for (r, home) in self.loops[l].homes.clone().iter().enumerate() {
-            if let (Some(Home::Xmm(k)), true) = (home, self.loops[l].lazy[r]) {
+            if let (Some(Home::Float(k)), true) = (home, self.loops[l].lazy[r]) {
                 let s = 16 * r as i32 + 8;
                 dynasm!(self.ops ; .arch x64 ; movsd QWORD [rbx + s], Rx(*k));
             }
@@ -261,8 +271,8 @@ impl<'a> Emitter<'a> {
     /// After the payload word of `d` was written from `rax`: the same bits into its home.
     pub(super) fn home_from_rax(&mut self, d: Reg) {
         match self.home(d) {
-            Some(Home::Gp(g)) => dynasm!(self.ops ; .arch x64 ; mov Rq(g), rax),
-            Some(Home::Xmm(k)) => dynasm!(self.ops ; .arch x64 ; movq Rx(k), rax),
+            Some(Home::Int(g)) => dynasm!(self.ops ; .arch x64 ; mov Rq(g), rax),
+            Some(Home::Float(k)) => dynasm!(self.ops ; .arch x64 ; movq Rx(k), rax),
             None => {}
         }
     }
@@ -270,8 +280,8 @@ impl<'a> Emitter<'a> {
     /// After the payload word of `d` was written from `xmm0`: the same bits into its home.
     pub(super) fn home_from_xmm0(&mut self, d: Reg) {
         match self.home(d) {
-            Some(Home::Gp(g)) => dynasm!(self.ops ; .arch x64 ; movq Rq(g), xmm0),
-            Some(Home::Xmm(k)) => dynasm!(self.ops ; .arch x64 ; movapd Rx(k), xmm0),
+            Some(Home::Int(g)) => dynasm!(self.ops ; .arch x64 ; movq Rq(g), xmm0),
+            Some(Home::Float(k)) => dynasm!(self.ops ; .arch x64 ; movapd Rx(k), xmm0),
             None => {}
         }
     }
@@ -280,8 +290,8 @@ impl<'a> Emitter<'a> {
     pub(super) fn load_int(&mut self, r: Reg, second: bool) {
         let s = slot(r) + 8;
         match (self.home(r), second) {
-            (Some(Home::Gp(g)), false) => dynasm!(self.ops ; .arch x64 ; mov rax, Rq(g)),
-            (Some(Home::Gp(g)), true) => dynasm!(self.ops ; .arch x64 ; mov rcx, Rq(g)),
+            (Some(Home::Int(g)), false) => dynasm!(self.ops ; .arch x64 ; mov rax, Rq(g)),
+            (Some(Home::Int(g)), true) => dynasm!(self.ops ; .arch x64 ; mov rcx, Rq(g)),
             (_, false) => dynasm!(self.ops ; .arch x64 ; mov rax, QWORD [rbx + s]),
             (_, true) => dynasm!(self.ops ; .arch x64 ; mov rcx, QWORD [rbx + s]),
         }
@@ -399,7 +409,7 @@ impl<'a> Emitter<'a> {
     /// back and already tagged float (then `store_float` would only copy `xmm0` there).
     pub(super) fn float_home_only(&self, d: Reg) -> Option<u8> {
         match self.home(d) {
-            Some(Home::Xmm(k)) if self.lazy(d) && self.tag_known(d, Ty::Float) => Some(k),
+            Some(Home::Float(k)) if self.lazy(d) && self.tag_known(d, Ty::Float) => Some(k),
             _ => None,
         }
     }
@@ -435,7 +445,7 @@ impl<'a> Emitter<'a> {
     /// (`second`: `rcx`) loaded from the slot.
     pub(super) fn int_reg(&mut self, r: Reg, second: bool) -> u8 {
         match self.home(r) {
-            Some(Home::Gp(g)) => g,
+            Some(Home::Int(g)) => g,
             _ => {
                 self.load_int(r, second);
                 if second { 1 } else { 0 }
@@ -547,10 +557,10 @@ impl<'a> Emitter<'a> {
     pub(super) fn load_float(&mut self, pc: usize, r: Reg, second: bool) {
         let s = slot(r) + 8;
         match (self.home(r), self.ty(pc, r), second) {
-            (Some(Home::Xmm(k)), Ty::Float, false) => return dynasm!(self.ops ; .arch x64 ; movapd xmm0, Rx(k)),
-            (Some(Home::Xmm(k)), Ty::Float, true) => return dynasm!(self.ops ; .arch x64 ; movapd xmm1, Rx(k)),
-            (Some(Home::Gp(g)), Ty::Int, false) => return dynasm!(self.ops ; .arch x64 ; cvtsi2sd xmm0, Rq(g)),
-            (Some(Home::Gp(g)), Ty::Int, true) => return dynasm!(self.ops ; .arch x64 ; cvtsi2sd xmm1, Rq(g)),
+            (Some(Home::Float(k)), Ty::Float, false) => return dynasm!(self.ops ; .arch x64 ; movapd xmm0, Rx(k)),
+            (Some(Home::Float(k)), Ty::Float, true) => return dynasm!(self.ops ; .arch x64 ; movapd xmm1, Rx(k)),
+            (Some(Home::Int(g)), Ty::Int, false) => return dynasm!(self.ops ; .arch x64 ; cvtsi2sd xmm0, Rq(g)),
+            (Some(Home::Int(g)), Ty::Int, true) => return dynasm!(self.ops ; .arch x64 ; cvtsi2sd xmm1, Rq(g)),
             _ => {}
         }
         match (self.ty(pc, r), second) {
@@ -631,7 +641,7 @@ impl<'a> Emitter<'a> {
                 None => dynasm!(self.ops ; .arch x64 ; mov rax, QWORD [rbx + s] ; mov QWORD [rbx + d], rax),
             }
             // A float from one written-back home to another: a register move.
-            if let (Some(Home::Xmm(k)), Ty::Float, Some(Home::Xmm(dk)), true) =
+            if let (Some(Home::Float(k)), Ty::Float, Some(Home::Float(dk)), true) =
                 (self.home(src), src_ty, self.home(dst), self.lazy(dst))
             {
                 dynasm!(self.ops ; .arch x64 ; movapd Rx(dk), Rx(k));
@@ -640,8 +650,8 @@ impl<'a> Emitter<'a> {
             // The payload from the source's home when it has one (no store-to-load chain
             // through the frame for a loop-carried value).
             match (self.home(src), src_ty) {
-                (Some(Home::Xmm(k)), Ty::Float) => dynasm!(self.ops ; .arch x64 ; movq rax, Rx(k)),
-                (Some(Home::Gp(g)), Ty::Int) => dynasm!(self.ops ; .arch x64 ; mov rax, Rq(g)),
+                (Some(Home::Float(k)), Ty::Float) => dynasm!(self.ops ; .arch x64 ; movq rax, Rx(k)),
+                (Some(Home::Int(g)), Ty::Int) => dynasm!(self.ops ; .arch x64 ; mov rax, Rq(g)),
                 _ => dynasm!(self.ops ; .arch x64 ; mov rax, QWORD [rbx + s + 8]),
             }
             if !self.lazy(dst) {
@@ -684,7 +694,7 @@ pub fn compile(program: &Program, func: FuncId, types: &Types) -> Result<NativeC
     let live = crate::types::live_before(f);
     // Cached loops whose every instruction lowers to machine code (a `step` or an exit would
     // call out with homes in caller-saved registers).
-    let loops: Vec<CachedLoop> = crate::loops::find(program, f, types)
+    let loops: Vec<CachedLoop> = crate::loops::find(program, f, types, &LOOP_REGS)
         .into_iter()
         .filter(|l| {
             l.pcs.iter().all(|&pc| {
