@@ -187,6 +187,7 @@ mod simd {
     }
 
     /// The tail of a row past the last whole chunk of four, added in order to `s`.
+    #[cfg(target_arch = "x86_64")]
     #[inline(always)]
     fn tail(mut s: f64, row: &[f64], x: &[f64], from: usize) -> f64 {
         for (p, q) in row[from..].iter().zip(&x[from..]) {

@@ -32,6 +32,16 @@ impl<'a> Emitter<'a> {
                 _ => {}
             }
         }
+        if let Some(g) = self.loops[l].clamp.as_ref().and_then(|c| c.lim_reg).filter(|g| after_call && !LOOP_REGS.kept.contains(g)) {
+            dynasm!(self.ops ; .arch aarch64 ; ldr X(g), [sp, CLAMP]);
+        }
+    }
+
+    /// Whether the access being lowered has its bound checked on the loop's entry instead
+    /// (`clamp.rs`).
+    pub(super) fn clamped(&self) -> bool {
+        let (Some(l), Some(pc)) = (self.cur, self.pc) else { return false };
+        self.loops[l].clamp.as_ref().is_some_and(|c| c.checks.iter().any(|x| x.0 == pc))
     }
 
     /// Stores the payloads of the current loop's written-back homes into their slots: on
@@ -133,6 +143,9 @@ impl<'a> Emitter<'a> {
     /// returns the general register holding the index.
     pub(super) fn view_index(&mut self, obj: Reg, idx: Reg, out: DynamicLabel) -> u8 {
         let ix = self.int_reg(idx, false);
+        if self.clamped() {
+            return ix;
+        }
         let len = self.view_field(obj, 1, 16);
         dynasm!(self.ops ; .arch aarch64 ; cmp X(ix), X(len) ; b.hs =>out);
         ix
@@ -149,7 +162,9 @@ impl<'a> Emitter<'a> {
             let r = row_offset(k);
             let col = self.int_reg(j, true);
             let bound = r + 8;
-            dynasm!(self.ops ; .arch aarch64 ; ldr x16, [sp, bound] ; cmp X(col), x16 ; b.hs =>out);
+            if !self.clamped() {
+                dynasm!(self.ops ; .arch aarch64 ; ldr x16, [sp, bound] ; cmp X(col), x16 ; b.hs =>out);
+            }
             if let Some(g) = self.view_reg(obj, 4 + k) {
                 return (g, col);
             }

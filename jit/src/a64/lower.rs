@@ -234,7 +234,10 @@ impl<'a> Emitter<'a> {
                     _ => Instr::Ge { dst: a, a, b },
                 };
                 let else_edge = self.cold_edge(pc, else_blk);
-                self.jump_unless(pc, compare, ty(a), a, b, else_edge);
+                match self.cur.and_then(|l| self.loops[l].clamp.clone().filter(|_| self.loops[l].first == pc)) {
+                    Some(c) => self.clamped_test(pc, c.j, c.k, else_edge),
+                    None => self.jump_unless(pc, compare, ty(a), a, b, else_edge),
+                }
                 // Falling through into the next block continues the run.
                 self.count(pc + 1 - self.run_start);
                 let next = pc + 1;
@@ -343,11 +346,16 @@ impl<'a> Emitter<'a> {
                 } else {
                     self.call(native::pull_index_float as *const ());
                 }
-                // Off the fast path: the general semantics.
-                let done = self.ops.new_dynamic_label();
-                dynasm!(self.ops ; .arch aarch64 ; cbnz w0, =>done);
-                self.step(pc);
-                dynasm!(self.ops ; .arch aarch64 ; =>done);
+                // Off the fast path: the general semantics (in a cached loop, which runs no
+                // `step`, the interpreter's).
+                if self.cur.is_some() {
+                    self.exit_unless_w0(pc);
+                } else {
+                    let done = self.ops.new_dynamic_label();
+                    dynasm!(self.ops ; .arch aarch64 ; cbnz w0, =>done);
+                    self.step(pc);
+                    dynasm!(self.ops ; .arch aarch64 ; =>done);
+                }
             }
             Instr::Pull { dst, rule, args } => {
                 // Before computing: dropping the old value is a call. (A `dst` that is also an

@@ -36,6 +36,7 @@
 #![allow(clippy::useless_conversion)]
 
 mod calls;
+mod clamp;
 mod homes;
 mod inline;
 mod lower;
@@ -74,9 +75,20 @@ const fn row_offset(i: usize) -> u32 {
     hoist_offset(MAX_HOISTS) + 16 * i as u32
 }
 
+/// Where a cached loop's tape batch began (`batch.rs`: the cursor when last committed).
+const TAPE_START: u32 = row_offset(MAX_ROWS);
+/// A cached loop's control batch (`batch.rs`): the count of pushes not yet committed or of
+/// entries still to pop, that count as of the last commit (pops), and the top run's symbol.
+const CTL_N: u32 = TAPE_START + 8;
+const CTL_START: u32 = CTL_N + 8;
+const CTL_SYM: u32 = CTL_START + 8;
+/// A counted loop's clamped bound `lim` (`clamp.rs`), computed by its entry stubs.
+const CLAMP: u32 = CTL_SYM + 8;
+
 /// Bytes each activation pushes: the frame record, the scratch word, the caller's `x19`
-/// during a native call, the inline slots, a cached loop's views, hoisted values and rows.
-const FRAME_BYTES: u32 = row_offset(MAX_ROWS);
+/// during a native call, the inline slots, a cached loop's views, hoisted values, rows,
+/// tape batches and clamped bound (rounded up to 16).
+const FRAME_BYTES: u32 = (CLAMP + 8).next_multiple_of(16);
 const _: () = assert!(FRAME_BYTES.is_multiple_of(16) && FRAME_BYTES <= 504, "stp's pre-index reach");
 
 /// The registers cached loops may use (`loops.rs`). `x0`-`x3`, `x16`, `x17`, `d0`, `d1` are
@@ -87,7 +99,7 @@ const LOOP_REGS: LoopRegs = LoopRegs {
     int: &[4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 24, 25],
     kept: [24, 25],
     batches: false,
-    clamp: false,
+    clamp: true,
 };
 /// Registers a frame may have for this emitter: every slot's payload is then reachable by a
 /// scaled 12-bit load offset (`ldr x, [x19, #16 r + 8]`, at most 32,760).
@@ -149,6 +161,9 @@ struct Cold {
     pc: usize,
     /// The cached loop it leaves from, if any (its homes to settle).
     cur: Option<usize>,
+    /// A clamped loop header's test out of line (`clamp.rs`): `j`, `k`, and the loop's exit
+    /// edge, taken when `j < k` fails (else the way out above is taken).
+    recheck: Option<(Reg, Reg, DynamicLabel)>,
     /// `None`: leave with `status`; `Some(b)`: the taken edge to block `b` of the branch at `pc`.
     edge: Option<BlockId>,
     status: (u64, u32),
@@ -245,14 +260,14 @@ impl<'a> Emitter<'a> {
 
     fn cold_leave(&mut self, pc: usize, kind: u64, next: u32) -> DynamicLabel {
         let label = self.ops.new_dynamic_label();
-        self.cold.push(Cold { label, counted: pc - self.run_start, pc, cur: self.cur, edge: None, status: (kind, next) });
+        self.cold.push(Cold { label, counted: pc - self.run_start, pc, cur: self.cur, edge: None, status: (kind, next), recheck: None });
         label
     }
 
     /// A label for the taken edge of the branch at `pc` to `target`, placed after the code.
     fn cold_edge(&mut self, pc: usize, target: BlockId) -> DynamicLabel {
         let label = self.ops.new_dynamic_label();
-        self.cold.push(Cold { label, counted: pc + 1 - self.run_start, pc, cur: self.cur, edge: Some(target), status: (status::EXIT, 0) });
+        self.cold.push(Cold { label, counted: pc + 1 - self.run_start, pc, cur: self.cur, edge: Some(target), status: (status::EXIT, 0), recheck: None });
         label
     }
 

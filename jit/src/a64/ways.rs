@@ -43,6 +43,9 @@ impl<'a> Emitter<'a> {
             self.cur = c.cur;
             let label = c.label;
             dynasm!(self.ops ; .arch aarch64 ; =>label);
+            if let Some((j, k, exit)) = c.recheck {
+                self.recheck(j, k, exit);
+            }
             match c.edge {
                 None => self.leave(c.counted, status::encode(c.status.0, c.pc as u32, c.status.1)),
                 Some(b) => {
@@ -122,6 +125,7 @@ impl<'a> Emitter<'a> {
                     ; str x2, [sp, bound]
                 );
             }
+            self.clamp_entry(l, to);
             for (v, field, g) in self.loops[l].view_regs.clone() {
                 let o = if field >= 4 { row_offset(field - 4) } else { view_offset(v) + 8 * field as u32 };
                 dynasm!(self.ops ; .arch aarch64 ; ldr X(g), [sp, o]);
