@@ -57,9 +57,12 @@ impl<'a> Emitter<'a> {
     }
 
     /// What every way out of the current cached loop does first: its written-back homes
-    /// stored. Clobbers no register.
+    /// stored, its tape batches committed (`batch.rs`). Clobbers the scratch registers and,
+    /// when it commits pushes, the caller-saved ones.
     pub(super) fn settle_loop(&mut self) {
         self.write_back();
+        self.tape_commit();
+        self.ctl_commit();
     }
 
     /// The label to jump to for instruction `to` from the code being lowered: out of a

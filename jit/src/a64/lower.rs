@@ -211,6 +211,15 @@ impl<'a> Emitter<'a> {
                 dynasm!(self.ops ; .arch aarch64 ; =>taken);
                 self.branch_edge(pc, then_blk);
             }
+            Instr::BranchCtl { then_blk, else_blk } if self.ctl_batch().is_some() => {
+                let empty = self.cold_exit(pc);
+                self.ctl_pop_batched(empty);
+                let taken = self.ops.new_dynamic_label();
+                dynasm!(self.ops ; .arch aarch64 ; cbnz x0, =>taken);
+                self.branch_edge(pc, else_blk);
+                dynasm!(self.ops ; .arch aarch64 ; =>taken);
+                self.branch_edge(pc, then_blk);
+            }
             Instr::BranchCtl { then_blk, else_blk } => {
                 dynasm!(self.ops ; .arch aarch64 ; mov x0, x20);
                 self.call(native::pop_control as *const ());
@@ -299,26 +308,25 @@ impl<'a> Emitter<'a> {
                 // Before popping: dropping the old value is a call.
                 self.prepare_def(pc, dst);
                 let float = self.types.popped(pc) != Ty::Int;
-                dynasm!(self.ops ; .arch aarch64 ; mov x0, x20 ; add x1, sp, SCRATCH);
-                self.call(if float { native::tape_pop_float as *const () } else { native::tape_pop_int as *const () });
-                // Another kind on top, or nothing: the speculation failed (the interpreter pops
-                // whatever it is, and the next compilation speculates differently here).
-                let failed = self.cold_guard(pc, status::SPECULATION);
-                dynasm!(self.ops ; .arch aarch64 ; cbz w0, =>failed);
+                if self.batch().is_some() {
+                    self.tape_pop_batched(pc, float);
+                } else {
+                    self.tape_pop_general(pc, float);
+                }
                 if float {
-                    dynasm!(self.ops ; .arch aarch64 ; ldr d0, [sp, SCRATCH]);
                     self.store_float(dst);
                 } else {
-                    dynasm!(self.ops ; .arch aarch64 ; ldr x0, [sp, SCRATCH]);
                     self.store_int(dst);
                 }
             }
             Instr::TapePopCtl { dst } => {
                 self.prepare_def(pc, dst);
                 let empty = self.cold_exit(pc);
-                dynasm!(self.ops ; .arch aarch64 ; mov x0, x20);
-                self.call(native::pop_control_symbol as *const ());
-                dynasm!(self.ops ; .arch aarch64 ; cmp x0, 0 ; b.lt =>empty);
+                if self.ctl_batch().is_some() {
+                    self.ctl_pop_batched(empty);
+                } else {
+                    self.pop_symbol(empty);
+                }
                 self.store_int(dst);
             }
             Instr::TapePopIf { dst, code, mask } => {
@@ -381,6 +389,16 @@ impl<'a> Emitter<'a> {
                 }
                 self.store_float(dst);
             }
+            Instr::TapeSave { src } | Instr::TapePush { src } if self.batch().is_some() => {
+                // The bits, from the home where there is one.
+                let s = slot(src) + 8;
+                match self.home(src) {
+                    Some(Home::Float(k)) => dynasm!(self.ops ; .arch aarch64 ; fmov x0, D(k)),
+                    Some(Home::Int(g)) => dynasm!(self.ops ; .arch aarch64 ; mov x0, X(g)),
+                    None => dynasm!(self.ops ; .arch aarch64 ; ldr x0, [x19, s]),
+                }
+                self.tape_push_batched(ty(src) == Ty::Float);
+            }
             Instr::TapeSave { src } | Instr::TapePush { src } => {
                 // From the home where there is one (a written-back home's slot is stale).
                 dynasm!(self.ops ; .arch aarch64 ; mov x0, x20);
@@ -392,6 +410,7 @@ impl<'a> Emitter<'a> {
                     self.call(native::tape_push_int as *const ());
                 }
             }
+            Instr::TapePushCtl { .. } | Instr::TapeShape { .. } if self.ctl_batch().is_some() => self.ctl_push_batched(),
             Instr::TapePushCtl { bit } => self.push_control(bit),
             // Two numbers: shape code 0 (`rules::shape_code`).
             Instr::TapeShape { .. } => self.push_control(0),
@@ -399,6 +418,30 @@ impl<'a> Emitter<'a> {
             Instr::Return { src } => self.ret(pc, src),
             other => unreachable!("{} classified native but not lowered", other.name()),
         }
+    }
+
+    /// Pops a number (a float into `d0`, an int into `x0`; the scratch word holds it too)
+    /// through the helper, or leaves with a failed speculation at `pc` when another kind is
+    /// on top or nothing (the interpreter pops whatever it is, and the next compilation
+    /// speculates differently here).
+    pub(super) fn tape_pop_general(&mut self, pc: usize, float: bool) {
+        dynasm!(self.ops ; .arch aarch64 ; mov x0, x20 ; add x1, sp, SCRATCH);
+        self.call(if float { native::tape_pop_float as *const () } else { native::tape_pop_int as *const () });
+        let failed = self.cold_guard(pc, status::SPECULATION);
+        dynasm!(self.ops ; .arch aarch64 ; cbz w0, =>failed);
+        if float {
+            dynasm!(self.ops ; .arch aarch64 ; ldr d0, [sp, SCRATCH]);
+        } else {
+            dynasm!(self.ops ; .arch aarch64 ; ldr x0, [sp, SCRATCH]);
+        }
+    }
+
+    /// Pops a control symbol into `x0` through the helper; to `empty` when there is none
+    /// (a compare and `b.lt`: a rare exit may lie beyond `tbnz`'s 32 KB).
+    pub(super) fn pop_symbol(&mut self, empty: DynamicLabel) {
+        dynasm!(self.ops ; .arch aarch64 ; mov x0, x20);
+        self.call(native::pop_control_symbol as *const ());
+        dynasm!(self.ops ; .arch aarch64 ; cmp x0, 0 ; b.lt =>empty);
     }
 
     fn push_control(&mut self, bit: u32) {

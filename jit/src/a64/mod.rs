@@ -23,11 +23,9 @@
 //! float leaf (`inline.rs`, from `INLINE_AT`), then a cached loop's views, hoisted values
 //! and fixed rows (`view_offset`, `hoist_offset`, `row_offset`).
 //!
-//! Not yet here (each runs as in the interpreter's order, more slowly): tape batches and
-//! clamped bounds in cached loops.
-//!
 //! Files: this file (the emitter's state, its primitives and `compile`), `homes.rs` (cached
-//! loops: homes, views, the way out), `lower.rs` (one instruction), `calls.rs` (native calls
+//! loops: homes, views, the way out), `batch.rs` (their tape batches), `clamp.rs` (their
+//! bounds checked on entry), `lower.rs` (one instruction), `calls.rs` (native calls
 //! and returns), `inline.rs` (float leaves in place), `ways.rs` (entries, loop stubs and
 //! rare exits).
 
@@ -35,6 +33,7 @@
 // into a `u8`.
 #![allow(clippy::useless_conversion)]
 
+mod batch;
 mod calls;
 mod clamp;
 mod homes;
@@ -98,7 +97,7 @@ const LOOP_REGS: LoopRegs = LoopRegs {
     float: &[2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31],
     int: &[4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 24, 25],
     kept: [24, 25],
-    batches: false,
+    batches: true,
     clamp: true,
 };
 /// Registers a frame may have for this emitter: every slot's payload is then reachable by a
@@ -144,6 +143,8 @@ pub(crate) struct Emitter<'a> {
     cur: Option<usize>,
     /// Stubs into and out of cached loops still to emit: (kind, instruction, label).
     stubs: Vec<(Stub, usize, DynamicLabel)>,
+    /// Slow paths of batched tape pushes and pops still to emit (`batch.rs`).
+    slow: Vec<batch::Slow>,
 }
 
 /// A way into the cached loop with the given index (loading its homes), or out of it
@@ -533,7 +534,9 @@ fn refuse(f: &Function) -> Option<String> {
     let far = native::steps_offset().max(native::next_check_offset());
     if f.num_regs as usize > MAX_REGS {
         Some(format!("{} registers: the AArch64 emitter addresses {MAX_REGS}", f.num_regs))
-    } else if far > 32760 || !native::steps_offset().is_multiple_of(8) || !native::next_check_offset().is_multiple_of(8) || !calls::vm_fields_in_reach() {
+    } else if far > 32760 || !native::steps_offset().is_multiple_of(8) || !native::next_check_offset().is_multiple_of(8) || !calls::vm_fields_in_reach()
+        || !batch::tape_fields_in_reach()
+    {
         Some("the VM's counters are out of reach of a scaled load".into())
     } else {
         None
@@ -605,6 +608,7 @@ pub fn compile(program: &Program, func: FuncId, types: &Types) -> Result<NativeC
         loop_of,
         cur: None,
         stubs: vec![],
+        slow: vec![],
     };
     // Entry points: reached block starts, and the instruction after each exit to the
     // interpreter (where it comes back after a call).
@@ -632,6 +636,7 @@ pub fn compile(program: &Program, func: FuncId, types: &Types) -> Result<NativeC
         offsets.push((pc, e.entry(pc, false)));
     }
     let call_entry = e.types.before[0].is_some().then(|| e.entry(0, true));
+    e.emit_slow();
     e.emit_cold();
     e.emit_stubs();
     let size = e.ops.offset().0;

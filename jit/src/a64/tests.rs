@@ -64,6 +64,7 @@ fn constants_take_one_move_per_nonzero_halfword() {
         loop_of: vec![],
         cur: None,
         stubs: vec![],
+        slow: vec![],
     };
     e.imm(0, 0);
     e.imm(16, 0x1234_0000_0000_5678);

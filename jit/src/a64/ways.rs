@@ -141,6 +141,8 @@ impl<'a> Emitter<'a> {
             }
             self.cur = Some(l);
             self.load_homes(false);
+            self.tape_reserve();
+            self.ctl_reserve();
             self.cur = None;
             let target = self.labels[to];
             dynasm!(self.ops ; .arch aarch64 ; b =>target);
