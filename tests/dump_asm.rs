@@ -1,10 +1,29 @@
 //! `zygvm --dump asm`: the machine code the JIT made, each instruction's code under its
-//! bytecode (addresses differ between runs, so the test checks the structure, not bytes).
-//! The listings checked are x86-64's: the test is built for that architecture only.
-#![cfg(target_arch = "x86_64")]
+//! bytecode (addresses differ between runs, so the test checks the structure, not bytes),
+//! on x86-64 and on AArch64, each in its own mnemonics (`Isa`).
+#![cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
 
 use std::path::PathBuf;
 mod binary;
+
+/// What the checks look for in a listing of the host's machine code.
+struct Isa {
+    /// A hoisted value copied from its stack slot into a float register.
+    hoisted_copy: &'static str,
+    /// A call.
+    call: &'static str,
+    /// A float multiply whose operands are float registers.
+    float_mul: &'static str,
+    /// The signed "greater or equal" branch of a header's test, and the unsigned "above or
+    /// equal" of a bound check.
+    branch_ge: &'static str,
+    bound_check: &'static str,
+}
+
+#[cfg(target_arch = "x86_64")]
+const ISA: Isa = Isa { hoisted_copy: "movsd xmm0,[rsp+", call: "call", float_mul: "mulsd xmm0,xmm", branch_ge: "jge", bound_check: "jae" };
+#[cfg(target_arch = "aarch64")]
+const ISA: Isa = Isa { hoisted_copy: ", [sp, #", call: "blr", float_mul: "fmul d", branch_ge: "b.ge", bound_check: "b.hs" };
 
 /// Writes `source` to a fresh folder as `name`; its path (remove the folder when done).
 fn script(name: &str, source: &str) -> PathBuf {
@@ -34,13 +53,13 @@ fn dump_asm_lists_machine_code_under_each_instruction() {
     assert!(out.contains("native code of loop_sin"), "{out}");
     // The multiply of the loop, in registers (`jit/src/loops.rs`): `sin(x)` hoisted, so its
     // instruction only copies the value computed on the way in, and the product's operands
-    // come from xmm homes.
+    // come from float registers (homes).
     let lines: Vec<&str> = out.lines().collect();
     let mul = lines.iter().position(|l| l.contains("r1 = Mul r1, r5")).expect("the Mul instruction");
     let sin = lines.iter().position(|l| l.contains("r5 = Math1 r0, BI")).expect("the Math1 instruction");
-    assert!(lines[sin + 1].contains("movsd xmm0,[rsp+"), "the hoisted sin is a copy:\n{out}");
-    assert!(!lines[sin..mul].iter().any(|l| l.contains("call")), "the hoisted sin calls nothing:\n{out}");
-    assert!(lines[mul + 1..mul + 4].iter().any(|l| l.contains("mulsd xmm0,xmm")), "{out}");
+    assert!(lines[sin + 1].contains(ISA.hoisted_copy), "the hoisted sin is a copy:\n{out}");
+    assert!(!lines[sin..mul].iter().any(|l| l.contains(ISA.call)), "the hoisted sin calls nothing:\n{out}");
+    assert!(lines[mul + 1..mul + 4].iter().any(|l| l.contains(ISA.float_mul)), "{out}");
     assert!(out.contains("; shared: entry guards"), "{out}");
     // Nothing compiled: a message, not an empty listing.
     let (out, err) = run(&["--dump", "asm", "--jit", "off"]);
@@ -62,7 +81,7 @@ fn counted_loop_reads_are_checked_on_entry() {
     let lines: Vec<&str> = out.lines().collect();
     let header = lines.iter().position(|l| l.contains("BranchNotLt")).expect("the loop's header");
     let latch = lines.iter().position(|l| l.contains("AddJump")).expect("the loop's latch");
-    assert!(lines[header + 1].contains("cmp") && lines[header + 2].contains("jge"), "the header's test:\n{out}");
-    assert!(!lines[header + 3..latch].iter().any(|l| l.contains("jae")), "no bound check in the loop:\n{out}");
+    assert!(lines[header + 1].contains("cmp") && lines[header + 2].contains(ISA.branch_ge), "the header's test:\n{out}");
+    assert!(!lines[header + 3..latch].iter().any(|l| l.contains(ISA.bound_check)), "no bound check in the loop:\n{out}");
     let _ = std::fs::remove_dir_all(script.parent().unwrap());
 }

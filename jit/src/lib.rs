@@ -12,7 +12,7 @@
 //! every host; which one runs is chosen at build time.
 
 pub mod a64;
-#[cfg(target_arch = "x86_64")]
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
 pub mod disasm;
 pub mod clamp;
 pub mod classify;
@@ -103,11 +103,11 @@ impl Tier for Jit {
     }
 
     fn disassemble(&self, program: &Program, func: FuncId, code: &NativeCode) -> Option<String> {
-        #[cfg(target_arch = "x86_64")]
+        #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
         {
             disasm::listing(program, func, code)
         }
-        #[cfg(not(target_arch = "x86_64"))]
+        #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
         {
             let _ = (program, func, code);
             None
