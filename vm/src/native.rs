@@ -904,17 +904,6 @@ pub unsafe extern "C" fn pop_control(vm: *mut Vm) -> i64 {
     }
 }
 
-/// Pops a control entry for `TapePopCtl`: its symbol (a shape code), or -1 when the control
-/// stack is empty (native code then leaves to the interpreter, which raises the underflow).
-///
-/// # Safety
-/// As for `step`.
-pub unsafe extern "C" fn pop_control_symbol(vm: *mut Vm) -> i64 {
-    // SAFETY: the caller's contract.
-    let vm = unsafe { &mut *vm };
-    vm.tape.ctl.pop().map_or(-1, i64::from)
-}
-
 /// `a[i]` of an array of floats into `*out`; false (nothing done) for anything else: another
 /// kind of array or value, an index out of range, an array being modified. Native code then
 /// leaves to the interpreter, which runs the general semantics.

@@ -49,19 +49,6 @@ impl<'a> Emitter<'a> {
         self.cur.and_then(|l| self.loops[l].ctl)
     }
 
-    /// `x1` := the address of the last run of the `Runs` at `runs` (a `Vm` offset), `x2` :=
-    /// the number of runs; jumps to `empty` if there is none.
-    fn last_run(&mut self, runs: usize, empty: DynamicLabel) {
-        let (ptr, len) = ((runs + PTR_OFFSET) as u32, (runs + LEN_OFFSET) as u32);
-        dynasm!(self.ops ; .arch aarch64
-            ; ldr x2, [x20, len]
-            ; cbz x2, =>empty
-            ; ldr x1, [x20, ptr]
-            ; add x1, x1, x2, LSL 3
-            ; sub x1, x1, 8
-        );
-    }
-
     /// Takes `x0` entries (at least one) off the top run of the `Runs` at `runs`, which
     /// holds them (the run a batch popped from), and the run itself when that empties it;
     /// then goes to `done`.
@@ -78,13 +65,6 @@ impl<'a> Emitter<'a> {
             ; sub x2, x2, 1
             ; str x2, [x20, runs_len]
         );
-    }
-
-    /// A call of the helper at `addr` that touches only the tape (arguments in place): no
-    /// homes stored or reloaded (the callers do what their place needs).
-    fn call_raw(&mut self, addr: *const ()) {
-        self.imm(16, addr as u64);
-        dynasm!(self.ops ; .arch aarch64 ; blr x16);
     }
 
     /// Starts the current loop's tape batch: the cursor := the end of the words, the limit :=
@@ -227,7 +207,7 @@ impl<'a> Emitter<'a> {
                     self.cur = cur;
                     dynasm!(self.ops ; .arch aarch64 ; =>label);
                     self.ctl_commit();
-                    self.pop_symbol(empty);
+                    self.tape_pop_control(Some(empty));
                     dynasm!(self.ops ; .arch aarch64 ; str x0, [sp, SCRATCH]);
                     self.ctl_reserve();
                     dynasm!(self.ops ; .arch aarch64 ; ldr x0, [sp, SCRATCH] ; b =>done);

@@ -221,8 +221,7 @@ impl<'a> Emitter<'a> {
                 self.branch_edge(pc, then_blk);
             }
             Instr::BranchCtl { then_blk, else_blk } => {
-                dynasm!(self.ops ; .arch aarch64 ; mov x0, x20);
-                self.call(native::pop_control as *const ());
+                self.tape_pop_control(None);
                 let (empty, taken) = (self.ops.new_dynamic_label(), self.ops.new_dynamic_label());
                 dynasm!(self.ops ; .arch aarch64 ; cmp x0, 0 ; b.lt =>empty ; cbnz x0, =>taken);
                 self.branch_edge(pc, else_blk);
@@ -311,7 +310,7 @@ impl<'a> Emitter<'a> {
                 if self.batch().is_some() {
                     self.tape_pop_batched(pc, float);
                 } else {
-                    self.tape_pop_general(pc, float);
+                    self.tape_pop_number(pc, float);
                 }
                 if float {
                     self.store_float(dst);
@@ -325,7 +324,7 @@ impl<'a> Emitter<'a> {
                 if self.ctl_batch().is_some() {
                     self.ctl_pop_batched(empty);
                 } else {
-                    self.pop_symbol(empty);
+                    self.tape_pop_control(Some(empty));
                 }
                 self.store_int(dst);
             }
@@ -389,31 +388,27 @@ impl<'a> Emitter<'a> {
                 }
                 self.store_float(dst);
             }
-            Instr::TapeSave { src } | Instr::TapePush { src } if self.batch().is_some() => {
-                // The bits, from the home where there is one.
+            Instr::TapeSave { src } | Instr::TapePush { src } => {
+                // The bits, from the home where there is one (a written-back home's slot is
+                // stale).
                 let s = slot(src) + 8;
                 match self.home(src) {
                     Some(Home::Float(k)) => dynasm!(self.ops ; .arch aarch64 ; fmov x0, D(k)),
                     Some(Home::Int(g)) => dynasm!(self.ops ; .arch aarch64 ; mov x0, X(g)),
                     None => dynasm!(self.ops ; .arch aarch64 ; ldr x0, [x19, s]),
                 }
-                self.tape_push_batched(ty(src) == Ty::Float);
-            }
-            Instr::TapeSave { src } | Instr::TapePush { src } => {
-                // From the home where there is one (a written-back home's slot is stale).
-                dynasm!(self.ops ; .arch aarch64 ; mov x0, x20);
-                if ty(src) == Ty::Float {
-                    self.load_float(pc, src, false);
-                    self.call(native::tape_push_float as *const ());
+                let l = native::layout();
+                let (kind, float) = if ty(src) == Ty::Float { (l.kind_float, true) } else { (l.kind_int, false) };
+                if self.batch().is_some() {
+                    self.tape_push_batched(float);
                 } else {
-                    self.load_int(src, true);
-                    self.call(native::tape_push_int as *const ());
+                    self.tape_push_number(kind, float);
                 }
             }
             Instr::TapePushCtl { .. } | Instr::TapeShape { .. } if self.ctl_batch().is_some() => self.ctl_push_batched(),
-            Instr::TapePushCtl { bit } => self.push_control(bit),
+            Instr::TapePushCtl { bit } => self.tape_push_control(bit as u8),
             // Two numbers: shape code 0 (`rules::shape_code`).
-            Instr::TapeShape { .. } => self.push_control(0),
+            Instr::TapeShape { .. } => self.tape_push_control(0),
             Instr::CallDirect { dst, func, args } => self.call_direct(pc, dst, func, args),
             Instr::Return { src } => self.ret(pc, src),
             other => unreachable!("{} classified native but not lowered", other.name()),
@@ -436,18 +431,6 @@ impl<'a> Emitter<'a> {
         }
     }
 
-    /// Pops a control symbol into `x0` through the helper; to `empty` when there is none
-    /// (a compare and `b.lt`: a rare exit may lie beyond `tbnz`'s 32 KB).
-    pub(super) fn pop_symbol(&mut self, empty: DynamicLabel) {
-        dynasm!(self.ops ; .arch aarch64 ; mov x0, x20);
-        self.call(native::pop_control_symbol as *const ());
-        dynasm!(self.ops ; .arch aarch64 ; cmp x0, 0 ; b.lt =>empty);
-    }
-
-    fn push_control(&mut self, bit: u32) {
-        dynasm!(self.ops ; .arch aarch64 ; mov x0, x20 ; movz x1, bit);
-        self.call(native::tape_push_control as *const ());
-    }
 
     /// After `index_float`/`index2_float` (`w0`: it succeeded; the float in the scratch
     /// word): stores the float into `dst`, else leaves with a failed speculation at `pc`.

@@ -24,7 +24,7 @@
 //! and fixed rows (`view_offset`, `hoist_offset`, `row_offset`).
 //!
 //! Files: this file (the emitter's state, its primitives and `compile`), `homes.rs` (cached
-//! loops: homes, views, the way out), `batch.rs` (their tape batches), `clamp.rs` (their
+//! loops: homes, views, the way out), `batch.rs` (their tape batches), `tape.rs` (the tape's pushes and pops inline), `clamp.rs` (their
 //! bounds checked on entry), `lower.rs` (one instruction), `calls.rs` (native calls
 //! and returns), `inline.rs` (float leaves in place), `ways.rs` (entries, loop stubs and
 //! rare exits).
@@ -39,6 +39,7 @@ mod clamp;
 mod homes;
 mod inline;
 mod lower;
+mod tape;
 mod ways;
 
 pub use lower::class_of;
