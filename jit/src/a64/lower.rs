@@ -68,9 +68,9 @@ impl<'a> Emitter<'a> {
                 }
                 Const::Float(x) => {
                     self.prepare_def(pc, dst);
-                    self.imm(16, x.to_bits());
-                    dynasm!(self.ops ; .arch aarch64 ; fmov d0, x16);
-                    self.store_float(dst);
+                    let d = self.float_dst(dst);
+                    self.float_constant(d, x);
+                    self.store_float_from(dst, d);
                 }
                 Const::Str(_) => self.step(pc),
             },
@@ -432,6 +432,20 @@ impl<'a> Emitter<'a> {
     }
 
 
+    /// `d{d} := x`: `+0.0` from the zero register, a value `fmov`'s 8-bit immediate holds
+    /// exactly (1.0, 0.5, -2.0, ...) in one instruction, anything else through `x16`.
+    pub(super) fn float_constant(&mut self, d: u8, x: f64) {
+        let single = x as f32;
+        if x.to_bits() == 0 {
+            dynasm!(self.ops ; .arch aarch64 ; fmov D(d), xzr);
+        } else if f64::from(single) == x && dynasmrt::aarch64::encode_floating_point_immediate(single).is_some() {
+            dynasm!(self.ops ; .arch aarch64 ; fmov D(d), single);
+        } else {
+            self.imm(16, x.to_bits());
+            dynasm!(self.ops ; .arch aarch64 ; fmov D(d), x16);
+        }
+    }
+
     /// After `index_float`/`index2_float` (`w0`: it succeeded; the float in the scratch
     /// word): stores the float into `dst`, else leaves with a failed speculation at `pc`.
     fn float_from_scratch(&mut self, pc: usize, dst: Reg) {
@@ -616,8 +630,8 @@ impl<'a> Emitter<'a> {
             Rule::DivA => {
                 // g = 1 / b
                 self.load_float(pc, l[2], false);
-                self.imm(16, 1.0f64.to_bits());
-                dynasm!(self.ops ; .arch aarch64 ; fmov d1, x16 ; fdiv d1, d1, d0);
+                self.float_constant(1, 1.0);
+                dynasm!(self.ops ; .arch aarch64 ; fdiv d1, d1, d0);
                 self.load_float(pc, l[0], false);
                 self.times();
             }

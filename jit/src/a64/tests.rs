@@ -20,10 +20,16 @@ fn program(text: &str) -> Program {
 /// The words of `name`'s code compiled with every argument a float, and where each
 /// instruction's code starts.
 fn compiled(p: &Program, name: &str) -> (Vec<u32>, Vec<(u32, u32)>) {
+    let f = p.functions.iter().find(|f| f.name == name).expect("a function of that name");
+    compiled_with(p, name, &vec![Ty::Float; f.arity as usize])
+}
+
+/// As `compiled`, the arguments of the given types.
+fn compiled_with(p: &Program, name: &str, args: &[Ty]) -> (Vec<u32>, Vec<(u32, u32)>) {
     let i = p.functions.iter().position(|f| f.name == name).expect("a function of that name");
     let f = &p.functions[i];
     let mut seed = vec![Ty::Nil; f.num_regs as usize];
-    seed[..f.arity as usize].fill(Ty::Float);
+    seed[..args.len()].copy_from_slice(args);
     let types = infer(p, f, &[(0, seed)], &[]).expect("types");
     let code = compile(p, FuncId(i as u32), &types).expect("compiles");
     let buf = code.owner.downcast_ref::<dynasmrt::ExecutableBuffer>().expect("an executable buffer");
@@ -33,7 +39,10 @@ fn compiled(p: &Program, name: &str) -> (Vec<u32>, Vec<(u32, u32)>) {
 
 /// The words of the code of the first instruction named `op` in `name`.
 fn code_of(p: &Program, name: &str, op: &str) -> Vec<u32> {
-    let (words, offsets) = compiled(p, name);
+    code_in(p, name, compiled(p, name), op)
+}
+
+fn code_in(p: &Program, name: &str, (words, offsets): (Vec<u32>, Vec<(u32, u32)>), op: &str) -> Vec<u32> {
     let f = p.functions.iter().find(|f| f.name == name).unwrap();
     let k = offsets.iter().position(|&(pc, _)| pc != u32::MAX && f.code[pc as usize].name() == op).expect("that instruction");
     words[offsets[k].1 as usize / 4..offsets[k + 1].1 as usize / 4].to_vec()
@@ -163,4 +172,70 @@ fn a_float_leaf_runs_in_place() {
     let code = code_of(&p, "f", "CallDirect");
     assert!(!code.contains(&0xd63f02e0), "no frame switch (blr x23)");
     assert!(code.contains(&0x1e610800), "the body's fmul d0, d0, d1 in place");
+}
+
+#[test]
+fn float_constants_take_the_shortest_form() {
+    let p = program("fn f(x) { x }");
+    let f = &p.functions[0];
+    let types = infer(&p, f, &[(0, vec![Ty::Float; f.num_regs as usize])], &[]).unwrap();
+    let mut ops = Assembler::new().unwrap();
+    let epilogue = ops.new_dynamic_label();
+    let mut e = Emitter {
+        ops,
+        program: &p,
+        f,
+        func: FuncId(0),
+        types: &types,
+        live: vec![],
+        labels: vec![],
+        epilogue,
+        next_check: 0,
+        run_start: 0,
+        pc: None,
+        pc_offsets: vec![],
+        cold: vec![],
+        loops: vec![],
+        loop_of: vec![],
+        cur: None,
+        stubs: vec![],
+        slow: vec![],
+    };
+    e.float_constant(3, 0.0);
+    e.float_constant(0, 1.0);
+    e.float_constant(2, -2.0);
+    e.float_constant(1, 0.1);
+    let at = e.ops.offset();
+    let buf = e.ops.finalize().unwrap();
+    let words: Vec<u32> = buf[..at.0].chunks(4).map(|w| u32::from_le_bytes(w.try_into().unwrap())).collect();
+    assert_eq!(
+        words,
+        [
+            0x9e6703e3, // fmov d3, xzr
+            0x1e6e1000, // fmov d0, #1.0
+            0x1e701002, // fmov d2, #-2.0
+            0xd2933350, // mov x16, #0x999a
+            0xf2b33330, // movk x16, #0x9999, lsl #16
+            0xf2d33330, // movk x16, #0x9999, lsl #32
+            0xf2e7f730, // movk x16, #0x3fb9, lsl #48
+            0x9e670201, // fmov d1, x16
+        ]
+    );
+}
+
+#[test]
+fn cached_loops_read_in_place_and_accumulate_in_registers() {
+    // A counted loop over an array (a view, its bound checked once on entry): the element is
+    // one register-offset load (`ldr dT, [xB, xI, lsl #3]`, then its tag and its home: the
+    // temporary is `nil` before the first iteration), with no bound check; the sum is one
+    // `fadd` between float homes.
+    let p = program("fn f(x, n) {\n  let s = 0.0\n  for i in 0..n { s = s + x[i] }\n  s\n}");
+    let code = compiled_with(&p, "f", &[Ty::Any, Ty::Int]);
+    let index = code_in(&p, "f", code.clone(), "Index");
+    assert_eq!(index[0] & 0xffe0_fc00, 0xfc60_7800, "ldr d, [x, x, lsl #3]: {index:08x?}");
+    // No conditional branch (`b.cond`: 0x54000000 | imm19 << 5 | cond).
+    assert!(!index.iter().any(|w| w & 0xff00_0010 == 0x5400_0000), "{index:08x?}");
+    let add = code_in(&p, "f", code, "Add");
+    assert_eq!(add.len(), 1, "{add:08x?}");
+    assert_eq!(add[0] & 0xffe0_fc00, 0x1e60_2800, "fadd d, d, d: {:08x}", add[0]);
 }
