@@ -1,6 +1,8 @@
 //! Renders errors for people (section 9): `error: MESSAGE`, `FILE:LINE:COL`, the source line
-//! with a marker, and for runtime errors the Zy stack, innermost first. Colour only when
-//! standard error is a terminal and `NO_COLOR` is unset.
+//! with a marker, and for runtime errors the Zy stack, innermost first (deep recursion folded:
+//! `Error::stack_lines`). Colour only when standard error is a terminal and `NO_COLOR` is
+//! unset. Writing never panics: a closed or broken standard error loses the report, nothing
+//! else.
 
 use codespan_reporting::diagnostic::{Diagnostic, Label};
 use codespan_reporting::files::SimpleFiles;
@@ -20,25 +22,29 @@ fn color_choice() -> ColorChoice {
 /// Builds the codespan diagnostics of an error.
 fn diagnostics(err: &Error, files: &mut SimpleFiles<String, String>, sources: &[SourceFile]) -> Vec<Diagnostic<usize>> {
     let ids: Vec<usize> = sources.iter().map(|f| files.add(f.name.clone(), f.text.clone())).collect();
-    let label = |loc: &zygvm_vm::error::Location| {
-        let file = ids[loc.span.file as usize];
+    let range = |loc: &zygvm_vm::error::Location| {
         let lo = loc.span.lo as usize;
         let hi = (loc.span.hi as usize).max(lo);
         // Mark the first line of the span only, so a long construct stays readable.
         let text = &sources[loc.span.file as usize].text;
         let hi = text[lo.min(text.len())..hi.min(text.len())].find('\n').map(|n| lo + n).unwrap_or(hi);
-        Label::primary(file, lo..hi.max(lo))
+        (ids[loc.span.file as usize], lo..hi.max(lo))
+    };
+    let label = |loc: &zygvm_vm::error::Location| {
+        let (file, r) = range(loc);
+        Label::primary(file, r)
     };
     match err.kind {
         ErrorKind::Compile => err
             .diagnostics
             .iter()
             .map(|d| {
-                let mut diag = Diagnostic::error().with_message(&d.message);
-                if let Some(loc) = &d.location {
-                    diag = diag.with_labels(vec![label(loc)]);
+                let mut labels: Vec<Label<usize>> = d.location.iter().map(label).collect();
+                if let Some((loc, what)) = &d.related {
+                    let (file, r) = range(loc);
+                    labels.push(Label::secondary(file, r).with_message(what));
                 }
-                diag
+                Diagnostic::error().with_message(&d.message).with_labels(labels)
             })
             .collect(),
         ErrorKind::Runtime => {
@@ -46,9 +52,7 @@ fn diagnostics(err: &Error, files: &mut SimpleFiles<String, String>, sources: &[
             if let Some(loc) = &err.location {
                 diag = diag.with_labels(vec![label(loc)]);
             }
-            let notes: Vec<String> =
-                err.stack.iter().map(|f| format!("at {} ({})", f.function, f.location)).collect();
-            vec![diag.with_notes(notes)]
+            vec![diag.with_notes(err.stack_lines())]
         }
     }
 }
@@ -61,7 +65,8 @@ pub fn report(err: &Error, sources: &[SourceFile]) {
     let mut lock = writer.lock();
     for d in diagnostics(err, &mut files, sources) {
         if term::emit(&mut lock, &config, &files, &d).is_err() {
-            eprintln!("{err}");
+            // Standard error is closed or broken: nowhere left to report to.
+            return;
         }
     }
 }

@@ -165,7 +165,7 @@ impl ProgramBuilder {
     pub fn compile_file(self, path: impl AsRef<Path>) -> Result<Program, Error> {
         let path = path.as_ref();
         let text = read_source(path)
-            .map_err(|e| Error::compile(vec![zygvm_vm::error::Diagnostic { message: format!("cannot read {}: {e}", path.display()), location: None }]))?;
+            .map_err(|e| Error::compile(vec![zygvm_vm::error::Diagnostic { message: format!("cannot read {}: {e}", path.display()), location: None, related: None }]))?;
         let dir = path.parent().map(Path::to_path_buf).unwrap_or_default();
         let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
         self.compile_in(&name, &text, dir)
@@ -174,7 +174,7 @@ impl ProgramBuilder {
     fn compile_in(self, name: &str, source: &str, dir: PathBuf) -> Result<Program, Error> {
         if let Some(unknown) = self.unknown_derivatives.first() {
             let message = format!("host_derivative: no host function named {unknown} was registered before it");
-            return Err(Error::compile(vec![zygvm_vm::error::Diagnostic { message, location: None }]));
+            return Err(Error::compile(vec![zygvm_vm::error::Diagnostic { message, location: None, related: None }]));
         }
         let mut table: Vec<Builtin> = zygvm_stdlib::builtins();
         for (i, h) in self.hosts.iter().enumerate() {

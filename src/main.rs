@@ -90,10 +90,65 @@ fn limits(cli: &Cli) -> Result<Limits, String> {
     })
 }
 
+/// Writes to standard error, never panicking: a closed or broken standard error loses the
+/// text, nothing else (the exit status still says what happened).
+macro_rules! say {
+    ($($arg:tt)*) => {{
+        let _ = writeln!(std::io::stderr(), $($arg)*);
+    }};
+}
+
 fn usage_error(msg: &str) -> ExitCode {
-    eprintln!("error: {msg}");
-    eprintln!("usage: zygvm [OPTIONS] SCRIPT.zy [ARGS...] | -e CODE | - (see zygvm --help)");
+    say!("error: {msg}");
+    say!("usage: zygvm [OPTIONS] SCRIPT.zy [ARGS...] | -e CODE | - (see zygvm --help)");
     ExitCode::from(2)
+}
+
+/// The usage error for a script argument that looks like an option and names no file (clap
+/// takes everything after the options as the script and its arguments): which option was
+/// meant, when one is close.
+fn unknown_option(arg: &str) -> ExitCode {
+    use clap::CommandFactory;
+    let given = arg.split('=').next().unwrap_or(arg).trim_start_matches('-');
+    let command = Cli::command();
+    let closest = command
+        .get_arguments()
+        .filter_map(|a| a.get_long())
+        .map(|long| (edit_distance(given, long), long))
+        .filter(|&(d, long)| d <= 2.max(long.len() / 3))
+        .min();
+    match closest {
+        Some((_, long)) => usage_error(&format!("unknown option '{arg}' (did you mean '--{long}'?)")),
+        None => usage_error(&format!("unknown option '{arg}'")),
+    }
+}
+
+/// The Levenshtein distance between two short strings.
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut prev = row[0];
+        row[0] = i + 1;
+        for (j, &cb) in b.iter().enumerate() {
+            let next = (row[j + 1] + 1).min(row[j] + 1).min(prev + usize::from(ca != cb));
+            prev = row[j + 1];
+            row[j + 1] = next;
+        }
+    }
+    row[b.len()]
+}
+
+/// A program read from standard input (`-`, or no script with a pipe or file on stdin).
+fn read_stdin() -> Result<String, ExitCode> {
+    let mut text = String::new();
+    match std::io::stdin().take(zygvm::MAX_SOURCE_BYTES + 1).read_to_string(&mut text) {
+        Err(e) => Err(usage_error(&format!("cannot read standard input: {e}"))),
+        Ok(_) if text.len() as u64 > zygvm::MAX_SOURCE_BYTES => {
+            Err(usage_error(&format!("standard input: source files are limited to {} bytes", zygvm::MAX_SOURCE_BYTES)))
+        }
+        Ok(_) => Ok(text),
+    }
 }
 
 fn main() -> ExitCode {
@@ -104,7 +159,7 @@ fn main() -> ExitCode {
     match worker.map(|h| h.join()) {
         Ok(Ok(code)) => code,
         _ => {
-            eprintln!("error: internal error in zygvm (please report)");
+            say!("error: internal error in zygvm (please report)");
             ExitCode::from(1)
         }
     }
@@ -120,11 +175,12 @@ fn run(cli: Cli) -> ExitCode {
     } else if let Some(script) = cli.rest.first() {
         let args = cli.rest[1..].to_vec();
         if script == "-" {
-            let mut text = String::new();
-            if let Err(e) = std::io::stdin().read_to_string(&mut text) {
-                return usage_error(&format!("cannot read standard input: {e}"));
+            match read_stdin() {
+                Ok(text) => ("<stdin>".to_string(), text, std::path::PathBuf::new(), args),
+                Err(code) => return code,
             }
-            ("<stdin>".to_string(), text, std::path::PathBuf::new(), args)
+        } else if script.starts_with('-') && !std::path::Path::new(script).exists() {
+            return unknown_option(script);
         } else {
             let mut bytes = vec![];
             let read = std::fs::File::open(script).and_then(|f| f.take(zygvm::MAX_SOURCE_BYTES + 1).read_to_end(&mut bytes));
@@ -137,7 +193,7 @@ fn run(cli: Cli) -> ExitCode {
             let text = match String::from_utf8(bytes) {
                 Ok(t) => t,
                 Err(_) => {
-                    eprintln!("error: {script} is not valid UTF-8 text");
+                    say!("error: {script} is not valid UTF-8 text");
                     return ExitCode::from(2);
                 }
             };
@@ -146,6 +202,12 @@ fn run(cli: Cli) -> ExitCode {
         }
     } else if std::io::stdin().is_terminal() && !cli.check && cli.dump.is_none() {
         return repl::run(limits);
+    } else if !std::io::stdin().is_terminal() {
+        // `echo 'print(1)' | zygvm`: the piped program, as `-` reads it.
+        match read_stdin() {
+            Ok(text) => ("<stdin>".to_string(), text, std::path::PathBuf::new(), vec![]),
+            Err(code) => return code,
+        }
     } else {
         return usage_error("no script given");
     };
@@ -173,7 +235,7 @@ fn run(cli: Cli) -> ExitCode {
         if cli.only.is_some() && listing.is_empty() {
             return usage_error(&format!("no function named '{}'", cli.only.unwrap()));
         }
-        print!("{listing}");
+        let _ = write!(std::io::stdout(), "{listing}");
         return ExitCode::SUCCESS;
     }
     let mut vm = Vm::new(&program);
@@ -193,7 +255,7 @@ fn run(cli: Cli) -> ExitCode {
             let _ = writeln!(std::io::stderr(), "zygvm: --dump asm: the JIT compiled no function{} (try --jit eager)",
                 cli.only.as_deref().map(|n| format!(" named '{n}'")).unwrap_or_default());
         }
-        print!("{listing}");
+        let _ = write!(std::io::stdout(), "{listing}");
     }
     let code = match result {
         Ok(_) => ExitCode::SUCCESS,

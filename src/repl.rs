@@ -62,10 +62,10 @@ const SENTINEL: &[u8] = b"\0\n";
 
 pub fn run(limits: Limits) -> ExitCode {
     let Ok(mut rl) = DefaultEditor::new() else {
-        eprintln!("error: cannot start the line editor");
+        let _ = writeln!(std::io::stderr(), "error: cannot start the line editor");
         return ExitCode::from(1);
     };
-    println!("zygvm {} — Zy interactive prompt (Ctrl-D to leave)", env!("CARGO_PKG_VERSION"));
+    let _ = writeln!(std::io::stdout(), "zygvm {} — Zy interactive prompt (Ctrl-D to leave)", env!("CARGO_PKG_VERSION"));
     let mut session = String::new();
     let mut hidden = 0usize;
     loop {

@@ -310,3 +310,28 @@ fn first_use_differentiation_fits_a_small_host_stack() {
     }
     assert!(matches!(out.1[0], Value::Float(e) if e == d), "{:?} against {d}", out.1);
 }
+
+/// `Display` of a compile error shows every diagnostic, each with its location (and an
+/// unclosed bracket's opening one), not only the first.
+#[test]
+fn compile_errors_display_every_diagnostic() {
+    let err = Program::compile("two.zy", "let a = b\nlet c = [1, 2\n").unwrap_err();
+    assert_eq!(err.kind, ErrorKind::Compile);
+    assert_eq!(err.diagnostics.len(), 2, "{err}");
+    let text = err.to_string();
+    assert!(text.contains("error: unknown name 'b'\n  --> two.zy:1:9"), "{text}");
+    assert!(text.contains("error: expected ']' to close the array, found end of file"), "{text}");
+    assert!(text.contains("--> two.zy:2:9: '[' opened here"), "{text}");
+}
+
+/// A runtime error's `Display` folds deep recursion as the command line does.
+#[test]
+fn runtime_errors_display_folded_stacks() {
+    let program = Program::compile("deep.zy", "fn f(n) { f(n + 1) }\n").unwrap();
+    let mut vm = Vm::new(&program);
+    vm.set_limits(Limits { max_depth: 500, ..Limits::default() });
+    let err = vm.call::<Value>("f", (0i64,)).unwrap_err();
+    let text = err.to_string();
+    assert!(text.contains("... 49"), "{text}");
+    assert!(text.lines().count() < 10, "{text}");
+}

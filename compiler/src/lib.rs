@@ -254,11 +254,15 @@ pub fn compile(
         let diagnostics = list
             .into_iter()
             .map(|x| {
-                let file = &files[x.span.file as usize];
-                let (line, col) = file.line_col(x.span.lo);
+                let location = |span: zygvm_vm::program::Span| {
+                    let file = &files[span.file as usize];
+                    let (line, col) = file.line_col(span.lo);
+                    zygvm_vm::error::Location { file: file.name.clone(), line, col, span }
+                };
                 Diagnostic {
                     message: x.message,
-                    location: Some(zygvm_vm::error::Location { file: file.name.clone(), line, col, span: x.span }),
+                    location: Some(location(x.span)),
+                    related: x.related.map(|(span, what)| (location(span), what)),
                 }
             })
             .collect();
@@ -294,7 +298,7 @@ pub fn compile(
         derivative_transform: (source_differentiate != Differentiate::Never).then_some(ad::differentiate_on_demand as DerivativeTransform),
     };
     if let Err(e) = zygvm_vm::verify::verify_program(&program) {
-        return Err(Error::compile(vec![Diagnostic { message: format!("internal compiler error: {e}"), location: None }]));
+        return Err(Error::compile(vec![Diagnostic { message: format!("internal compiler error: {e}"), location: None, related: None }]));
     }
     Ok(program)
 }

@@ -76,6 +76,22 @@ impl<'a> Parser<'a> {
             self.fail(format!("expected {what}, found {found}"), self.span())
         }
     }
+    /// `expect` for the bracket closing one opened at `open`: when it is missing, the error is
+    /// where the parse failed and also points at the bracket that was opened, as rustc does.
+    fn expect_close(&mut self, t: &Tok, what: &str, open: Span) -> PResult<Span> {
+        if self.peek() == t {
+            return Ok(self.bump().span);
+        }
+        let opener = match t {
+            // (`Comma`: a tuple's `(a b`, where ',' or ')' was expected.)
+            Tok::RParen | Tok::Comma => "'('",
+            Tok::RBracket => "'['",
+            _ => "'{'",
+        };
+        let found = self.peek().describe();
+        self.diags.error_with(format!("expected {what}, found {found}"), self.span(), (open, format!("{opener} opened here")));
+        Err(Fail)
+    }
     fn skip_newlines(&mut self) {
         while self.peek() == &Tok::Newline {
             self.bump();
@@ -261,7 +277,7 @@ impl<'a> Parser<'a> {
                     break;
                 }
             }
-            let hi = self.expect(&Tok::RParen, "')' to close the pattern")?;
+            let hi = self.expect_close(&Tok::RParen, "')' to close the pattern", lo)?;
             if items.is_empty() {
                 return self.fail("a destructuring pattern needs at least one name", lo.to(hi));
             }
@@ -272,7 +288,7 @@ impl<'a> Parser<'a> {
     }
 
     fn fn_rest(&mut self, name: String, name_span: Span, lo: Span) -> PResult<FnDecl> {
-        self.expect(&Tok::LParen, "'(' to start the parameter list")?;
+        let open = self.expect(&Tok::LParen, "'(' to start the parameter list")?;
         let mut params: Vec<Ident> = vec![];
         while self.peek() != &Tok::RParen {
             let p = self.ident("parameter name")?;
@@ -284,7 +300,7 @@ impl<'a> Parser<'a> {
                 break;
             }
         }
-        self.expect(&Tok::RParen, "')' to close the parameter list")?;
+        self.expect_close(&Tok::RParen, "')' to close the parameter list", open)?;
         let body = self.block()?;
         let span = lo.to(body.span);
         Ok(FnDecl { name, name_span, params, body, span })
@@ -298,7 +314,7 @@ impl<'a> Parser<'a> {
         // The block's value is its last statement's when that is an expression not followed
         // by ';' (the token before '}' tells).
         let ends_with_semi = self.tokens[self.pos.saturating_sub(1)].tok == Tok::Semi;
-        let hi = self.expect(&Tok::RBrace, "'}' to close the block")?;
+        let hi = self.expect_close(&Tok::RBrace, "'}' to close the block", lo)?;
         let has_value = !ends_with_semi && matches!(stmts.last(), Some(Stmt::Expr(_)));
         Ok(Block { stmts, has_value, span: lo.to(hi) })
     }
@@ -429,14 +445,14 @@ impl<'a> Parser<'a> {
         loop {
             match self.peek() {
                 Tok::LParen => {
-                    self.bump();
-                    let args = self.list(&Tok::RParen, "')' to close the argument list")?;
+                    let open = self.bump().span;
+                    let args = self.list(&Tok::RParen, "')' to close the argument list", open)?;
                     let span = e.span.to(self.prev_span());
                     e = Expr { kind: ExprKind::Call(Box::new(e), args), span };
                 }
                 Tok::LBracket => {
-                    self.bump();
-                    let idx = self.list(&Tok::RBracket, "']' to close the index")?;
+                    let open = self.bump().span;
+                    let idx = self.list(&Tok::RBracket, "']' to close the index", open)?;
                     let span = e.span.to(self.prev_span());
                     if idx.is_empty() || idx.len() > 2 {
                         return self.fail("an index takes one value (a[i]) or two (m[i, j])", span);
@@ -455,7 +471,7 @@ impl<'a> Parser<'a> {
     }
 
     /// Comma-separated expressions up to `close` (trailing comma allowed).
-    fn list(&mut self, close: &Tok, what: &str) -> PResult<Vec<Expr>> {
+    fn list(&mut self, close: &Tok, what: &str, open: Span) -> PResult<Vec<Expr>> {
         let mut items = vec![];
         while self.peek() != close {
             items.push(self.expr()?);
@@ -463,7 +479,7 @@ impl<'a> Parser<'a> {
                 break;
             }
         }
-        self.expect(close, what)?;
+        self.expect_close(close, what, open)?;
         Ok(items)
     }
 
@@ -500,7 +516,7 @@ impl<'a> Parser<'a> {
                 ExprKind::Nil
             }
             Tok::LParen => {
-                self.bump();
+                let open = self.bump().span;
                 if self.eat(&Tok::RParen) {
                     ExprKind::Tuple(vec![])
                 } else {
@@ -508,15 +524,19 @@ impl<'a> Parser<'a> {
                     if self.eat(&Tok::RParen) {
                         return Ok(Expr { kind: first.kind, span: lo.to(self.prev_span()) });
                     }
-                    self.expect(&Tok::Comma, "',' or ')'")?;
+                    if self.peek() != &Tok::Comma {
+                        // `(a b`: a missing ')' as much as a missing ','.
+                        self.expect_close(&Tok::Comma, "',' or ')'", open)?;
+                    }
+                    self.bump();
                     let mut items = vec![first];
-                    items.extend(self.list(&Tok::RParen, "')' to close the tuple")?);
+                    items.extend(self.list(&Tok::RParen, "')' to close the tuple", open)?);
                     ExprKind::Tuple(items)
                 }
             }
             Tok::LBracket => {
-                self.bump();
-                ExprKind::Array(self.list(&Tok::RBracket, "']' to close the array")?)
+                let open = self.bump().span;
+                ExprKind::Array(self.list(&Tok::RBracket, "']' to close the array", open)?)
             }
             Tok::LBrace => ExprKind::Block(self.block()?),
             Tok::If => return self.if_expr(),

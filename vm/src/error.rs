@@ -40,6 +40,9 @@ pub enum ErrorKind {
 pub struct Diagnostic {
     pub message: String,
     pub location: Option<Location>,
+    /// A second place the message refers to, and what it is there (for an unclosed
+    /// bracket: where it was opened).
+    pub related: Option<(Location, String)>,
 }
 
 /// The one error type of the API: compile errors carry every diagnostic found; runtime errors
@@ -59,6 +62,7 @@ impl Error {
         let first = diagnostics.first().cloned().unwrap_or(Diagnostic {
             message: "compile error".into(),
             location: None,
+            related: None,
         });
         Error {
             kind: ErrorKind::Compile,
@@ -81,16 +85,84 @@ impl Error {
 }
 
 impl fmt::Display for Error {
+    /// Every diagnostic of a compile error; a runtime error's message, location and stack
+    /// (repeated frames folded: `stack_lines`).
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.kind == ErrorKind::Compile && !self.diagnostics.is_empty() {
+            for (k, d) in self.diagnostics.iter().enumerate() {
+                if k > 0 {
+                    writeln!(f)?;
+                }
+                write!(f, "error: {}", d.message)?;
+                if let Some(loc) = &d.location {
+                    write!(f, "\n  --> {loc}")?;
+                }
+                if let Some((loc, what)) = &d.related {
+                    write!(f, "\n  --> {loc}: {what}")?;
+                }
+            }
+            return Ok(());
+        }
         write!(f, "error: {}", self.message)?;
         if let Some(loc) = &self.location {
             write!(f, "\n  --> {loc}")?;
         }
-        for fr in &self.stack {
-            write!(f, "\n  at {} ({})", fr.function, fr.location)?;
+        for line in self.stack_lines() {
+            write!(f, "\n  {line}")?;
         }
         Ok(())
     }
+}
+
+impl Error {
+    /// The Zy stack as people read it, innermost first: `at f (file:line:col)` per frame,
+    /// except that a block of up to four frames repeated three or more times in a row (deep
+    /// recursion, mutual or not) is printed once, followed by `... 9,990 more frames of f`.
+    pub fn stack_lines(&self) -> Vec<String> {
+        let s = &self.stack;
+        let mut lines = vec![];
+        let mut i = 0;
+        while i < s.len() {
+            // The period and repetitions of the longest run starting at `i`.
+            let (mut period, mut reps) = (1, 1);
+            for p in 1..=4.min(s.len() - i) {
+                let mut r = 1;
+                while i + (r + 1) * p <= s.len() && (0..p).all(|k| s[i + k] == s[i + r * p + k]) {
+                    r += 1;
+                }
+                if r >= 3 && r * p > reps * period {
+                    (period, reps) = (p, r);
+                }
+            }
+            for fr in &s[i..i + period] {
+                lines.push(format!("at {} ({})", fr.function, fr.location));
+            }
+            if reps > 1 {
+                let mut names: Vec<&str> = vec![];
+                for fr in &s[i..i + period] {
+                    if !names.contains(&fr.function.as_str()) {
+                        names.push(&fr.function);
+                    }
+                }
+                lines.push(format!("... {} more frames of {}", thousands((reps - 1) * period), names.join(", ")));
+            }
+            i += period * reps;
+        }
+        lines
+    }
+}
+
+/// `n` with a comma between groups of three digits (`9,990`).
+fn thousands(n: usize) -> String {
+    let digits = n.to_string();
+    let mut out = String::new();
+    for (k, c) in digits.chars().enumerate() {
+        if k > 0 && (digits.len() - k) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
 }
 
 impl std::error::Error for Error {}
