@@ -94,6 +94,14 @@ pub fn clock(_: &mut Vm, _: &[Value]) -> VmResult<Value> {
     Ok(Value::Float(t.as_secs_f64()))
 }
 
+/// `clock_ns()`: nanoseconds on a monotonic clock (an int), from the first call in the
+/// process; differences time code (`clock()` is wall-clock seconds since the Unix epoch).
+pub fn clock_ns(_: &mut Vm, _: &[Value]) -> VmResult<Value> {
+    static START: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+    let start = *START.get_or_init(std::time::Instant::now);
+    Ok(Value::Int(i64::try_from(start.elapsed().as_nanos()).unwrap_or(i64::MAX)))
+}
+
 pub fn int(_: &mut Vm, a: &[Value]) -> VmResult<Value> {
     match &a[0] {
         Value::Int(i) => Ok(Value::Int(*i)),

@@ -98,7 +98,8 @@ pub const CONSTANT: &[&str] = &[
     "range", "zeros", "ones", "argmax", "argmin", "any", "all", "eye", "shape", "rows", "cols",
     "dict", "has", "keys", "delete", "substr", "split", "join", "trim", "lines", "contains",
     "starts_with", "ends_with", "replace", "find", "upper", "lower", "read_line", "read_file",
-    "write_file", "file_exists", "json_parse", "json_str", "rand", "randn", "stop_gradient",
+    "write_file", "file_exists", "json_parse", "json_str", "rand", "randn", "stop_gradient", "read_csv",
+    "write_csv", "format", "sparkline", "clock_ns",
 ];
 
 fn num_of(v: &Value) -> f64 {

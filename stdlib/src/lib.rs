@@ -2,13 +2,15 @@
 //!
 //! `builtins()` is the table the compiler resolves names against and the interpreter calls
 //! through (`zygvm_vm::builtin::Builtin`). One module per family: `core` (output, checks,
-//! conversions, dicts), `math`, `arrays`, `matrices`, `strings`, `io`, `random`.
+//! conversions, dicts, clocks), `math`, `arrays`, `matrices`, `strings`, `text` (`format`,
+//! `sparkline`), `io`, `data` (CSV), `random`.
 
 pub mod args;
 pub mod arrays;
 pub mod core;
 pub mod custom_rules;
 pub mod custom_second;
+pub mod data;
 pub mod derivatives;
 pub mod nested_rules;
 pub mod nested_towers;
@@ -24,6 +26,7 @@ pub mod matrices;
 pub mod random;
 pub mod strings;
 pub mod taylor;
+pub mod text;
 
 use zygvm_vm::builtin::{Builtin, BuiltinImpl};
 
@@ -40,7 +43,7 @@ const LEAF: &[&str] = &[
     "any", "all", "eye", "matrix", "shape", "rows", "cols", "transpose", "row", "col", "reshape", "flatten", "outer",
     "trace", "det", "inv", "solve", "dict", "has", "keys", "values", "delete", "substr", "split", "join", "trim",
     "lines", "contains", "starts_with", "ends_with", "replace", "find", "upper", "lower", "rand", "randn",
-    "stop_gradient",
+    "stop_gradient", "format", "sparkline",
 ];
 
 /// The leaves that change something: they write the container they are given or draw from
@@ -189,6 +192,16 @@ pub fn builtins() -> Vec<Builtin> {
             replayable: true,
         });
     }
+    // Added after the math functions: the ids of those before stay as they were (listings
+    // such as `--dump adjoint` name built-ins by id).
+    let mut add = |name: &str, min: usize, max: usize, f: zygvm_vm::builtin::NativeFn| {
+        t.push(Builtin::native(name, min, max, f));
+    };
+    add("read_csv", 1, 1, data::read_csv);
+    add("write_csv", 2, 2, data::write_csv);
+    add("format", 1, ANY, text::format);
+    add("sparkline", 1, 1, text::sparkline);
+    add("clock_ns", 0, 0, core::clock_ns);
     for b in &mut t {
         b.leaf |= LEAF.contains(&b.name.as_str());
         b.replayable = b.leaf && !NOT_REPLAYABLE.contains(&b.name.as_str());
