@@ -419,6 +419,29 @@ impl Vm {
         }
     }
 
+    /// Forward mode: the value of a named function at `args` and its directional derivative
+    /// along `tangents` (one per argument, shaped like it), `(y, ẏ)`, in one sweep, as Zy's
+    /// `jvp(f, (x..), (t..))`. Inputs must be floats or containers of floats.
+    ///
+    /// ```
+    /// use zygvm::{Program, Value, Vm};
+    ///
+    /// let program = Program::compile("f.zy", "fn f(a, b) { [a * b, a + sin(b)] }")?;
+    /// let mut vm = Vm::new(&program);
+    /// let (y, dy) = vm.jvp("f", vec![Value::Float(3.0), Value::Float(0.0)], vec![Value::Float(1.0), Value::Float(2.0)])?;
+    /// assert_eq!(y, Value::Array(vec![Value::Float(0.0), Value::Float(3.0)]));
+    /// // d(a b) = b da + a db = 0 + 3 * 2; d(a + sin b) = da + cos(b) db = 1 + 2
+    /// assert_eq!(dy, Value::Array(vec![Value::Float(6.0), Value::Float(3.0)]));
+    /// # Ok::<(), zygvm::Error>(())
+    /// ```
+    pub fn jvp(&mut self, name: &str, args: Vec<Value>, tangents: Vec<Value>) -> Result<(Value, Value), Error> {
+        let f = self.function_value(name)?;
+        let args = self.to_runtime(&args)?;
+        let tangents = self.to_runtime(&tangents)?;
+        let (y, dy) = self.guarded(|inner| zygvm_vm::ad::forward::jvp(inner, &f, &args, &tangents))?;
+        Ok((self.to_host(&y)?, self.to_host(&dy)?))
+    }
+
     /// Frees what a pullback holds (its tape).
     pub fn release(&mut self, pullback: Pullback) {
         if pullback.vm == self.id {

@@ -335,3 +335,27 @@ fn runtime_errors_display_folded_stacks() {
     assert!(text.contains("... 49"), "{text}");
     assert!(text.lines().count() < 10, "{text}");
 }
+
+/// Forward mode from Rust: `jvp` agrees with the gradient along each axis, takes containers,
+/// and refuses what the language's `jvp` refuses, with the VM usable after.
+#[test]
+fn jvp_from_rust_matches_the_gradient() {
+    let program = Program::compile("j.zy", "fn f(x, w) { x * x * sum(w) + sum(w * w) }\nfn g(n) { n * 2 }").unwrap();
+    let mut vm = Vm::new(&program);
+    let w = Value::Array(vec![Value::Float(1.0), Value::Float(2.0)]);
+    let (_, grad) = vm.value_and_gradient("f", vec![Value::Float(3.0), w.clone()]).unwrap();
+    let zero_w = Value::Array(vec![Value::Float(0.0), Value::Float(0.0)]);
+    let (y, dx) = vm.jvp("f", vec![Value::Float(3.0), w.clone()], vec![Value::Float(1.0), zero_w]).unwrap();
+    assert_eq!((y, dx), (Value::Float(32.0), grad[0].clone()));
+    let (_, dw1) = vm
+        .jvp("f", vec![Value::Float(3.0), w.clone()], vec![Value::Float(0.0), Value::Array(vec![Value::Float(0.0), Value::Float(1.0)])])
+        .unwrap();
+    assert_eq!(grad[1], Value::Array(vec![Value::Float(11.0), dw1]));
+    // One tangent per input, floats only.
+    let e = vm.jvp("f", vec![Value::Float(3.0), w], vec![Value::Float(1.0)]).unwrap_err();
+    assert!(e.message.contains("one tangent per input"), "{e}");
+    let e = vm.jvp("g", vec![Value::Int(3)], vec![Value::Int(1)]).unwrap_err();
+    assert!(e.message.contains("jvp"), "{e}");
+    let (y, dy) = vm.jvp("g", vec![Value::Float(3.0)], vec![Value::Float(1.0)]).unwrap();
+    assert_eq!((y, dy), (Value::Float(6.0), Value::Float(2.0)));
+}
