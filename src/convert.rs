@@ -153,3 +153,54 @@ tuples! {
     (A 0, B 1, C 2, D 3)
     (A 0, B 1, C 2, D 3, E 4)
 }
+
+/// Rust closures callable from Zy with typed arguments (`ProgramBuilder::register_fn`):
+/// `Fn(A, B, ..) -> R` for up to five arguments, each converted from the Zy value (`FromValue`,
+/// a mismatch being a Zy runtime error that names the argument), the result into one
+/// (`IntoValue`; a `Result<R, String>`'s `Err` is a runtime error).
+pub trait HostFn<Args>: Send + Sync + 'static {
+    /// How many arguments the closure takes.
+    const ARITY: usize;
+    fn call_with(&self, args: &[Value]) -> Result<Value, String>;
+}
+
+/// What a typed host function may return: a value, or a `Result` whose error is a message.
+pub trait IntoHostResult {
+    fn into_host_result(self) -> Result<Value, String>;
+}
+impl<T: IntoValue> IntoHostResult for T {
+    fn into_host_result(self) -> Result<Value, String> {
+        Ok(self.into_value())
+    }
+}
+impl<T: IntoValue> IntoHostResult for Result<T, String> {
+    fn into_host_result(self) -> Result<Value, String> {
+        self.map(IntoValue::into_value)
+    }
+}
+
+macro_rules! host_fns {
+    ($(($n:expr; $($t:ident $i:tt),*))*) => {$(
+        impl<F, R, $($t),*> HostFn<($($t,)*)> for F
+        where
+            F: Fn($($t),*) -> R + Send + Sync + 'static,
+            R: IntoHostResult,
+            $($t: FromValue),*
+        {
+            const ARITY: usize = $n;
+            #[allow(unused_variables)]
+            fn call_with(&self, args: &[Value]) -> Result<Value, String> {
+                (self)($($t::from_value(args[$i].clone()).map_err(|e| format!("argument {}: {e}", $i + 1))?),*).into_host_result()
+            }
+        }
+    )*};
+}
+
+host_fns! {
+    (0;)
+    (1; A 0)
+    (2; A 0, B 1)
+    (3; A 0, B 1, C 2)
+    (4; A 0, B 1, C 2, D 3)
+    (5; A 0, B 1, C 2, D 3, E 4)
+}

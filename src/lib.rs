@@ -25,7 +25,7 @@ pub mod convert;
 pub mod diagnostics;
 pub mod memory;
 
-pub use convert::{FromValue, IntoArgs, IntoValue};
+pub use convert::{FromValue, HostFn, IntoArgs, IntoHostResult, IntoValue};
 pub use zygvm_vm::error::{Error, ErrorKind, Location, StackFrame};
 pub use zygvm_vm::host::HostValue as Value;
 pub use zygvm_vm::interp::{InterruptHandle, Limits};
@@ -82,6 +82,36 @@ impl ProgramBuilder {
     {
         self.hosts.push(HostFunction { name: name.to_string(), arity, func: Arc::new(f), pullback: None, tangent: None });
         self
+    }
+
+    /// Registers a Rust closure with typed arguments callable from Zy as `name(...)`: each
+    /// argument converts from the Zy value (`f64` takes ints too), the result into one; a
+    /// mismatch, or a returned `Err(message)`, is a Zy runtime error naming the function.
+    ///
+    /// ```
+    /// use zygvm::{Program, Vm};
+    ///
+    /// let program = Program::builder()
+    ///     .register_fn("scale", |x: f64, k: f64| x * k)
+    ///     .register_fn("norm2", |v: Vec<f64>| v.iter().map(|x| x * x).sum::<f64>())
+    ///     .register_fn("checked", |x: i64| if x >= 0 { Ok(x) } else { Err("negative".to_string()) })
+    ///     .compile("host.zy", "fn f(x) { scale(x, 3) + norm2([1.0, 2.0]) + checked(4) }")?;
+    /// let mut vm = Vm::new(&program);
+    /// let y: f64 = vm.call("f", (2.0,))?;
+    /// assert_eq!(y, 15.0);
+    /// # Ok::<(), zygvm::Error>(())
+    /// ```
+    pub fn register_fn<Args, F: HostFn<Args>>(self, name: &str, f: F) -> ProgramBuilder {
+        self.host_function(name, Some(F::ARITY), move |args| f.call_with(args))
+    }
+
+    /// Gives the host function `name` its reverse-mode rule alone (`host_derivative` without
+    /// a tangent rule; forward mode then applies the pullback to unit cotangents).
+    pub fn host_pullback<P>(self, name: &str, pullback: P) -> ProgramBuilder
+    where
+        P: Fn(&[Value], &Value, &Value) -> Result<Vec<Value>, String> + Send + Sync + 'static,
+    {
+        self.host_derivative(name, pullback, None::<fn(&[Value], &[Value], &Value) -> Result<Value, String>>)
     }
 
     /// Gives the host function `name` (registered before) derivative rules, so that
@@ -373,9 +403,9 @@ impl Vm {
     /// assert_eq!(g, vec![Value::Float(18.0), dw]);
     /// # Ok::<(), zygvm::Error>(())
     /// ```
-    pub fn value_and_gradient(&mut self, name: &str, args: Vec<Value>) -> Result<(Value, Vec<Value>), Error> {
+    pub fn value_and_gradient(&mut self, name: &str, args: impl IntoArgs) -> Result<(Value, Vec<Value>), Error> {
         let f = self.function_value(name)?;
-        let args = self.to_runtime(&args)?;
+        let args = self.to_runtime(&args.into_args())?;
         let (y, g) = self.guarded(|inner| zygvm_vm::ad::driver::value_and_gradient(inner, &f, &args))?;
         Ok((self.to_host(&y)?, g.iter().map(|v| self.to_host(v)).collect::<Result<_, _>>()?))
     }
@@ -398,9 +428,9 @@ impl Vm {
     /// vm.release(pb);
     /// # Ok::<(), zygvm::Error>(())
     /// ```
-    pub fn pullback(&mut self, name: &str, args: Vec<Value>) -> Result<(Value, Pullback), Error> {
+    pub fn pullback(&mut self, name: &str, args: impl IntoArgs) -> Result<(Value, Pullback), Error> {
         let f = self.function_value(name)?;
-        let args = self.to_runtime(&args)?;
+        let args = self.to_runtime(&args.into_args())?;
         let (y, back) = self.guarded(|inner| zygvm_vm::ad::driver::pullback(inner, &f, &args))?;
         let y = self.to_host(&y)?;
         let slot = self.inner.hold(back);
@@ -409,9 +439,9 @@ impl Vm {
 
     /// Applies a pullback to a cotangent `dy` (shaped like the function's result): the
     /// adjoints of the arguments.
-    pub fn back(&mut self, pullback: &Pullback, dy: Value) -> Result<Vec<Value>, Error> {
+    pub fn back(&mut self, pullback: &Pullback, dy: impl IntoValue) -> Result<Vec<Value>, Error> {
         let back = self.pullback_value(pullback)?;
-        let dy = self.to_runtime(&[dy])?;
+        let dy = self.to_runtime(&[dy.into_value()])?;
         let d = self.guarded(|inner| inner.call_value(&back, &dy))?;
         match self.to_host(&d)? {
             Value::Tuple(items) => Ok(items),
@@ -434,10 +464,10 @@ impl Vm {
     /// assert_eq!(dy, Value::Array(vec![Value::Float(6.0), Value::Float(3.0)]));
     /// # Ok::<(), zygvm::Error>(())
     /// ```
-    pub fn jvp(&mut self, name: &str, args: Vec<Value>, tangents: Vec<Value>) -> Result<(Value, Value), Error> {
+    pub fn jvp(&mut self, name: &str, args: impl IntoArgs, tangents: impl IntoArgs) -> Result<(Value, Value), Error> {
         let f = self.function_value(name)?;
-        let args = self.to_runtime(&args)?;
-        let tangents = self.to_runtime(&tangents)?;
+        let args = self.to_runtime(&args.into_args())?;
+        let tangents = self.to_runtime(&tangents.into_args())?;
         let (y, dy) = self.guarded(|inner| zygvm_vm::ad::forward::jvp(inner, &f, &args, &tangents))?;
         Ok((self.to_host(&y)?, self.to_host(&dy)?))
     }
@@ -479,9 +509,9 @@ impl Vm {
     }
 
     /// Calls a named top-level function with `Value` arguments.
-    pub fn call_value(&mut self, name: &str, args: Vec<Value>) -> Result<Value, Error> {
+    pub fn call_value(&mut self, name: &str, args: impl IntoArgs) -> Result<Value, Error> {
         let f = self.function_value(name)?;
-        let args = self.to_runtime(&args)?;
+        let args = self.to_runtime(&args.into_args())?;
         let v = self.guarded(|inner| inner.call_value(&f, &args))?;
         self.to_host(&v)
     }
@@ -490,6 +520,30 @@ impl Vm {
     /// value is an error.
     pub fn global(&self, name: &str) -> Result<Option<Value>, Error> {
         self.inner.global(name).map(|v| self.to_host(&v)).transpose()
+    }
+
+    /// Sets a module variable of the entry file for later calls (a host value converted, as
+    /// call arguments are); an error when the program has no module variable of that name.
+    ///
+    /// ```
+    /// use zygvm::{Program, Vm};
+    ///
+    /// let program = Program::compile("m.zy", "let rate = 0.5\nfn step(x) { x * rate }")?;
+    /// let mut vm = Vm::new(&program);
+    /// vm.run()?;
+    /// vm.set_global("rate", 2.0)?;
+    /// assert_eq!(vm.call::<f64>("step", (3.0,))?, 6.0);
+    /// assert_eq!(vm.global("rate")?, Some(zygvm::Value::Float(2.0)));
+    /// assert!(vm.set_global("nope", 1.0).is_err());
+    /// # Ok::<(), zygvm::Error>(())
+    /// ```
+    pub fn set_global(&mut self, name: &str, value: impl IntoValue) -> Result<(), Error> {
+        let v = self.to_runtime(&[value.into_value()])?.pop().expect("one value");
+        if self.inner.set_global(name, v) {
+            Ok(())
+        } else {
+            Err(Error::runtime(format!("no module variable named '{name}'")))
+        }
     }
 
     /// Runs `f` on the inner VM: its error located, and a panic (a bug in zygvm) turned into an
@@ -530,6 +584,26 @@ impl Vm {
     /// ```
     pub fn set_output(&mut self, out: impl Write + Send + 'static) {
         self.inner.set_output(Box::new(out));
+    }
+
+    /// Sends each line `print` writes (without its newline) to `f` instead of standard
+    /// output; a last line without a newline arrives when the VM flushes (after `run`,
+    /// `call` and the rest).
+    ///
+    /// ```
+    /// use std::sync::{Arc, Mutex};
+    /// use zygvm::{Program, Vm};
+    ///
+    /// let lines = Arc::new(Mutex::new(vec![]));
+    /// let seen = lines.clone();
+    /// let mut vm = Vm::new(&Program::compile("p.zy", "for i in 0..3 { print(\"step\", i) }")?);
+    /// vm.on_print(move |line| seen.lock().unwrap().push(line.to_string()));
+    /// vm.run()?;
+    /// assert_eq!(*lines.lock().unwrap(), ["step 0", "step 1", "step 2"]);
+    /// # Ok::<(), zygvm::Error>(())
+    /// ```
+    pub fn on_print(&mut self, f: impl FnMut(&str) + Send + 'static) {
+        self.set_output(LineSink { f: Box::new(f), pending: vec![] });
     }
 
     /// Sets fuel, depth, memory and time limits for later runs and calls.
@@ -604,3 +678,28 @@ const _: fn() = || {
     send_sync::<Program>();
     send::<Vm>();
 };
+
+/// A writer that hands each complete line to a closure (`Vm::on_print`).
+struct LineSink {
+    f: Box<dyn FnMut(&str) + Send>,
+    pending: Vec<u8>,
+}
+
+impl Write for LineSink {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.pending.extend_from_slice(bytes);
+        while let Some(n) = self.pending.iter().position(|&b| b == b'\n') {
+            let line: Vec<u8> = self.pending.drain(..=n).collect();
+            (self.f)(&String::from_utf8_lossy(&line[..n]));
+        }
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        if !self.pending.is_empty() {
+            let line = std::mem::take(&mut self.pending);
+            (self.f)(&String::from_utf8_lossy(&line));
+        }
+        Ok(())
+    }
+}

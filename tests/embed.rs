@@ -359,3 +359,32 @@ fn jvp_from_rust_matches_the_gradient() {
     let (y, dy) = vm.jvp("g", vec![Value::Float(3.0)], vec![Value::Float(1.0)]).unwrap();
     assert_eq!((y, dy), (Value::Float(6.0), Value::Float(2.0)));
 }
+
+/// Typed host functions: arguments converted, a mismatch named, `Err` a Zy error; values
+/// built with `From`; tuples wherever arguments go.
+#[test]
+fn typed_host_functions_and_native_conversions() {
+    let program = Program::builder()
+        .register_fn("scale", |x: f64, k: f64| x * k)
+        .register_fn("label", |name: String, n: i64| format!("{name}#{n}"))
+        .register_fn("root", |x: f64| if x >= 0.0 { Ok(x.sqrt()) } else { Err(format!("root of {x}")) })
+        .host_pullback("scale", |a, _y, dy| match (&a[1], dy) {
+            (Value::Float(k), Value::Float(d)) => Ok(vec![Value::Float(k * d), Value::Nil]),
+            _ => Err("floats".into()),
+        })
+        .compile("t.zy", "fn f(x) { scale(x, 2.5) }\nfn g(s) { label(s, 7) }\nfn h(x) { root(x) }\nfn bad() { scale(\"a\", 1.0) }")
+        .unwrap();
+    let mut vm = Vm::new(&program);
+    assert_eq!(vm.call::<f64>("f", (2.0,)).unwrap(), 5.0);
+    assert_eq!(vm.call::<String>("g", ("run",)).unwrap(), "run#7");
+    assert_eq!(vm.call::<f64>("h", (9.0,)).unwrap(), 3.0);
+    let e = vm.call::<f64>("h", (-1.0,)).unwrap_err();
+    assert!(e.message.contains("root of -1"), "{e}");
+    let e = vm.call::<f64>("bad", ()).unwrap_err();
+    assert!(e.message.contains("scale") && e.message.contains("argument 1"), "{e}");
+    // The pullback without a tangent rule (no turbofish), tuples as arguments.
+    let (y, g) = vm.value_and_gradient("f", (4.0,)).unwrap();
+    assert_eq!((y, g), (Value::from(10.0), vec![Value::from(2.5)]));
+    assert_eq!(Value::from(vec![1.0, 2.0]), Value::Array(vec![Value::Float(1.0), Value::Float(2.0)]));
+    assert_eq!((Value::from(3i64), Value::from(true), Value::from("s")), (Value::Int(3), Value::Bool(true), Value::Str("s".into())));
+}

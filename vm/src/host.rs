@@ -24,6 +24,39 @@ pub enum HostValue {
     Function(String),
 }
 
+/// Plain Rust values as host values (`Value::from(2.5)`, `vec![1.0, 2.0].into()`).
+impl From<f64> for HostValue {
+    fn from(x: f64) -> HostValue {
+        HostValue::Float(x)
+    }
+}
+impl From<i64> for HostValue {
+    fn from(i: i64) -> HostValue {
+        HostValue::Int(i)
+    }
+}
+impl From<bool> for HostValue {
+    fn from(b: bool) -> HostValue {
+        HostValue::Bool(b)
+    }
+}
+impl From<String> for HostValue {
+    fn from(s: String) -> HostValue {
+        HostValue::Str(s)
+    }
+}
+impl From<&str> for HostValue {
+    fn from(s: &str) -> HostValue {
+        HostValue::Str(s.to_string())
+    }
+}
+/// An array of the converted elements (`Vec<f64>` is an array of floats).
+impl<T: Into<HostValue>> From<Vec<T>> for HostValue {
+    fn from(v: Vec<T>) -> HostValue {
+        HostValue::Array(v.into_iter().map(Into::into).collect())
+    }
+}
+
 /// The signature of a host function: arguments in, a value or an error message out.
 pub type HostFn = dyn Fn(&[HostValue]) -> Result<HostValue, String> + Send + Sync;
 

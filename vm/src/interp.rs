@@ -392,6 +392,17 @@ impl Vm {
         self.globals[i].clone()
     }
 
+    /// Sets a module variable by name (for embedding); false when there is none.
+    pub fn set_global(&mut self, name: &str, v: Value) -> bool {
+        match self.program.global_names.iter().rposition(|n| n == name) {
+            Some(i) => {
+                self.globals[i] = Some(v);
+                true
+            }
+            None => false,
+        }
+    }
+
     /// Calls any callable value with arguments: the entry point for built-ins and the host.
     pub fn call_value(&mut self, f: &Value, args: &[Value]) -> VmResult<Value> {
         match f {
