@@ -350,6 +350,15 @@ pub struct Pullback {
     slot: usize,
 }
 
+/// A Zy function value (a closure, a function, a built-in with bound arguments) kept for the
+/// host by [`Vm::call_for_function`]: call it later with [`Vm::call_function`], on the VM
+/// that made it, as often as needed; [`Vm::release_function`] frees what it captured.
+#[derive(Debug)]
+pub struct Function {
+    vm: u64,
+    slot: usize,
+}
+
 // SAFETY: `Vm` holds `Rc`s (inside `inner`), so moving it to another thread is sound only if
 // no reference count it owns is shared with anything that stays behind. Every public method of
 // this type takes and returns owned `HostValue`s (deep copies made by `HostValue::from_value`
@@ -470,6 +479,51 @@ impl Vm {
         let tangents = self.to_runtime(&tangents.into_args())?;
         let (y, dy) = self.guarded(|inner| zygvm_vm::ad::forward::jvp(inner, &f, &args, &tangents))?;
         Ok((self.to_host(&y)?, self.to_host(&dy)?))
+    }
+
+    /// Calls a named function whose result is a function (a closure, say) and keeps that
+    /// function for later calls from Rust; an error when the result cannot be called.
+    ///
+    /// ```
+    /// use zygvm::{Program, Vm};
+    ///
+    /// let program = Program::compile("c.zy", "fn adder(k) { fn(x) { x + k } }")?;
+    /// let mut vm = Vm::new(&program);
+    /// let add3 = vm.call_for_function("adder", (3.0,))?;
+    /// assert_eq!(vm.call_function::<f64>(&add3, (4.0,))?, 7.0);
+    /// assert_eq!(vm.call_function::<f64>(&add3, (0.5,))?, 3.5);
+    /// vm.release_function(add3);
+    /// # Ok::<(), zygvm::Error>(())
+    /// ```
+    pub fn call_for_function(&mut self, name: &str, args: impl IntoArgs) -> Result<Function, Error> {
+        let f = self.function_value(name)?;
+        let args = self.to_runtime(&args.into_args())?;
+        let v = self.guarded(|inner| inner.call_value(&f, &args))?;
+        if !matches!(
+            v,
+            zygvm_vm::Value::Func(_) | zygvm_vm::Value::Closure(_) | zygvm_vm::Value::Builtin(_) | zygvm_vm::Value::Partial(_) | zygvm_vm::Value::StructCtor(_)
+        ) {
+            return Err(Error::runtime(format!("{name} returned a {}, not a function", v.type_name())));
+        }
+        Ok(Function { vm: self.id, slot: self.inner.hold(v) })
+    }
+
+    /// Calls a function kept by [`Vm::call_for_function`].
+    pub fn call_function<R: FromValue>(&mut self, function: &Function, args: impl IntoArgs) -> Result<R, Error> {
+        if function.vm != self.id {
+            return Err(Error::runtime("this function belongs to another VM"));
+        }
+        let f = self.inner.held(function.slot).ok_or_else(|| Error::runtime("this function was released"))?;
+        let args = self.to_runtime(&args.into_args())?;
+        let v = self.guarded(|inner| inner.call_value(&f, &args))?;
+        R::from_value(self.to_host(&v)?).map_err(Error::runtime)
+    }
+
+    /// Frees what a kept function captured.
+    pub fn release_function(&mut self, function: Function) {
+        if function.vm == self.id {
+            self.inner.release(function.slot);
+        }
     }
 
     /// Frees what a pullback holds (its tape).

@@ -388,3 +388,22 @@ fn typed_host_functions_and_native_conversions() {
     assert_eq!(Value::from(vec![1.0, 2.0]), Value::Array(vec![Value::Float(1.0), Value::Float(2.0)]));
     assert_eq!((Value::from(3i64), Value::from(true), Value::from("s")), (Value::Int(3), Value::Bool(true), Value::Str("s".into())));
 }
+
+/// A closure returned to Rust stays callable (its captures alive) until released; a result
+/// that is not a function, a released one and another VM's are errors, not panics.
+#[test]
+fn closures_returned_to_rust_are_callable_later() {
+    let program = Program::compile("c.zy", "fn counter() { let n = [0]\n fn() { n[0] = n[0] + 1\n n[0] } }\nfn num() { 1 }").unwrap();
+    let mut vm = Vm::new(&program);
+    let tick = vm.call_for_function("counter", ()).unwrap();
+    let other = vm.call_for_function("counter", ()).unwrap();
+    assert_eq!(vm.call_function::<i64>(&tick, ()).unwrap(), 1);
+    assert_eq!(vm.call_function::<i64>(&tick, ()).unwrap(), 2);
+    assert_eq!(vm.call_function::<i64>(&other, ()).unwrap(), 1);
+    let e = vm.call_for_function("num", ()).unwrap_err();
+    assert!(e.message.contains("not a function"), "{e}");
+    let mut vm2 = Vm::new(&program);
+    assert!(vm2.call_function::<i64>(&tick, ()).unwrap_err().message.contains("another VM"));
+    vm.release_function(tick);
+    assert_eq!(vm.call_function::<i64>(&other, ()).unwrap(), 2);
+}
