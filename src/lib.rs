@@ -22,6 +22,8 @@
 //! in `zygvm-vm`, the standard library in `zygvm-stdlib` (see ARCHITECTURE.md).
 
 pub mod convert;
+/// Rendering errors for people (the command line's; needs the default `cli` feature).
+#[cfg(feature = "cli")]
 pub mod diagnostics;
 pub mod memory;
 
