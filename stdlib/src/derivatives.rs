@@ -99,7 +99,7 @@ pub const CONSTANT: &[&str] = &[
     "dict", "has", "keys", "delete", "substr", "split", "join", "trim", "lines", "contains",
     "starts_with", "ends_with", "replace", "find", "upper", "lower", "read_line", "read_file",
     "write_file", "file_exists", "json_parse", "json_str", "rand", "randn", "stop_gradient", "read_csv",
-    "write_csv", "format", "sparkline", "clock_ns",
+    "write_csv", "format", "sparkline", "clock_ns", "plot", "scatter", "histogram",
 ];
 
 fn num_of(v: &Value) -> f64 {

@@ -3,7 +3,7 @@
 //! `builtins()` is the table the compiler resolves names against and the interpreter calls
 //! through (`zygvm_vm::builtin::Builtin`). One module per family: `core` (output, checks,
 //! conversions, dicts, clocks), `math`, `arrays`, `matrices`, `strings`, `text` (`format`,
-//! `sparkline`), `io`, `data` (CSV), `random`.
+//! `sparkline`), `io`, `data` (CSV), `plots`, `random`.
 
 pub mod args;
 pub mod arrays;
@@ -14,6 +14,7 @@ pub mod data;
 pub mod derivatives;
 pub mod nested_rules;
 pub mod nested_towers;
+pub mod plots;
 pub mod second_derivatives;
 pub mod tangents;
 pub mod differentiate;
@@ -202,6 +203,9 @@ pub fn builtins() -> Vec<Builtin> {
     add("format", 1, ANY, text::format);
     add("sparkline", 1, 1, text::sparkline);
     add("clock_ns", 0, 0, core::clock_ns);
+    add("plot", 1, ANY, plots::plot);
+    add("scatter", 3, 3, plots::scatter);
+    add("histogram", 3, 3, plots::histogram);
     for b in &mut t {
         b.leaf |= LEAF.contains(&b.name.as_str());
         b.replayable = b.leaf && !NOT_REPLAYABLE.contains(&b.name.as_str());
