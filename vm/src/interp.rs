@@ -29,7 +29,10 @@ pub struct Limits {
     pub max_depth: usize,
     /// Maximum number of bytecode instructions to execute.
     pub fuel: Option<u64>,
-    /// Maximum heap bytes in use, as reported by the installed memory probe.
+    /// Maximum heap bytes in use, as reported by the installed memory probe. With the
+    /// `zygvm` crate's counting allocator that count is the whole process's: with several VMs
+    /// in one process each VM's limit is compared with all of them together (per process, not
+    /// per VM); without it, each large allocation request is checked against the limit alone.
     pub max_memory: Option<usize>,
     /// Maximum wall time of one run or call.
     pub timeout: Option<Duration>,
