@@ -53,18 +53,10 @@ impl<'a> Emitter<'a> {
     /// holds them (the run a batch popped from), and the run itself when that empties it;
     /// then goes to `done`.
     fn shorten_top_run(&mut self, runs: usize, done: DynamicLabel) {
-        let l = native::layout();
-        let (runs_len, entries, count) = ((runs + LEN_OFFSET) as u32, (runs + l.runs_len) as u32, l.run_count as u32);
+        let entries = (runs + native::layout().runs_len) as u32;
         dynasm!(self.ops ; .arch aarch64 ; ldr x16, [x20, entries] ; sub x16, x16, x0 ; str x16, [x20, entries]);
         self.last_run(runs, done);
-        dynasm!(self.ops ; .arch aarch64
-            ; ldr w16, [x1, count]
-            ; subs w16, w16, w0
-            ; str w16, [x1, count]
-            ; b.ne =>done
-            ; sub x2, x2, 1
-            ; str x2, [x20, runs_len]
-        );
+        self.take_from_top_run(runs, true, done);
     }
 
     /// Starts the current loop's tape batch: the cursor := the end of the words, the limit :=

@@ -31,6 +31,25 @@ impl<'a> Emitter<'a> {
         dynasm!(self.ops ; .arch aarch64 ; blr x16);
     }
 
+    /// Takes entries off the last run of the `Runs` at `runs` (its address in `x1`, their
+    /// number in `x2`, as `last_run` leaves them): one, or (`by_x0`) `x0` of them; the run
+    /// itself goes when that empties it. Then goes on to `done`.
+    pub(super) fn take_from_top_run(&mut self, runs: usize, by_x0: bool, done: DynamicLabel) {
+        let (runs_len, count) = ((runs + LEN_OFFSET) as u32, native::layout().run_count as u32);
+        dynasm!(self.ops ; .arch aarch64 ; ldr w16, [x1, count]);
+        if by_x0 {
+            dynasm!(self.ops ; .arch aarch64 ; subs w16, w16, w0);
+        } else {
+            dynasm!(self.ops ; .arch aarch64 ; subs w16, w16, 1);
+        }
+        dynasm!(self.ops ; .arch aarch64
+            ; str w16, [x1, count]
+            ; b.ne =>done
+            ; sub x2, x2, 1
+            ; str x2, [x20, runs_len]
+        );
+    }
+
     /// Adds one to (`up`) or takes one from the `Vm` word at `off` (an entry count).
     fn bump_vm(&mut self, off: u32, up: bool) {
         if up {
@@ -120,8 +139,8 @@ impl<'a> Emitter<'a> {
         let l = native::layout();
         let w = l.tape_words;
         let (w_ptr, w_len) = ((w + PTR_OFFSET) as u32, (w + LEN_OFFSET) as u32);
-        let (k_runs_len, k_len) = ((l.tape_kinds + LEN_OFFSET) as u32, (l.tape_kinds + l.runs_len) as u32);
-        let (sym, count) = (l.run_sym as u32, l.run_count as u32);
+        let k_len = (l.tape_kinds + l.runs_len) as u32;
+        let sym = l.run_sym as u32;
         let kind = if float { l.kind_float } else { l.kind_int } as u32;
         let (slow, done, kept) = (self.ops.new_dynamic_label(), self.ops.new_dynamic_label(), self.ops.new_dynamic_label());
         self.last_run(l.tape_kinds, slow);
@@ -141,17 +160,8 @@ impl<'a> Emitter<'a> {
             dynasm!(self.ops ; .arch aarch64 ; ldr x0, [x16, x3, LSL 3]);
         }
         self.bump_vm(k_len, false);
-        dynasm!(self.ops ; .arch aarch64
-            ; ldr w16, [x1, count]
-            ; subs w16, w16, 1
-            ; str w16, [x1, count]
-            ; b.ne =>kept
-            ; sub x2, x2, 1
-            ; str x2, [x20, k_runs_len]
-            ; =>kept
-            ; b =>done
-            ; =>slow
-        );
+        self.take_from_top_run(l.tape_kinds, false, kept);
+        dynasm!(self.ops ; .arch aarch64 ; =>kept ; b =>done ; =>slow);
         self.tape_pop_general(pc, float);
         dynasm!(self.ops ; .arch aarch64 ; =>done);
     }
@@ -173,21 +183,13 @@ impl<'a> Emitter<'a> {
     /// (`TapePopCtl`: a shape code), and the empty case jumps to `raw`'s label.
     pub(super) fn tape_pop_control(&mut self, raw: Option<DynamicLabel>) {
         let l = native::layout();
-        let (c_runs_len, c_len) = ((l.tape_ctl + LEN_OFFSET) as u32, (l.tape_ctl + l.runs_len) as u32);
-        let (sym, count) = (l.run_sym as u32, l.run_count as u32);
+        let (c_len, sym) = ((l.tape_ctl + l.runs_len) as u32, l.run_sym as u32);
         let (slow, done, kept) = (self.ops.new_dynamic_label(), self.ops.new_dynamic_label(), self.ops.new_dynamic_label());
         self.last_run(l.tape_ctl, raw.unwrap_or(slow));
         dynasm!(self.ops ; .arch aarch64 ; ldrb w0, [x1, sym]);
         self.bump_vm(c_len, false);
-        dynasm!(self.ops ; .arch aarch64
-            ; ldr w16, [x1, count]
-            ; subs w16, w16, 1
-            ; str w16, [x1, count]
-            ; b.ne =>kept
-            ; sub x2, x2, 1
-            ; str x2, [x20, c_runs_len]
-            ; =>kept
-        );
+        self.take_from_top_run(l.tape_ctl, false, kept);
+        dynasm!(self.ops ; .arch aarch64 ; =>kept);
         if raw.is_some() {
             return;
         }

@@ -37,6 +37,32 @@ fn compiled_with(p: &Program, name: &str, args: &[Ty]) -> (Vec<u32>, Vec<(u32, u
     (words, code.pc_offsets)
 }
 
+/// An emitter with no function laid out, for testing its primitives.
+fn bare_emitter<'a>(p: &'a Program, f: &'a zygvm_vm::program::Function, types: &'a crate::types::Types) -> Emitter<'a> {
+    let mut ops = Assembler::new().unwrap();
+    let epilogue = ops.new_dynamic_label();
+    Emitter {
+        ops,
+        program: p,
+        f,
+        func: FuncId(0),
+        types,
+        live: vec![],
+        labels: vec![],
+        epilogue,
+        next_check: 0,
+        run_start: 0,
+        pc: None,
+        pc_offsets: vec![],
+        cold: vec![],
+        loops: vec![],
+        loop_of: vec![],
+        cur: None,
+        stubs: vec![],
+        slow: vec![],
+    }
+}
+
 /// The words of the code of the first instruction named `op` in `name`.
 fn code_of(p: &Program, name: &str, op: &str) -> Vec<u32> {
     code_in(p, name, compiled(p, name), op)
@@ -53,28 +79,7 @@ fn constants_take_one_move_per_nonzero_halfword() {
     let p = program("fn f(x) { x }");
     let f = &p.functions[0];
     let types = infer(&p, f, &[(0, vec![Ty::Float; f.num_regs as usize])], &[]).unwrap();
-    let mut ops = Assembler::new().unwrap();
-    let epilogue = ops.new_dynamic_label();
-    let mut e = Emitter {
-        ops,
-        program: &p,
-        f,
-        func: FuncId(0),
-        types: &types,
-        live: vec![],
-        labels: vec![],
-        epilogue,
-        next_check: 0,
-        run_start: 0,
-        pc: None,
-        pc_offsets: vec![],
-        cold: vec![],
-        loops: vec![],
-        loop_of: vec![],
-        cur: None,
-        stubs: vec![],
-        slow: vec![],
-    };
+    let mut e = bare_emitter(&p, f, &types);
     e.imm(0, 0);
     e.imm(16, 0x1234_0000_0000_5678);
     e.imm(2, 0xffff_0000);
@@ -179,28 +184,7 @@ fn float_constants_take_the_shortest_form() {
     let p = program("fn f(x) { x }");
     let f = &p.functions[0];
     let types = infer(&p, f, &[(0, vec![Ty::Float; f.num_regs as usize])], &[]).unwrap();
-    let mut ops = Assembler::new().unwrap();
-    let epilogue = ops.new_dynamic_label();
-    let mut e = Emitter {
-        ops,
-        program: &p,
-        f,
-        func: FuncId(0),
-        types: &types,
-        live: vec![],
-        labels: vec![],
-        epilogue,
-        next_check: 0,
-        run_start: 0,
-        pc: None,
-        pc_offsets: vec![],
-        cold: vec![],
-        loops: vec![],
-        loop_of: vec![],
-        cur: None,
-        stubs: vec![],
-        slow: vec![],
-    };
+    let mut e = bare_emitter(&p, f, &types);
     e.float_constant(3, 0.0);
     e.float_constant(0, 1.0);
     e.float_constant(2, -2.0);
