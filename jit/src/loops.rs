@@ -126,6 +126,59 @@ impl CachedLoop {
     }
 }
 
+/// A way into the cached loop with the given index (loading its homes), or out of it
+/// (storing its written-back homes, committing its batches): code both emitters place after
+/// the function's, one per (stub, target instruction).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Stub {
+    Enter(usize),
+    Leave(usize),
+}
+
+/// The stub a jump from code in cached loop `cur` to an instruction in loop `dest` goes
+/// through: out of a loop that has something to settle, else into a loop from outside it.
+pub fn stub_needed(loops: &[CachedLoop], cur: Option<usize>, dest: Option<usize>) -> Option<Stub> {
+    match (cur, dest) {
+        (Some(l), dest) if dest != Some(l) && loops[l].settles_on_exit() => Some(Stub::Leave(l)),
+        (_, Some(l)) if cur != Some(l) => Some(Stub::Enter(l)),
+        _ => None,
+    }
+}
+
+/// The stubs a function's code jumps through, each made once, with the emitter's label `L`.
+#[derive(Debug)]
+pub struct Stubs<L> {
+    list: Vec<(Stub, usize, L)>,
+}
+
+impl<L: Copy> Stubs<L> {
+    pub fn new() -> Stubs<L> {
+        Stubs { list: vec![] }
+    }
+
+    /// The label of `stub` leading to instruction `to`, made by `new_label` the first time.
+    pub fn label(&mut self, stub: Stub, to: usize, new_label: impl FnOnce() -> L) -> L {
+        if let Some(&(_, _, label)) = self.list.iter().find(|s| s.0 == stub && s.1 == to) {
+            return label;
+        }
+        let label = new_label();
+        self.list.push((stub, to, label));
+        label
+    }
+
+    /// The `k`th stub asked for (emitting one may ask for more: a way out of one loop can
+    /// lead into another).
+    pub fn get(&self, k: usize) -> Option<(Stub, usize, L)> {
+        self.list.get(k).copied()
+    }
+}
+
+impl<L: Copy> Default for Stubs<L> {
+    fn default() -> Self {
+        Stubs::new()
+    }
+}
+
 /// A loop's control-stack traffic when it is all pushes of one symbol or all pops.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct CtlBatch {

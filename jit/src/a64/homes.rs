@@ -69,17 +69,13 @@ impl<'a> Emitter<'a> {
     /// cached loop with written-back homes, an out stub (which stores them); into a cached
     /// loop from outside it, its entry stub (which loads the homes); otherwise `to` itself.
     pub(super) fn target(&mut self, to: usize) -> DynamicLabel {
-        let stub = match (self.cur, self.loop_of[to]) {
-            (Some(l), dest) if dest != Some(l) && self.loops[l].settles_on_exit() => Stub::Leave(l),
-            (_, Some(l)) if self.cur != Some(l) => Stub::Enter(l),
-            _ => return self.labels[to],
-        };
-        if let Some(&(_, _, label)) = self.stubs.iter().find(|s| s.0 == stub && s.1 == to) {
-            return label;
+        match crate::loops::stub_needed(&self.loops, self.cur, self.loop_of[to]) {
+            None => self.labels[to],
+            Some(stub) => {
+                let ops = &mut self.ops;
+                self.stubs.label(stub, to, || ops.new_dynamic_label())
+            }
         }
-        let label = self.ops.new_dynamic_label();
-        self.stubs.push((stub, to, label));
-        label
     }
 
     /// After the payload word of `d` was written from `x0`: the same bits into its home.

@@ -143,17 +143,9 @@ pub(crate) struct Emitter<'a> {
     loop_of: Vec<Option<usize>>,
     cur: Option<usize>,
     /// Stubs into and out of cached loops still to emit: (kind, instruction, label).
-    stubs: Vec<(Stub, usize, DynamicLabel)>,
+    stubs: crate::loops::Stubs<DynamicLabel>,
     /// Slow paths of batched tape pushes and pops still to emit (`batch.rs`).
     slow: Vec<batch::Slow>,
-}
-
-/// A way into the cached loop with the given index (loading its homes), or out of it
-/// (storing its written-back homes).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Stub {
-    Enter(usize),
-    Leave(usize),
 }
 
 /// An exit or taken edge placed after the function's code.
@@ -608,7 +600,7 @@ pub fn compile(program: &Program, func: FuncId, types: &Types) -> Result<NativeC
         loops,
         loop_of,
         cur: None,
-        stubs: vec![],
+        stubs: crate::loops::Stubs::new(),
         slow: vec![],
     };
     // Entry points: reached block starts, and the instruction after each exit to the

@@ -58,7 +58,7 @@ fn bare_emitter<'a>(p: &'a Program, f: &'a zygvm_vm::program::Function, types: &
         loops: vec![],
         loop_of: vec![],
         cur: None,
-        stubs: vec![],
+        stubs: crate::loops::Stubs::new(),
         slow: vec![],
     }
 }

@@ -70,11 +70,10 @@ impl<'a> Emitter<'a> {
     pub(super) fn emit_stubs(&mut self) {
         let mut done = 0;
         // A stub out of a loop may lead into another (a new stub, emitted in turn).
-        while done < self.stubs.len() {
-            let (stub, to, label) = self.stubs[done];
+        while let Some((stub, to, label)) = self.stubs.get(done) {
             done += 1;
             let l = match stub {
-                Stub::Leave(l) => {
+                crate::loops::Stub::Leave(l) => {
                     dynasm!(self.ops ; .arch aarch64 ; =>label);
                     self.cur = Some(l);
                     self.settle_loop();
@@ -83,7 +82,7 @@ impl<'a> Emitter<'a> {
                     dynasm!(self.ops ; .arch aarch64 ; b =>next);
                     continue;
                 }
-                Stub::Enter(l) => l,
+                crate::loops::Stub::Enter(l) => l,
             };
             self.cur = None;
             dynasm!(self.ops ; .arch aarch64 ; =>label);

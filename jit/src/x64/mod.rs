@@ -136,19 +136,11 @@ struct Emitter<'a> {
     /// Where each lowered instruction's code starts (for `--dump asm`).
     pc_offsets: Vec<(u32, u32)>,
     /// Stubs into and out of cached loops still to emit: (kind, instruction, label).
-    stubs: Vec<(Stub, usize, DynamicLabel)>,
+    stubs: crate::loops::Stubs<DynamicLabel>,
     /// Rare exits still to emit (`cold_exit`).
     cold: Vec<Cold>,
     /// Slow paths of batched tape pushes and pops still to emit (`batch.rs`).
     slow: Vec<batch::Slow>,
-}
-
-/// A way into the cached loop with the given index (loading its homes), or out of it
-/// (storing its written-back homes).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Stub {
-    Enter(usize),
-    Leave(usize),
 }
 
 /// An exit placed after the function's code: its label, the instructions of the run it
@@ -255,17 +247,13 @@ impl<'a> Emitter<'a> {
     /// loop from outside it, its entry stub (which loads the homes); otherwise `to` itself
     /// (the count lives in `r15` everywhere).
     pub(super) fn target(&mut self, to: usize) -> DynamicLabel {
-        let stub = match (self.cur, self.loop_of[to]) {
-            (Some(l), dest) if dest != Some(l) && self.loops[l].settles_on_exit() => Stub::Leave(l),
-            (_, Some(l)) if self.cur != Some(l) => Stub::Enter(l),
-            _ => return self.labels[to],
-        };
-        if let Some(&(_, _, label)) = self.stubs.iter().find(|s| s.0 == stub && s.1 == to) {
-            return label;
+        match crate::loops::stub_needed(&self.loops, self.cur, self.loop_of[to]) {
+            None => self.labels[to],
+            Some(stub) => {
+                let ops = &mut self.ops;
+                self.stubs.label(stub, to, || ops.new_dynamic_label())
+            }
         }
-        let label = self.ops.new_dynamic_label();
-        self.stubs.push((stub, to, label));
-        label
     }
 
     /// After the payload word of `d` was written from `rax`: the same bits into its home.
@@ -721,7 +709,7 @@ pub fn compile(program: &Program, func: FuncId, types: &Types) -> Result<NativeC
         loops,
         loop_of,
         cur: None,
-        stubs: vec![],
+        stubs: crate::loops::Stubs::new(),
         cold: vec![],
         slow: vec![],
         pc: None,

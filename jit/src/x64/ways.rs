@@ -11,11 +11,10 @@ impl<'a> Emitter<'a> {
     pub(super) fn emit_stubs(&mut self) {
         let mut done = 0;
         // A stub out of a loop may lead into another (a new stub, emitted in turn).
-        while done < self.stubs.len() {
-            let (stub, to, label) = self.stubs[done];
+        while let Some((stub, to, label)) = self.stubs.get(done) {
             done += 1;
             let l = match stub {
-                Stub::Leave(l) => {
+                crate::loops::Stub::Leave(l) => {
                     dynasm!(self.ops ; .arch x64 ; =>label);
                     self.cur = Some(l);
                     self.settle_loop();
@@ -24,7 +23,7 @@ impl<'a> Emitter<'a> {
                     dynasm!(self.ops ; .arch x64 ; jmp =>next);
                     continue;
                 }
-                Stub::Enter(l) => l,
+                crate::loops::Stub::Enter(l) => l,
             };
             self.cur = None;
             dynasm!(self.ops ; .arch x64 ; =>label);
