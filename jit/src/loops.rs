@@ -251,6 +251,27 @@ pub fn find(program: &Program, f: &Function, types: &Types, regs: &LoopRegs) -> 
     found
 }
 
+/// The cached loops a backend compiles (those of `find` whose every instruction its
+/// `classify` lowers to machine code: a `step` or an exit would call out with homes in
+/// caller-saved registers), and the loop each instruction belongs to.
+pub fn lowerable(
+    program: &Program,
+    f: &Function,
+    types: &Types,
+    regs: &LoopRegs,
+    classify: crate::classify::Classifier,
+) -> (Vec<CachedLoop>, Vec<Option<usize>>) {
+    let loops: Vec<CachedLoop> = find(program, f, types, regs)
+        .into_iter()
+        .filter(|l| l.pcs.iter().all(|&pc| l.hoisted.contains(&pc) || classify(program, f, types, pc) == crate::classify::Class::Native))
+        .collect();
+    let mut loop_of = vec![None; f.code.len()];
+    for (i, l) in loops.iter().enumerate() {
+        l.pcs.iter().for_each(|&pc| loop_of[pc] = Some(i));
+    }
+    (loops, loop_of)
+}
+
 /// The blocks of the natural loop of the back edge `tail -> header`, in code order (blocks
 /// are numbered in code order): the header and the blocks that reach `tail` without passing
 /// it; `None` when some edge enters them elsewhere than at the header.

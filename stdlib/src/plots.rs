@@ -59,7 +59,7 @@ fn range(values: impl Iterator<Item = f64>) -> std::ops::Range<f64> {
 }
 
 /// Draws `draw` into the file at `path` (SVG or PNG by its extension).
-fn to_file(name: &str, path: &str, draw: impl Fn(DrawingArea<SVGBackend, Shift>, bool) -> Result<(), String> + Copy, draw_png: impl Fn(DrawingArea<BitMapBackend, Shift>, bool) -> Result<(), String>) -> VmResult<Value> {
+fn to_file(name: &str, path: &str, draw: impl Fn(DrawingArea<SVGBackend, Shift>, bool) -> Result<(), String>, draw_png: impl Fn(DrawingArea<BitMapBackend, Shift>, bool) -> Result<(), String>) -> VmResult<Value> {
     let ext = std::path::Path::new(path).extension().and_then(|e| e.to_str()).map(str::to_ascii_lowercase);
     let fail = |e: String| VmError::new(format!("{name} {path:?}: {e}"));
     match ext.as_deref() {

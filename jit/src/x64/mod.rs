@@ -680,21 +680,7 @@ pub fn compile(program: &Program, func: FuncId, types: &Types) -> Result<NativeC
         ; add rsp, FRAME_BYTES ; ret
     );
     let live = crate::types::live_before(f);
-    // Cached loops whose every instruction lowers to machine code (a `step` or an exit would
-    // call out with homes in caller-saved registers).
-    let loops: Vec<CachedLoop> = crate::loops::find(program, f, types, &LOOP_REGS)
-        .into_iter()
-        .filter(|l| {
-            l.pcs.iter().all(|&pc| {
-                l.hoisted.contains(&pc)
-                    || classify(program, f, types, pc) == Class::Native
-            })
-        })
-        .collect();
-    let mut loop_of = vec![None; f.code.len()];
-    for (i, l) in loops.iter().enumerate() {
-        l.pcs.iter().for_each(|&pc| loop_of[pc] = Some(i));
-    }
+    let (loops, loop_of) = crate::loops::lowerable(program, f, types, &LOOP_REGS, classify);
     let mut e = Emitter {
         ops,
         program,
