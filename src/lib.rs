@@ -26,7 +26,9 @@ pub mod convert;
 #[cfg(feature = "cli")]
 pub mod diagnostics;
 pub mod memory;
+mod session;
 
+pub use session::Session;
 pub use convert::{FromValue, HostFn, IntoArgs, IntoHostResult, IntoValue};
 pub use zygvm_vm::error::{Error, ErrorKind, Location, StackFrame};
 pub use zygvm_vm::host::HostValue as Value;
@@ -187,6 +189,19 @@ impl ProgramBuilder {
         self
     }
 
+    /// A live [`Session`] with these host functions: entries evaluated one by one in one VM,
+    /// imports relative to `import_dir` (default: the current directory). Routines are made
+    /// on first use in a session even under `differentiable(Some(true))`.
+    pub fn session(mut self) -> Result<Session, Error> {
+        let dir = self.dir.clone().unwrap_or_default();
+        if self.differentiate == zygvm_compiler::Differentiate::Always {
+            self.differentiate = zygvm_compiler::Differentiate::OnFirstUse;
+        }
+        let differentiate = self.differentiate;
+        let program = self.compile("<session>", "")?;
+        Ok(Session::start(program, dir, differentiate))
+    }
+
     /// Compiles source text; `name` is the file name diagnostics use.
     pub fn compile(self, name: &str, source: &str) -> Result<Program, Error> {
         let dir = self.dir.clone().unwrap_or_default();
@@ -220,15 +235,8 @@ impl ProgramBuilder {
         }
         let source = zygvm_compiler::Source { name, text: source, dir, differentiate: self.differentiate };
         let loader = |p: &Path| read_source(p);
-        // The compiler recurses over the syntax tree (nesting is capped at 200 levels): it runs
-        // on a thread of its own with a stack that depth fits in even in a debug build, so a
-        // host may compile from any thread.
         let hosts = self.hosts;
-        let compile = || guard(|| zygvm_compiler::compile(source, table.into(), hosts, &loader));
-        let inner = std::thread::scope(|s| match std::thread::Builder::new().stack_size(COMPILER_STACK).spawn_scoped(s, compile) {
-            Ok(worker) => worker.join().unwrap_or_else(|_| Err(Error::runtime(format!("{INTERNAL}the compiler thread failed")))),
-            Err(e) => Err(Error::runtime(format!("cannot start the compiler's thread: {e}"))),
-        })?;
+        let inner = on_compiler_thread(|| guard(|| zygvm_compiler::compile(source, table.into(), hosts, &loader)))?;
         let inner = zygvm_vm::verify::VerifiedProgram::new(Arc::new(inner))
             .map_err(|e| Error::runtime(format!("{INTERNAL}the compiled program does not verify: {e}")))?;
         Ok(Program { inner })
@@ -264,6 +272,16 @@ const COMPILER_STACK: usize = 256 << 20;
 const INTERNAL: &str = "internal error in zygvm (please report): ";
 
 /// Runs `f`, turning a panic (a bug in zygvm) into an error rather than unwinding into the host.
+/// Runs `compile` on a thread of its own with a stack the compiler's recursion fits in (the
+/// syntax tree's nesting is capped at 200 levels) even in a debug build, so that a host may
+/// compile from any thread.
+fn on_compiler_thread<T: Send>(compile: impl FnOnce() -> Result<T, Error> + Send) -> Result<T, Error> {
+    std::thread::scope(|s| match std::thread::Builder::new().stack_size(COMPILER_STACK).spawn_scoped(s, compile) {
+        Ok(worker) => worker.join().unwrap_or_else(|_| Err(Error::runtime(format!("{INTERNAL}the compiler thread failed")))),
+        Err(e) => Err(Error::runtime(format!("cannot start the compiler's thread: {e}"))),
+    })
+}
+
 fn guard<T>(f: impl FnOnce() -> Result<T, Error>) -> Result<T, Error> {
     match std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
         Ok(r) => r,
@@ -339,6 +357,9 @@ impl Program {
 /// ```
 pub struct Vm {
     inner: zygvm_vm::Vm,
+    /// In a [`Session`], what each top-level function name means now (a redefinition of
+    /// another arity is a new function; the program keeps the old one under the same name).
+    functions: Option<std::collections::HashMap<String, zygvm_vm::bytecode::FuncId>>,
     /// Distinguishes this VM's pullbacks from another's (a pullback's `back` is kept inside
     /// the inner VM: runtime values never leave it).
     id: u64,
@@ -382,10 +403,13 @@ impl Vm {
         inner.set_memory_probe(memory::bytes_in_use);
         inner.set_jit(Box::new(zygvm_jit::Jit::new()), JitMode::default());
         let id = NEXT_VM_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        Vm { inner, id }
+        Vm { inner, functions: None, id }
     }
 
     fn function_value(&self, name: &str) -> Result<zygvm_vm::Value, Error> {
+        if let Some(&f) = self.functions.as_ref().and_then(|names| names.get(name)) {
+            return Ok(zygvm_vm::Value::Func(f));
+        }
         let program = self.inner.program();
         let f = program
             .find_function(name)

@@ -151,6 +151,14 @@ fn read_stdin() -> Result<String, ExitCode> {
     }
 }
 
+fn jit_mode(jit: &Jit) -> zygvm::JitMode {
+    match jit {
+        Jit::Off => zygvm::JitMode::Off,
+        Jit::Auto => zygvm::JitMode::Auto,
+        Jit::Eager => zygvm::JitMode::Eager,
+    }
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     // Deep Zy recursion never touches the Rust stack, but built-ins that call back into Zy
@@ -201,7 +209,7 @@ fn run(cli: Cli) -> ExitCode {
             (script.clone(), text, dir, args)
         }
     } else if std::io::stdin().is_terminal() && !cli.check && cli.dump.is_none() {
-        return repl::run(limits);
+        return repl::run(limits, jit_mode(&cli.jit));
     } else if !std::io::stdin().is_terminal() {
         // `echo 'print(1)' | zygvm`: the piped program, as `-` reads it.
         match read_stdin() {
@@ -240,11 +248,7 @@ fn run(cli: Cli) -> ExitCode {
     }
     let mut vm = Vm::new(&program);
     vm.set_limits(limits);
-    vm.set_jit(match cli.jit {
-        Jit::Off => zygvm::JitMode::Off,
-        Jit::Auto => zygvm::JitMode::Auto,
-        Jit::Eager => zygvm::JitMode::Eager,
-    });
+    vm.set_jit(jit_mode(&cli.jit));
     vm.set_args(args);
     vm.set_output(std::io::BufWriter::with_capacity(1 << 16, std::io::stdout()));
     let result = vm.run();

@@ -15,6 +15,7 @@ pub mod lower;
 pub mod parser;
 pub mod regalloc;
 pub mod scope;
+pub mod session;
 pub mod ssa;
 
 use diag::Diags;
@@ -136,13 +137,104 @@ pub fn compile(
     host_functions: Vec<HostFunction>,
     loader: Loader<'_>,
 ) -> Result<Program, Error> {
+    compile_module(source, builtins, host_functions, loader, None).map(|(program, _)| program)
+}
+
+/// What a compilation continues: an interactive session's program so far and the names its
+/// entries defined (`session.rs`). The new entry is module 0; ids of what exists stay.
+#[derive(Clone, Copy)]
+pub(crate) struct Prior<'a> {
+    pub program: &'a Program,
+    pub names: &'a ModuleScope,
+}
+
+/// One file's own top-level declarations: the names it defines and its functions to lower.
+/// In a session entry (`prior`), a name the session already has is redefined: a function of
+/// the same arity keeps its id (so earlier callers call the new body), a module variable its
+/// slot; anything else gets a new id and the name now means it.
+fn declare_module(
+    pools: &mut Pools,
+    diags: &mut Diags,
+    module: &ast::Module,
+    m: usize,
+    prior: Option<&ModuleScope>,
+) -> (ModuleScope, Vec<(std::rc::Rc<ast::FnDecl>, FuncId)>) {
+    let earlier = |name: &str| prior.and_then(|p| p.names.get(name)).copied();
+    let mut scope = ModuleScope::default();
+    let mut fn_decls = vec![];
+    for stmt in &module.stmts {
+        match stmt {
+            ast::Stmt::Fn(decl) => {
+                if scope.names.contains_key(&decl.name) {
+                    diags.error(format!("'{}' is defined twice", decl.name), decl.name_span);
+                    continue;
+                }
+                let arity = decl.params.len();
+                let id = match earlier(&decl.name) {
+                    Some(ModuleName::Func { id, arity: a }) if a == arity => id,
+                    _ => pools.reserve_function(),
+                };
+                scope.names.insert(decl.name.clone(), ModuleName::Func { id, arity });
+                fn_decls.push((decl.clone(), id));
+            }
+            ast::Stmt::Struct(s) => {
+                if scope.names.contains_key(&s.name.name) {
+                    diags.error(format!("'{}' is defined twice", s.name.name), s.name.span);
+                    continue;
+                }
+                let mut fields = vec![];
+                for f in &s.fields {
+                    let sym = pools.symbol(&f.name);
+                    if fields.contains(&sym) {
+                        diags.error(format!("field '{}' is declared twice", f.name), f.span);
+                    }
+                    fields.push(sym);
+                }
+                let id = StructId(pools.structs.len() as u32);
+                pools.structs.push(StructDef { name: s.name.name.clone(), fields });
+                scope.names.insert(s.name.name.clone(), ModuleName::Struct { id, fields: s.fields.len() });
+            }
+            ast::Stmt::Let(pat, _) => {
+                let mut names = vec![];
+                pattern_names(pat, &mut names);
+                for id in names {
+                    match scope.names.get(&id.name) {
+                        Some(ModuleName::Global { .. }) => {}
+                        Some(_) => diags.error(format!("'{}' is defined twice", id.name), id.span),
+                        None => {
+                            let g = match earlier(&id.name) {
+                                Some(ModuleName::Global { id, module: 0 }) => id,
+                                _ => pools.global(&id.name),
+                            };
+                            scope.names.insert(id.name.clone(), ModuleName::Global { id: g, module: m });
+                        }
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    (scope, fn_decls)
+}
+
+/// `compile`, or (with `prior`) one entry of a session: module 0 is then the entry, which
+/// sees the session's names below its own and its imports', and whose main returns the value
+/// of its last expression. Returns the program and the names module 0 sees.
+pub(crate) fn compile_module(
+    source: Source<'_>,
+    builtins: Arc<[Builtin]>,
+    host_functions: Vec<HostFunction>,
+    loader: Loader<'_>,
+    prior: Option<Prior<'_>>,
+) -> Result<(Program, ModuleScope), Error> {
     let source_differentiate = source.differentiate;
-    let mut d = Driver { files: vec![], modules: vec![], loaded: HashMap::new(), diags: Diags::default(), loader };
+    let files = prior.map_or(vec![], |p| p.program.files.clone());
+    let mut d = Driver { files, modules: vec![], loaded: HashMap::new(), diags: Diags::default(), loader };
     let entry_key = source.dir.join(source.name);
     let mut stack = vec![std::fs::canonicalize(&entry_key).unwrap_or(entry_key)];
     d.load(source.name.to_string(), source.text.to_string(), source.dir.clone(), &mut stack);
 
-    let mut pools = Pools::default();
+    let mut pools = prior.map_or_else(Pools::default, |p| Pools::continuing(p.program));
     let builtin_map: HashMap<String, BuiltinInfo> = builtins
         .iter()
         .enumerate()
@@ -161,56 +253,14 @@ pub fn compile(
     let mut own: Vec<ModuleScope> = vec![];
     let mut fn_decls: Vec<(usize, std::rc::Rc<ast::FnDecl>, FuncId)> = vec![];
     for (m, module) in d.modules.iter().enumerate() {
-        let mut scope = ModuleScope::default();
-        for stmt in &module.ast.stmts {
-            match stmt {
-                ast::Stmt::Fn(decl) => {
-                    if scope.names.contains_key(&decl.name) {
-                        d.diags.error(format!("'{}' is defined twice", decl.name), decl.name_span);
-                        continue;
-                    }
-                    let id = pools.reserve_function();
-                    scope.names.insert(decl.name.clone(), ModuleName::Func { id, arity: decl.params.len() });
-                    fn_decls.push((m, decl.clone(), id));
-                }
-                ast::Stmt::Struct(s) => {
-                    if scope.names.contains_key(&s.name.name) {
-                        d.diags.error(format!("'{}' is defined twice", s.name.name), s.name.span);
-                        continue;
-                    }
-                    let mut fields = vec![];
-                    for f in &s.fields {
-                        let sym = pools.symbol(&f.name);
-                        if fields.contains(&sym) {
-                            d.diags.error(format!("field '{}' is declared twice", f.name), f.span);
-                        }
-                        fields.push(sym);
-                    }
-                    let id = StructId(pools.structs.len() as u32);
-                    pools.structs.push(StructDef { name: s.name.name.clone(), fields });
-                    scope.names.insert(s.name.name.clone(), ModuleName::Struct { id, fields: s.fields.len() });
-                }
-                ast::Stmt::Let(pat, _) => {
-                    let mut names = vec![];
-                    pattern_names(pat, &mut names);
-                    for id in names {
-                        match scope.names.get(&id.name) {
-                            Some(ModuleName::Global { .. }) => {}
-                            Some(_) => d.diags.error(format!("'{}' is defined twice", id.name), id.span),
-                            None => {
-                                let g = pools.global(&id.name);
-                                scope.names.insert(id.name.clone(), ModuleName::Global { id: g, module: m });
-                            }
-                        }
-                    }
-                }
-                _ => {}
-            }
-        }
+        let earlier = prior.filter(|_| m == 0).map(|p| p.names);
+        let (scope, decls) = declare_module(&mut pools, &mut d.diags, &module.ast, m, earlier);
+        fn_decls.extend(decls.into_iter().map(|(decl, id)| (m, decl, id)));
         own.push(scope);
     }
 
-    // What each file sees: its own names plus those of the files it imports directly.
+    // What each file sees: its own names plus those of the files it imports directly (and,
+    // for a session's entry, the session's names where neither defines them).
     let mut scopes: Vec<ModuleScope> = vec![];
     for (m, module) in d.modules.iter().enumerate() {
         let mut names = own[m].names.clone();
@@ -232,6 +282,11 @@ pub fn compile(
                 }
             }
         }
+        if let Some(p) = prior.filter(|_| m == 0) {
+            for (name, meaning) in &p.names.names {
+                names.entry(name.clone()).or_insert(*meaning);
+            }
+        }
         scopes.push(ModuleScope { names });
     }
 
@@ -239,7 +294,7 @@ pub fn compile(
     for (m, module) in d.modules.iter().enumerate() {
         let imports: HashMap<u32, FuncId> = module.imports.iter().map(|(s, c)| (s.lo, mains[*c])).collect();
         let mut lw = Lowerer::new(&mut pools, &scopes[m], &builtin_map, &mut d.diags, m, &imports);
-        lw.lower_main(&module.ast, mains[m]);
+        lw.lower_main(&module.ast, mains[m], prior.is_some() && m == 0);
         for (fm, decl, id) in &fn_decls {
             if *fm == m {
                 lw.lower_function(decl, *id);
@@ -268,17 +323,11 @@ pub fn compile(
             .collect();
         return Err(Error::compile(diagnostics));
     }
-    let mut ssa_functions: Vec<_> = pools.functions.into_iter().map(|f| f.expect("every function is lowered")).collect();
-    let source_functions = ssa_functions.len();
-    let derivatives = if source_differentiate == Differentiate::Always {
-        let (derivatives, routines) = ad::differentiate_program(&ssa_functions, &builtins, &pools.consts);
-        ssa_functions.extend(routines);
-        derivatives
-    } else {
-        vec![None; ssa_functions.len()]
+    let (functions, ssa_functions, derivatives) = match prior {
+        None => executable_functions(pools.functions, source_differentiate, &builtins, &pools.consts),
+        Some(p) => continued_functions(pools.functions, p.program),
     };
-    let functions = ssa_functions.iter().map(|f| Arc::new(regalloc::allocate(f))).collect();
-    let ssa_functions = ssa_functions.into_iter().map(Arc::new).collect();
+    let source_functions = derivatives.len();
     let program = Program {
         files,
         functions,
@@ -300,5 +349,48 @@ pub fn compile(
     if let Err(e) = zygvm_vm::verify::verify_program(&program) {
         return Err(Error::compile(vec![Diagnostic { message: format!("internal compiler error: {e}"), location: None, related: None }]));
     }
-    Ok(program)
+    let names = scopes.swap_remove(0);
+    Ok((program, names))
+}
+
+type Functions = (Vec<Arc<zygvm_vm::program::Function>>, Vec<Arc<zygvm_vm::program::Function>>, Vec<Option<zygvm_vm::program::Derivative>>);
+
+/// The lowered functions in executable form (register allocated) beside their SSA form, with
+/// every function's derivative routines appended when `differentiate` says so.
+fn executable_functions(
+    lowered: Vec<Option<zygvm_vm::program::Function>>,
+    differentiate: Differentiate,
+    builtins: &[Builtin],
+    consts: &[zygvm_vm::program::Const],
+) -> Functions {
+    let mut ssa_functions: Vec<_> = lowered.into_iter().map(|f| f.expect("every function is lowered")).collect();
+    let derivatives = if differentiate == Differentiate::Always {
+        let (derivatives, routines) = ad::differentiate_program(&ssa_functions, builtins, consts);
+        ssa_functions.extend(routines);
+        derivatives
+    } else {
+        vec![None; ssa_functions.len()]
+    };
+    let functions = ssa_functions.iter().map(|f| Arc::new(regalloc::allocate(f))).collect();
+    (functions, ssa_functions.into_iter().map(Arc::new).collect(), derivatives)
+}
+
+/// A session entry's functions: the earlier program's, shared, where the entry did not lower
+/// a new body into the slot, then the entry's own. Derivative routines are made on first use.
+fn continued_functions(lowered: Vec<Option<zygvm_vm::program::Function>>, earlier: &Program) -> Functions {
+    let (mut functions, mut ssa_functions) = (vec![], vec![]);
+    for (i, f) in lowered.into_iter().enumerate() {
+        match f {
+            Some(f) => {
+                functions.push(Arc::new(regalloc::allocate(&f)));
+                ssa_functions.push(Arc::new(f));
+            }
+            None => {
+                functions.push(earlier.functions[i].clone());
+                ssa_functions.push(earlier.ssa_functions[i].clone());
+            }
+        }
+    }
+    let derivatives = vec![None; functions.len()];
+    (functions, ssa_functions, derivatives)
 }

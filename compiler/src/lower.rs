@@ -115,12 +115,12 @@ impl<'a> Lowerer<'a> {
 
     // ---- entry points ----
 
-    /// Lowers a file's main program into `main`.
-    pub fn lower_main(&mut self, module: &Module, main: FuncId) {
+    /// Lowers a file's main program into `main`; it returns `nil`, or with `returns_last`
+    /// (a session's entry) the value of its last statement when that is an expression.
+    pub fn lower_main(&mut self, module: &Module, main: FuncId, returns_last: bool) {
         self.fns.push(FnCtx::new(0, module.span, true));
-        self.lower_stmts(&module.stmts, false, module.span);
-        let nil = self.nil();
-        self.b().ret(nil, module.span);
+        let value = self.lower_stmts(&module.stmts, returns_last, module.span);
+        self.b().ret(value, module.span);
         let ctx = self.fns.pop().unwrap();
         let f = ctx.b.finish("<main>".into(), FuncKind::Main, Span::new(module.span.file, 0, 0));
         self.pools.functions[main.index()] = Some(f);

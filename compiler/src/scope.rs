@@ -3,7 +3,7 @@
 
 use hashbrown::HashMap;
 use zygvm_vm::bytecode::*;
-use zygvm_vm::program::{Const, Function, StructDef};
+use zygvm_vm::program::{Const, Function, Program, StructDef};
 
 /// What a name declared at a module's top level (or imported into it) denotes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -15,7 +15,7 @@ pub enum ModuleName {
 }
 
 /// The names visible at the top level of one file: its own declarations plus what it imports.
-#[derive(Default, Debug)]
+#[derive(Default, Debug, Clone)]
 pub struct ModuleScope {
     pub names: HashMap<String, ModuleName>,
 }
@@ -40,6 +40,24 @@ enum ConstKey {
 }
 
 impl Pools {
+    /// The pools of an earlier program, to compile more code into it (a session's entry):
+    /// its constants, symbols, structs and module variables keep their ids, and its
+    /// functions' slots are reserved (empty unless the new code lowers a body into one).
+    pub fn continuing(p: &Program) -> Pools {
+        let mut pools = Pools::default();
+        for c in &p.consts {
+            pools.constant(c.clone());
+        }
+        for s in &p.symbols {
+            pools.symbol(s);
+        }
+        debug_assert_eq!((pools.consts.len(), pools.symbols.len()), (p.consts.len(), p.symbols.len()));
+        pools.functions = (0..p.functions.len()).map(|_| None).collect();
+        pools.structs = p.structs.clone();
+        pools.global_names = p.global_names.clone();
+        pools
+    }
+
     pub fn constant(&mut self, c: Const) -> ConstId {
         let key = match &c {
             Const::Int(i) => ConstKey::Int(*i),

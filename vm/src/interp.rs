@@ -214,6 +214,41 @@ impl Vm {
         }
     }
 
+    /// Continues this VM under `program`, the next program of a live session
+    /// (`zygvm_compiler::session`), which keeps the ids of everything the current one has: so
+    /// module variables, held values and the cycle collector's registry carry over, as do the
+    /// output, arguments, limits, interrupt handle, memory probe, tier and counters. What
+    /// belongs to the old code goes: native code, routines made while running (made again on
+    /// use) and hotness counts. Only between runs.
+    pub fn continue_with(&mut self, program: crate::verify::VerifiedProgram) -> VmResult<()> {
+        if !self.frames.is_empty() {
+            return Err(VmError::new("a VM continues under a new program only between runs"));
+        }
+        let names = &program.program().global_names;
+        if !names.starts_with(&self.program.global_names) {
+            return Err(VmError::new("internal error: the new program does not continue the old one's module variables"));
+        }
+        let mut next = Vm::new(program);
+        let mut globals = std::mem::take(&mut self.globals);
+        globals.resize(next.globals.len(), None);
+        next.globals = globals;
+        next.held = std::mem::take(&mut self.held);
+        next.cycles = std::mem::take(&mut self.cycles);
+        next.out = std::mem::replace(&mut self.out, Box::new(std::io::sink()));
+        next.args = std::mem::take(&mut self.args);
+        next.limits = self.limits.clone();
+        next.interrupt = self.interrupt.clone();
+        next.memory_probe = self.memory_probe;
+        next.steps = self.steps;
+        next.next_check = self.steps;
+        next.native.stats = std::mem::take(&mut self.native.stats);
+        if let Some(tier) = self.native.tier.take() {
+            next.set_jit(tier, self.native.mode);
+        }
+        *self = next;
+        Ok(())
+    }
+
     /// Resets the execution state (frames, value stack, nesting of built-in calls, tape) after a
     /// panic inside the VM — a zygvm bug caught at the API — so that later calls start clean.
     /// Module variables and held values are kept.

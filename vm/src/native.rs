@@ -349,7 +349,7 @@ pub struct NativeState {
     pub(crate) ctx: NativeCtx,
     /// Per function, its code's call entry or null (what `ctx.entries` points at).
     call_entries: Vec<*const u8>,
-    tier: Option<Box<dyn Tier>>,
+    pub(crate) tier: Option<Box<dyn Tier>>,
     code: Vec<Option<NativeCode>>,
     attempts: Vec<u8>,
     /// Per function: drops refunded under `MAX_RELEARNED`.
