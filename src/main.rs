@@ -1,5 +1,6 @@
 //! The `zygvm` command line (see `../shared/spec/zygvm-interfaces.md`).
 
+mod gradbench;
 mod repl;
 
 use clap::{Parser, ValueEnum};
@@ -178,6 +179,9 @@ fn run(cli: Cli) -> ExitCode {
         Ok(l) => l,
         Err(m) => return usage_error(&m),
     };
+    if cli.code.is_none() && cli.rest.first().is_some_and(|w| w == "gradbench") {
+        return gradbench::run(limits, jit_mode(&cli.jit));
+    }
     let (name, text, dir, args) = if let Some(code) = &cli.code {
         ("<-e>".to_string(), code.clone(), std::path::PathBuf::new(), cli.rest.clone())
     } else if let Some(script) = cli.rest.first() {

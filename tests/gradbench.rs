@@ -1,0 +1,180 @@
+//! `zygvm gradbench`: the GradBench protocol spoken over a pipe, and each eval module in
+//! `gradbench/` checked against central finite differences (and the hand-derived gradient
+//! where there is one) at the evals' smallest sizes.
+
+use serde_json::{json, Value as Json};
+use std::io::Write;
+use std::process::Stdio;
+use zygvm::{Session, Value};
+mod binary;
+
+/// Sends `messages` to `zygvm gradbench` and returns its replies, one per line.
+fn exchange(messages: &[Json]) -> Vec<Json> {
+    let mut child = binary::zygvm().arg("gradbench").stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    for m in messages {
+        writeln!(stdin, "{m}").unwrap();
+    }
+    drop(stdin);
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success());
+    String::from_utf8(out.stdout).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect()
+}
+
+/// Checks an `evaluate` reply: its id, success, at least `runs` timings of whole nanoseconds
+/// named `evaluate`, and returns its output.
+fn evaluated(reply: &Json, id: u64, runs: usize) -> Json {
+    assert_eq!(reply["id"], json!(id), "{reply}");
+    assert_eq!(reply["success"], json!(true), "{reply}");
+    let timings = reply["timings"].as_array().unwrap();
+    assert!(timings.len() >= runs, "{reply}");
+    for t in timings {
+        assert_eq!(t["name"], json!("evaluate"));
+        assert!(t["nanoseconds"].is_u64(), "{t}");
+    }
+    reply["output"].clone()
+}
+
+#[test]
+fn the_hello_and_lse_exchanges_follow_the_protocol() {
+    let x = json!([0.25, 1.5, -2.0, 3.0]);
+    let replies = exchange(&[
+        json!({"id": 0, "kind": "start", "eval": "hello"}),
+        json!({"id": 1, "kind": "define", "module": "hello"}),
+        json!({"id": 2, "kind": "evaluate", "module": "hello", "function": "square", "input": 1.5}),
+        json!({"id": 3, "kind": "analysis", "of": 2, "valid": true}),
+        json!({"id": 4, "kind": "evaluate", "module": "hello", "function": "double", "input": 2.25}),
+        json!({"id": 5, "kind": "define", "module": "lse"}),
+        json!({"id": 6, "kind": "evaluate", "module": "lse", "function": "primal", "input": {"x": x, "min_runs": 3, "min_seconds": 0}}),
+        json!({"id": 7, "kind": "evaluate", "module": "lse", "function": "gradient", "input": {"x": x, "min_runs": 2, "min_seconds": 0.01}}),
+        json!({"id": 8, "kind": "evaluate", "module": "lse", "function": "hessian", "input": {"x": x}}),
+        json!({"id": 9, "kind": "define", "module": "no_such_eval"}),
+        json!({"id": 10, "kind": "end"}),
+    ]);
+    assert_eq!(replies.len(), 10, "no reply to end: {replies:?}");
+    // Every reply starts with its id.
+    for r in &replies {
+        assert_eq!(r.as_object().unwrap().keys().next().map(String::as_str), Some("id"), "{r}");
+    }
+    assert_eq!(replies[0], json!({"id": 0, "tool": "zygvm"}));
+    assert_eq!(replies[1], json!({"id": 1, "success": true}));
+    assert_eq!(evaluated(&replies[2], 2, 1), json!(2.25));
+    assert_eq!(replies[3], json!({"id": 3}));
+    assert_eq!(evaluated(&replies[4], 4, 1), json!(4.5));
+    assert_eq!(replies[5], json!({"id": 5, "success": true}));
+    let xs = [0.25f64, 1.5, -2.0, 3.0];
+    let total: f64 = xs.iter().map(|v| (v - 3.0).exp()).sum();
+    let primal = evaluated(&replies[6], 6, 3).as_f64().unwrap();
+    assert!((primal - (total.ln() + 3.0)).abs() < 1e-12, "{primal}");
+    let gradient = evaluated(&replies[7], 7, 2);
+    for (g, v) in gradient.as_array().unwrap().iter().zip(xs) {
+        assert!((g.as_f64().unwrap() - (v - 3.0).exp() / total).abs() < 1e-12, "{gradient}");
+    }
+    // The timing loop ran for at least min_seconds.
+    let spent: u64 = replies[7]["timings"].as_array().unwrap().iter().map(|t| t["nanoseconds"].as_u64().unwrap()).sum();
+    assert!(spent > 0);
+    assert_eq!(replies[8]["success"], json!(false));
+    assert!(replies[8]["error"].as_str().unwrap().contains("no function hessian"));
+    assert_eq!(replies[9]["success"], json!(false));
+    assert!(replies[9]["error"].as_str().unwrap().contains("no module for the eval no_such_eval"));
+}
+
+/// Finite differences in Zy: central, step 1e-6 scaled by the coordinate.
+const CHECKS: &str = r#"
+fn perturbed(input, key, i, h) {
+  let moved = copy(input)
+  let v = copy(input[key])
+  v[i] = v[i] + h
+  moved[key] = v
+  moved
+}
+fn finite_differences(f, input, key) {
+  let g = []
+  for i in 0..len(input[key]) {
+    let h = 1e-6 * max(1.0, abs(input[key][i]))
+    push(g, (f(perturbed(input, key, i, h)) - f(perturbed(input, key, i, -h))) / (2.0 * h))
+  }
+  g
+}
+# GradBench's tolerance: |a - b| / max(1, |a| + |b|).
+fn worst(a, b) {
+  let w = 0.0
+  for i in 0..len(a) { w = max(w, abs(a[i] - b[i]) / max(1.0, abs(a[i]) + abs(b[i]))) }
+  w
+}
+"#;
+
+fn module(name: &str, source: &str) -> Session {
+    let mut s = Session::new().unwrap();
+    s.set_label(name);
+    s.eval(source).unwrap();
+    s.eval(CHECKS).unwrap();
+    s
+}
+
+fn float(s: &mut Session, code: &str) -> f64 {
+    match s.eval(code).unwrap() {
+        Value::Float(x) => x,
+        other => panic!("{code}: {other:?}"),
+    }
+}
+
+#[test]
+fn hello_doubles_by_differentiating_square() {
+    let mut s = module("hello", include_str!("../gradbench/hello.zy"));
+    assert_eq!(float(&mut s, "square(3.0)"), 9.0);
+    assert_eq!(float(&mut s, "double(3.0)"), 6.0);
+}
+
+#[test]
+fn lse_agrees_with_finite_differences_and_softmax() {
+    let mut s = module("lse", include_str!("../gradbench/lse.zy"));
+    s.eval("let input = dict()\ninput[\"x\"] = rand(7, 8) * 10.0 - 5.0").unwrap();
+    assert!(float(&mut s, "worst(gradient(input), finite_differences(primal, input, \"x\"))") < 1e-7);
+    assert!(float(&mut s, "worst(gradient(input), softmax(input[\"x\"]))") < 1e-14);
+    assert!(float(&mut s, "abs(primal(input) - logsumexp(input[\"x\"]))") < 1e-12);
+}
+
+#[test]
+fn llsq_agrees_with_finite_differences_and_the_normal_equations() {
+    let mut s = module("llsq", include_str!("../gradbench/llsq.zy"));
+    // The eval's smallest size is n = 16 with m = 128 coefficients; m = 12 keeps t^j in range
+    // for finite differences.
+    s.eval("let input = dict()\ninput[\"x\"] = rand(3, 12)\ninput[\"n\"] = 16").unwrap();
+    assert!(float(&mut s, "worst(gradient(input), finite_differences(primal, input, \"x\"))") < 1e-6);
+    // By hand: d/dx_j = -sum_i r_i t_i^j with r_i the residual.
+    let by_hand = r#"
+let x = input["x"]
+let n = input["n"]
+let g = zeros(len(x))
+for i in 0..n {
+  let t = sample_point(i, n)
+  let r = sign_of(t)
+  for j in 0..len(x) { r -= x[j] * t ^ j }
+  for j in 0..len(x) { g[j] = g[j] - r * t ^ j }
+}
+worst(gradient(input), g)"#;
+    assert!(float(&mut s, by_hand) < 1e-12);
+}
+
+#[test]
+fn det_agrees_with_finite_differences_and_cofactors() {
+    let mut s = module("det", include_str!("../gradbench/det.zy"));
+    s.eval("let input = dict()\ninput[\"A\"] = rand(11, 16) - 0.5\ninput[\"ell\"] = 4").unwrap();
+    assert!(float(&mut s, "abs(primal(input) - det(reshape(input[\"A\"], 4, 4)))") < 1e-12);
+    assert!(float(&mut s, "worst(gradient(input), finite_differences(primal, input, \"A\"))") < 1e-7);
+    // By hand: the gradient of det(A) is det(A) * inverse(A) transposed.
+    let cofactors = "let m = reshape(input[\"A\"], 4, 4)\nworst(gradient(input), flatten(det(m) * transpose(inv(m))))";
+    assert!(float(&mut s, cofactors) < 1e-12);
+}
+
+#[test]
+fn ode_agrees_with_finite_differences() {
+    let mut s = module("ode", include_str!("../gradbench/ode.zy"));
+    s.eval("let input = dict()\ninput[\"x\"] = rand(5, 4)\ninput[\"s\"] = 10").unwrap();
+    let last = "fn last_of(input) { let y = primal(input)\n y[len(y) - 1] }";
+    s.eval(last).unwrap();
+    assert!(float(&mut s, "worst(gradient(input), finite_differences(last_of, input, \"x\"))") < 1e-7);
+    // The first component has the constant slope x0: y0(2) = 2 x0, to rounding.
+    assert!(float(&mut s, "abs(primal(input)[0] - 2.0 * input[\"x\"][0])") < 1e-12);
+}
