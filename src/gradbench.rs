@@ -24,6 +24,7 @@ use zygvm::{JitMode, Limits, Session};
 const MODULES: &[(&str, &str)] = &[
     ("det", include_str!("../gradbench/det.zy")),
     ("hello", include_str!("../gradbench/hello.zy")),
+    ("kmeans", include_str!("../gradbench/kmeans.zy")),
     ("llsq", include_str!("../gradbench/llsq.zy")),
     ("lse", include_str!("../gradbench/lse.zy")),
     ("ode", include_str!("../gradbench/ode.zy")),

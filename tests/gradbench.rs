@@ -178,3 +178,38 @@ fn ode_agrees_with_finite_differences() {
     // The first component has the constant slope x0: y0(2) = 2 x0, to rounding.
     assert!(float(&mut s, "abs(primal(input)[0] - 2.0 * input[\"x\"][0])") < 1e-12);
 }
+
+#[test]
+fn kmeans_agrees_with_finite_differences_and_the_cluster_means() {
+    let mut s = module("kmeans", include_str!("../gradbench/kmeans.zy"));
+    // As the eval makes them: random points, the last k of them as centroids.
+    let setup = r#"
+let pts = rand(21, 40, 3)
+let input = dict()
+input["points"] = pts
+input["centroids"] = matrix([row(pts, 37), row(pts, 38), row(pts, 39)])
+let flat_cost = fn(moved) { kmeans_cost(pts, reshape(moved["c"], 3, 3)) }
+let flat = dict()
+flat["c"] = flatten(input["centroids"])
+"#;
+    s.eval(setup).unwrap();
+    let gradient = "flatten(grad(fn(c) { kmeans_cost(pts, c) })(input[\"centroids\"]))";
+    assert!(float(&mut s, &format!("worst({gradient}, finite_differences(flat_cost, flat, \"c\"))")) < 1e-7);
+    // By hand: a Newton step moves each centroid to the mean of its cluster.
+    let by_hand = r#"
+let c = input["centroids"]
+let sums = zeros(3, 3)
+let counts = zeros(3)
+for i in 0..40 {
+  let best = 0
+  for j in 1..3 {
+    if norm(row(pts, i) - row(c, j)) < norm(row(pts, i) - row(c, best)) { best = j }
+  }
+  counts[best] = counts[best] + 1.0
+  for l in 0..3 { sums[best, l] = sums[best, l] + pts[i, l] }
+}
+let expected = zeros(3, 3)
+for j in 0..3 { for l in 0..3 { expected[j, l] = c[j, l] - sums[j, l] / counts[j] } }
+worst(flatten(dir(input)), flatten(expected))"#;
+    assert!(float(&mut s, by_hand) < 1e-12);
+}
