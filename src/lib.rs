@@ -365,6 +365,26 @@ pub struct Vm {
     id: u64,
 }
 
+/// What the instrumenting profiler measured ([`Vm::profile`]).
+#[derive(Clone, Debug)]
+pub struct Profile {
+    /// The table `zygvm --profile` prints: per function calls, inclusive and exclusive time
+    /// (derivative routines apart), then per source line.
+    pub report: String,
+    /// Folded stacks (`main;f;g NANOSECONDS` per line) for flame-graph tools.
+    pub folded: String,
+    calls: Vec<(String, u64)>,
+}
+
+impl Profile {
+    /// Calls of the top-level function `name` (summed over redefinitions).
+    pub fn calls(&self, name: &str) -> Option<u64> {
+        let mut found = self.calls.iter().filter(|(n, _)| n == name).peekable();
+        found.peek()?;
+        Some(found.map(|(_, c)| c).sum())
+    }
+}
+
 /// A pullback of a function at a point, made by [`Vm::pullback`]; apply it with [`Vm::back`]
 /// as often as needed, on the VM that made it.
 #[derive(Debug)]
@@ -726,6 +746,40 @@ impl Vm {
     /// functions and their blocks): what the JIT will use to pick hot code.
     pub fn hotness(&self) -> (Vec<u32>, Vec<Vec<u32>>) {
         self.inner.hotness()
+    }
+
+    /// Turns on the instrumenting profiler for the runs and calls that follow: each function
+    /// runs a copy with timing records inserted (interpreted: the JIT is off for this VM).
+    /// Read the results with [`Vm::profile`].
+    ///
+    /// ```
+    /// use zygvm::{Program, Vm};
+    ///
+    /// let program = Program::compile("fib.zy", "fn fib(n) { if n < 2 { n } else { fib(n - 1) + fib(n - 2) } }")?;
+    /// let mut vm = Vm::new(&program);
+    /// vm.enable_profiling()?;
+    /// let _: i64 = vm.call("fib", (15,))?;
+    /// let profile = vm.profile().unwrap();
+    /// assert_eq!(profile.calls("fib"), Some(1973));
+    /// assert!(profile.report.contains("fib") && profile.folded.starts_with("fib "));
+    /// # Ok::<(), zygvm::Error>(())
+    /// ```
+    pub fn enable_profiling(&mut self) -> Result<(), Error> {
+        self.inner.enable_profiling().map_err(|e| Error::runtime(e.message.clone()))
+    }
+
+    /// What the profiler measured so far (`None` unless [`Vm::enable_profiling`] ran).
+    pub fn profile(&mut self) -> Option<Profile> {
+        let (report, folded) = self.inner.profile_report()?;
+        let program = self.inner.program().clone();
+        let calls = program
+            .functions
+            .iter()
+            .enumerate()
+            .filter(|(_, f)| f.kind == zygvm_vm::program::FuncKind::Named)
+            .map(|(i, f)| (f.name.clone(), self.inner.profiled_calls(zygvm_vm::bytecode::FuncId(i as u32)).unwrap_or(0)))
+            .collect();
+        Some(Profile { report, folded, calls })
     }
 
     /// Execution statistics (`--stats`).

@@ -70,6 +70,13 @@ struct Cli {
     /// checkpoints instead, and stay exact.
     #[arg(long, value_name = "BYTES")]
     max_tape: Option<usize>,
+    /// At exit, print per function and line: calls, inclusive and exclusive time (derivative
+    /// routines apart). Profiled code is interpreted.
+    #[arg(long)]
+    profile: bool,
+    /// With --profile: also write folded stacks (for flame-graph tools) to FILE.
+    #[arg(long, value_name = "FILE")]
+    profile_out: Option<String>,
     /// The script (`-` reads it from standard input) and its arguments.
     #[arg(value_name = "SCRIPT [ARGS]", allow_hyphen_values = true)]
     rest: Vec<String>,
@@ -255,8 +262,22 @@ fn run(cli: Cli) -> ExitCode {
     vm.set_jit(jit_mode(&cli.jit));
     vm.set_args(args);
     vm.set_output(std::io::BufWriter::with_capacity(1 << 16, std::io::stdout()));
+    if cli.profile || cli.profile_out.is_some() {
+        if let Err(e) = vm.enable_profiling() {
+            report(&e, program.sources());
+            return ExitCode::from(1);
+        }
+    }
     let result = vm.run();
     vm.flush();
+    if let Some(profile) = vm.profile() {
+        let _ = write!(std::io::stderr(), "{}", profile.report);
+        if let Some(path) = &cli.profile_out {
+            if let Err(e) = std::fs::write(path, &profile.folded) {
+                say!("zygvm: cannot write {path}: {e}");
+            }
+        }
+    }
     if cli.dump == Some(Dump::Asm) {
         let listing = vm.native_listing(cli.only.as_deref());
         if listing.is_empty() {

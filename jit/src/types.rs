@@ -194,26 +194,9 @@ pub fn result_type(program: &Program, f: &Function, instr: &Instr, t: &[Ty]) -> 
     }
 }
 
-/// The blocks that may follow a terminator (the fused branches fall through to the next block).
+/// The blocks that may follow a terminator (`Function::successors`).
 pub(crate) fn successors(f: &Function, instr: &Instr, block: usize) -> Vec<usize> {
-    match *instr {
-        Instr::Jump { target, .. } | Instr::JumpPar { target, .. } => vec![target.index()],
-        Instr::AddJump { target, .. } | Instr::SubJump { target, .. } => vec![target.index()],
-        Instr::Branch { then_blk, else_blk, .. } | Instr::BranchCtl { then_blk, else_blk } => {
-            vec![then_blk.index(), else_blk.index()]
-        }
-        Instr::BranchNotLt { else_blk, .. }
-        | Instr::BranchNotLe { else_blk, .. }
-        | Instr::BranchNotGt { else_blk, .. }
-        | Instr::BranchNotGe { else_blk, .. } => {
-            let mut s = vec![else_blk.index()];
-            if block + 1 < f.blocks.len() {
-                s.push(block + 1);
-            }
-            s
-        }
-        _ => vec![],
-    }
+    f.successors(instr, block)
 }
 
 /// Infers the types from the seeds: each the block starting at an instruction, with the

@@ -261,6 +261,11 @@ opcodes! {
     CallBuiltinTanTape { dst: def, builtin: builtin, args: list } => "R[dst] := (y, ẏ) of BI[builtin], recording its pullback's needs and their tangents; L[args] = (x.., ẋ..)";
     CallBuiltinTanAdj { dst: def, builtin: builtin, args: list } => "R[dst] := ((nil, d args..), tangents) of BI[builtin]'s adjoint; L[args] = (dy, d_in.., ḋy, ḋ_in..)";
 
+    // ---- the instrumenting profiler (`--profile`: vm/src/profile.rs inserts these) ----
+    ProfEnter { line: imm } => "profiler: this frame's function starts; source line `line` runs";
+    ProfLine { line: imm } => "profiler: the time since the last mark was spent on the line before; line `line` runs";
+    ProfLeave { line: imm } => "profiler: this frame's function returns (from line `line`)";
+
     // ---- control flow (block terminators) ----
     Jump { target: block, args: list } => "B[target].params := L[args] (copied in order: no overlap); goto B[target]";
     JumpPar { target: block, args: list } => "B[target].params := L[args] (parallel copy); goto B[target]";

@@ -139,6 +139,8 @@ pub struct Vm {
     held: Vec<Option<Value>>,
     /// Containers that may close a cycle, for the cycle collector (`cycles.rs`).
     pub cycles: crate::cycles::Registry,
+    /// The instrumenting profiler, when `enable_profiling` installed it (`profile.rs`).
+    pub(crate) profile: Option<Box<crate::profile::Profiler>>,
 }
 
 impl Drop for Vm {
@@ -211,7 +213,41 @@ impl Vm {
             calls,
             loop_base,
             back_edges,
+            profile: None,
         }
+    }
+
+    /// Installs the instrumenting profiler (`--profile`, `profile.rs`): every function, and
+    /// every routine made from now on, runs an instrumented copy, interpreted (the JIT does
+    /// not compile the profiler's instructions). Checked by the verifier like compiled code.
+    pub fn enable_profiling(&mut self) -> VmResult<()> {
+        let instrumented: Vec<Arc<crate::program::Function>> =
+            self.program.functions.iter().map(|f| Arc::new(crate::profile::instrument(&self.program, f))).collect();
+        let p = Arc::make_mut(&mut self.program);
+        p.functions = instrumented;
+        if let Err(e) = p.functions.iter().try_for_each(|f| crate::verify::verify_function(p, f, false)) {
+            return Err(VmError::new(format!("internal error: an instrumented function does not verify: {e}")));
+        }
+        self.program_version += 1;
+        self.profile = Some(Box::default());
+        self.native.mode = crate::native::JitMode::Off;
+        self.native.loop_mask = crate::native::NativeState::loop_mask_of(crate::native::JitMode::Off);
+        self.native.call_mask = crate::native::NativeState::call_mask_of(crate::native::JitMode::Off);
+        Ok(())
+    }
+
+    /// The profiler's report and folded stacks, once `enable_profiling` ran.
+    pub fn profile_report(&mut self) -> Option<(String, String)> {
+        let depth = 0;
+        let program = self.program.clone();
+        let profile = self.profile.as_mut()?;
+        profile.unwind(depth, false);
+        Some((profile.report(&program), profile.folded(&program)))
+    }
+
+    /// Calls of `func` the profiler counted.
+    pub fn profiled_calls(&self, func: FuncId) -> Option<u64> {
+        self.profile.as_ref().map(|p| p.calls(func))
     }
 
     /// Continues this VM under `program`, the next program of a live session
@@ -277,6 +313,13 @@ impl Vm {
     /// program is as it was. The program is copied if another owner shares it; dispatch loops
     /// that hold the old copy notice the version change at their next frame switch.
     pub(crate) fn add_functions(&mut self, made: Vec<(crate::program::Function, crate::program::Function)>) -> VmResult<()> {
+        let made = match self.profile {
+            Some(_) => made.into_iter().map(|(ssa, exec)| {
+                let exec = crate::profile::instrument(&self.program, &exec);
+                (ssa, exec)
+            }).collect(),
+            None => made,
+        };
         let p = Arc::make_mut(&mut self.program);
         let before = p.functions.len();
         p.append_functions(made);
@@ -553,6 +596,9 @@ impl Vm {
             Err(e) => Err(e),
         };
         self.native_depth -= 1;
+        if let Some(profile) = self.profile.as_mut() {
+            profile.unwind(depth, false);
+        }
         if outermost {
             self.stack.clear();
             self.frames.clear();
@@ -1430,6 +1476,9 @@ impl Vm {
                     Instr::TapePush { src } => simple!(Instr::TapePush { src }),
                     Instr::TapePop { dst } => simple!(Instr::TapePop { dst }),
                     Instr::TapePushCtl { bit } => simple!(Instr::TapePushCtl { bit }),
+                    Instr::ProfEnter { .. } | Instr::ProfLine { .. } | Instr::ProfLeave { .. } => {
+                        simple!(instr, exec_simple_outlined)
+                    }
                     Instr::Pull { dst, rule, args } => simple!(Instr::Pull { dst, rule, args }),
                     Instr::PullAdd { dst, rule, args } => simple!(Instr::PullAdd { dst, rule, args }),
                     Instr::Gate { dst, src, cond } => simple!(Instr::Gate { dst, src, cond }),

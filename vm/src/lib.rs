@@ -18,6 +18,7 @@ pub mod kernels;
 pub mod nesting;
 pub mod native;
 pub mod ops;
+pub mod profile;
 pub mod program;
 pub(crate) mod semantics;
 pub mod stack;

@@ -417,7 +417,7 @@ impl NativeState {
     /// time under `eager`, and (only when the count wraps) never usefully under `off`. One AND
     /// and branch on the interpreter's loop path; a loop that was refused costs one declined
     /// call per `AUTO_BACK_EDGES` iterations, not one per iteration.
-    fn loop_mask_of(mode: JitMode) -> u32 {
+    pub(crate) fn loop_mask_of(mode: JitMode) -> u32 {
         match mode {
             JitMode::Off => u32::MAX,
             JitMode::Eager => 0,
@@ -426,7 +426,7 @@ impl NativeState {
     }
 
     /// As `loop_mask_of`, for the count of calls at a frame's entry.
-    fn call_mask_of(mode: JitMode) -> u32 {
+    pub(crate) fn call_mask_of(mode: JitMode) -> u32 {
         match mode {
             JitMode::Off => u32::MAX,
             JitMode::Eager => 0,
@@ -463,7 +463,9 @@ impl Vm {
     /// other than the one native code assumes (`layout_ok`), keeps everything interpreted.
     pub fn set_jit(&mut self, tier: Box<dyn Tier>, mode: JitMode) {
         self.native.tier = Some(tier);
-        self.native.mode = if layout_ok() { mode } else { JitMode::Off };
+        // Profiled code is interpreted (`enable_profiling`).
+        let profiled = self.profile.is_some();
+        self.native.mode = if layout_ok() && !profiled { mode } else { JitMode::Off };
         self.native.loop_mask = NativeState::loop_mask_of(self.native.mode);
         self.native.call_mask = NativeState::call_mask_of(self.native.mode);
     }

@@ -112,6 +112,30 @@ impl Function {
         &self.list_regs[start as usize..(start + len) as usize]
     }
 
+    /// The blocks that may follow `instr`, the terminator of `block` (the fused branches
+    /// fall through to the next block).
+    pub fn successors(&self, instr: &crate::bytecode::Instr, block: usize) -> Vec<usize> {
+        use crate::bytecode::Instr;
+        match *instr {
+            Instr::Jump { target, .. } | Instr::JumpPar { target, .. } => vec![target.index()],
+            Instr::AddJump { target, .. } | Instr::SubJump { target, .. } => vec![target.index()],
+            Instr::Branch { then_blk, else_blk, .. } | Instr::BranchCtl { then_blk, else_blk } => {
+                vec![then_blk.index(), else_blk.index()]
+            }
+            Instr::BranchNotLt { else_blk, .. }
+            | Instr::BranchNotLe { else_blk, .. }
+            | Instr::BranchNotGt { else_blk, .. }
+            | Instr::BranchNotGe { else_blk, .. } => {
+                let mut s = vec![else_blk.index()];
+                if block + 1 < self.blocks.len() {
+                    s.push(block + 1);
+                }
+                s
+            }
+            _ => vec![],
+        }
+    }
+
     /// The name shown in stack traces.
     pub fn trace_name(&self) -> &str {
         match self.kind {

@@ -301,6 +301,24 @@ impl Vm {
                 self.tape.push(v);
             }
             Instr::TapePushCtl { bit } => self.tape.ctl.push(bit as u8),
+            // ---- the profiler (profile.rs) ----
+            Instr::ProfEnter { line } => {
+                let (depth, func) = (self.frames.len(), self.frames.last().map_or(crate::bytecode::FuncId(0), |f| f.func));
+                if let Some(p) = self.profile.as_mut() {
+                    p.enter(func, depth, line);
+                }
+            }
+            Instr::ProfLine { line } => {
+                if let Some(p) = self.profile.as_mut() {
+                    p.line(line);
+                }
+            }
+            Instr::ProfLeave { .. } => {
+                let depth = self.frames.len();
+                if let Some(p) = self.profile.as_mut() {
+                    p.leave(depth);
+                }
+            }
             Instr::TapeShape { a, b } => {
                 let code = crate::ad::rules::shape_code(&reg!(a), &reg!(b));
                 self.tape.ctl.push(code);
