@@ -23,6 +23,7 @@ use zygvm::{JitMode, Limits, Session};
 /// The eval modules: `(eval, source)`.
 const MODULES: &[(&str, &str)] = &[
     ("det", include_str!("../gradbench/det.zy")),
+    ("gmm", include_str!("../gradbench/gmm.zy")),
     ("hello", include_str!("../gradbench/hello.zy")),
     ("kmeans", include_str!("../gradbench/kmeans.zy")),
     ("llsq", include_str!("../gradbench/llsq.zy")),
