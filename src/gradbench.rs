@@ -28,6 +28,7 @@ const MODULES: &[(&str, &str)] = &[
     ("kmeans", include_str!("../gradbench/kmeans.zy")),
     ("llsq", include_str!("../gradbench/llsq.zy")),
     ("lse", include_str!("../gradbench/lse.zy")),
+    ("lstm", include_str!("../gradbench/lstm.zy")),
     ("ode", include_str!("../gradbench/ode.zy")),
 ];
 

@@ -251,3 +251,25 @@ let analytic = concat(concat(j["alpha"], flatten(j["mu"])), concat(flatten(j["q"
     // The prior's log multivariate gamma at half-integers and integers.
     assert!((float(&mut s, "multigammaln(2.0, 3)") - 1.596312591138855).abs() < 1e-12);
 }
+
+#[test]
+fn lstm_agrees_with_finite_differences_and_an_independent_evaluation() {
+    let mut s = module("lstm", include_str!("../gradbench/lstm.zy"));
+    let input = r#"{"main_params":[[0.25,0.48,0.59,0.88,0.48,0.84,-0.94,-0.07],[0.89,0.3,0.8,-0.77,-0.06,-0.51,0.09,0.15],[-0.97,-0.57,-0.44,0.83,0.53,-0.68,0.59,-0.72],[0.23,-0.75,-1.0,0.74,-0.58,-0.57,0.96,0.74]],"extra_params":[[-0.42,0.92],[0.08,0.36],[-0.59,0.88]],"state":[[0.38,0.93],[0.79,-0.4],[-0.28,-0.67],[-0.71,-0.87]],"sequence":[[1.0,0.0],[0.0,1.0],[1.0,0.0]]}"#;
+    s.eval(&format!("let input = json_parse({})", serde_json::to_string(input).unwrap())).unwrap();
+    // The loss computed element by element in plain Python from ADBench's C++.
+    assert!((float(&mut s, "objective(input)") - 0.7321227442403568).abs() < 1e-14);
+    let flat = r#"
+let params = dict()
+params["v"] = concat(rows_flattened(input["main_params"]), rows_flattened(input["extra_params"]))
+fn of_flat(moved) {
+  let v = moved["v"]
+  let main = []
+  for r in 0..4 { push(main, slice(v, 8 * r, 8 * r + 8)) }
+  let extra = []
+  for r in 0..3 { push(extra, slice(v, 32 + 2 * r, 34 + 2 * r)) }
+  lstm_objective(main, extra, input["state"], input["sequence"])
+}
+worst(jacobian(input), finite_differences(of_flat, params, "v"))"#;
+    assert!(float(&mut s, flat) < 1e-8);
+}
