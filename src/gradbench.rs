@@ -22,6 +22,7 @@ use zygvm::{JitMode, Limits, Session};
 
 /// The eval modules: `(eval, source)`.
 const MODULES: &[(&str, &str)] = &[
+    ("ba", include_str!("../gradbench/ba.zy")),
     ("det", include_str!("../gradbench/det.zy")),
     ("gmm", include_str!("../gradbench/gmm.zy")),
     ("hello", include_str!("../gradbench/hello.zy")),

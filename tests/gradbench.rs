@@ -273,3 +273,40 @@ fn of_flat(moved) {
 worst(jacobian(input), finite_differences(of_flat, params, "v"))"#;
     assert!(float(&mut s, flat) < 1e-8);
 }
+
+#[test]
+fn ba_agrees_with_finite_differences_and_an_independent_evaluation() {
+    let mut s = module("ba", include_str!("../gradbench/ba.zy"));
+    let setup = r#"
+let input = dict()
+input["n"] = 2
+input["m"] = 3
+input["p"] = 20
+input["cam"] = [0.1, -0.2, 0.3, 0.5, -0.4, -2.0, 1.2, 0.1, -0.1, 0.01, -0.002]
+input["x"] = [0.3, 0.7, 1.5]
+input["w"] = 0.9
+input["feat"] = [0.4, -0.3]
+let out = objective(input)
+let j = jacobian(input)
+let params = dict()
+params["v"] = concat(concat(input["cam"], input["x"]), [input["w"]])
+"#;
+    s.eval(setup).unwrap();
+    // The reprojection error computed in plain Python from ADBench's C++.
+    assert!((float(&mut s, "out[\"reproj_error\"][\"elements\"][0]") - -0.6315756547330358).abs() < 1e-14);
+    assert!((float(&mut s, "out[\"reproj_error\"][\"elements\"][1]") - 0.3504956876573604).abs() < 1e-14);
+    assert_eq!(s.eval("out[\"reproj_error\"][\"repeated\"] + out[\"w_err\"][\"repeated\"]").unwrap(), Value::Int(40));
+    // Each residual's row of the Jacobian against finite differences.
+    for r in 0..2 {
+        let check = format!(
+            "worst(slice(j[\"vals\"], {lo}, {hi}), finite_differences(fn(moved) {{ error_of(moved[\"v\"], input[\"feat\"])[{r}] }}, params, \"v\"))",
+            lo = 15 * r,
+            hi = 15 * r + 15
+        );
+        assert!(float(&mut s, &check) < 1e-7, "row {r}");
+    }
+    // The CSR structure: 15 entries per reprojection row, one per weight row.
+    let structure = "(j[\"rows\"][29], j[\"rows\"][30], j[\"cols\"][11], j[\"cols\"][14], j[\"cols\"][30], j[\"vals\"][30])";
+    let expected = Value::Tuple(vec![Value::Int(435), Value::Int(620), Value::Int(22), Value::Int(31), Value::Int(50), Value::Float(-1.8)]);
+    assert_eq!(s.eval(structure).unwrap(), expected);
+}
