@@ -23,7 +23,8 @@ pub struct CountingAlloc;
 unsafe impl GlobalAlloc for CountingAlloc {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         INSTALLED.store(true, Ordering::Relaxed);
-        let p = System.alloc(layout);
+        // SAFETY: the caller's `layout` meets `alloc`'s contract (this method's own).
+        let p = unsafe { System.alloc(layout) };
         if !p.is_null() {
             IN_USE.fetch_add(layout.size(), Ordering::Relaxed);
         }
@@ -31,10 +32,12 @@ unsafe impl GlobalAlloc for CountingAlloc {
     }
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
         IN_USE.fetch_sub(layout.size(), Ordering::Relaxed);
-        System.dealloc(ptr, layout)
+        // SAFETY: `ptr` came from this allocator (which is `System`) with `layout`.
+        unsafe { System.dealloc(ptr, layout) }
     }
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        let p = System.realloc(ptr, layout, new_size);
+        // SAFETY: as for `dealloc`, and `new_size` meets `realloc`'s contract (the caller's).
+        let p = unsafe { System.realloc(ptr, layout, new_size) };
         if !p.is_null() {
             IN_USE.fetch_sub(layout.size(), Ordering::Relaxed);
             IN_USE.fetch_add(new_size, Ordering::Relaxed);
