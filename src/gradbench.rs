@@ -31,9 +31,13 @@ const MODULES: &[(&str, &str)] = &[
     ("lse", include_str!("../gradbench/lse.zy")),
     ("lstm", include_str!("../gradbench/lstm.zy")),
     ("ode", include_str!("../gradbench/ode.zy")),
+    ("particle", include_str!("../gradbench/particle.zy")),
+    ("saddle", include_str!("../gradbench/saddle.zy")),
 ];
 
 const PROTOCOL: &str = include_str!("../gradbench/protocol.zy");
+/// The gradient descent and gradient choices `saddle` and `particle` share.
+const SOLVER: &str = include_str!("../gradbench/solver.zy");
 
 /// The module GradBench's eval `name` is answered with.
 pub fn module_source(name: &str) -> Option<&'static str> {
@@ -121,6 +125,7 @@ fn define(name: &str, limits: &Limits, jit: JitMode) -> Result<Module, String> {
     session.vm().set_limits(limits.clone());
     session.vm().set_jit(jit);
     session.eval(PROTOCOL).map_err(|e| e.to_string())?;
+    session.eval(SOLVER).map_err(|e| e.to_string())?;
     session.eval(source).map_err(|e| e.to_string())?;
     session.eval("let __gradbench_input = nil").map_err(|e| e.to_string())?;
     let prepare = session.names().iter().any(|n| n == "prepare");
