@@ -300,13 +300,35 @@ pub fn jvp(vm: &mut Vm, f: &Value, xs: &[Value], ts: &[Value]) -> VmResult<(Valu
             .map_err(|e| VmError::new(format!("jvp: {}", e.replace("cotangent", "tangent").replace("the result", "the input"))))?;
     }
     let ts: Vec<Value> = ts.iter().map(deep_copy).collect();
-    let (y, ty) = vm.call_tangent(f, &Value::Nil, xs, &ts)?;
+    for (x, t) in xs.iter().zip(&ts) {
+        super::shadows::seed(x, t, super::shadows::Level::Forward);
+    }
+    let (y, ty) = vm.call_tangent(f, &captured_tangents(f, xs, &ts), xs, &ts)?;
     if !differentiable_result(&y) {
         return Err(VmError::new(format!("jvp needs a function returning a differentiable value, but it returned {}", y.type_name())));
     }
     let program = vm.program().clone();
     let ty = to_gradient(&ty, &y, &program);
     Ok((y, ty))
+}
+
+/// The tangents of a closure's captures in a sweep at inputs `xs` with tangents `ts`: a
+/// capture that is one of the inputs (the same container: arrays, matrices and dicts are
+/// references) has that input's tangent, as reverse mode gives it that input's adjoint
+/// (shadows by identity), so both modes differentiate `fn(x) { dot(a, x) }` at `x = a` alike;
+/// any other capture is constant (`nil`).
+fn captured_tangents(f: &Value, xs: &[Value], ts: &[Value]) -> Value {
+    let Value::Closure(c) = f else { return Value::Nil };
+    let input_of = |capture: &Value| {
+        let at = crate::nesting::address(capture)?;
+        xs.iter().position(|x| crate::nesting::address(x) == Some(at))
+    };
+    let tangents: Vec<Value> = c.captures.iter().map(|cap| input_of(cap).map_or(Value::Nil, |k| ts[k].clone())).collect();
+    if tangents.iter().all(|t| matches!(t, Value::Nil)) {
+        Value::Nil
+    } else {
+        Value::tuple(tangents)
+    }
 }
 
 /// `jacobian(f, x)`: one forward sweep per input element, one row per output element.
@@ -319,7 +341,9 @@ pub fn jacobian(vm: &mut Vm, f: &Value, x: &Value) -> VmResult<Value> {
         let seed = if matches!(x, Value::Float(_)) { Value::Float(1.0) } else { unit(x, j) };
         // One sweep per column, each with its own tangents of module variables' containers.
         let _scope = super::shadows::enter(&[]);
-        let (y, ty) = vm.call_tangent(f, &Value::Nil, &[deep_copy(x)], &[seed])?;
+        super::shadows::seed(x, &seed, super::shadows::Level::Forward);
+        let captured = captured_tangents(f, std::slice::from_ref(x), std::slice::from_ref(&seed));
+        let (y, ty) = vm.call_tangent(f, &captured, &[deep_copy(x)], &[seed])?;
         let ty = to_gradient(&ty, &y, &program);
         let col = match &ty {
             Value::Float(v) => vec![*v],
