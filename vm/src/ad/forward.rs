@@ -300,9 +300,6 @@ pub fn jvp(vm: &mut Vm, f: &Value, xs: &[Value], ts: &[Value]) -> VmResult<(Valu
             .map_err(|e| VmError::new(format!("jvp: {}", e.replace("cotangent", "tangent").replace("the result", "the input"))))?;
     }
     let ts: Vec<Value> = ts.iter().map(deep_copy).collect();
-    for (x, t) in xs.iter().zip(&ts) {
-        super::shadows::seed(x, t, super::shadows::Level::Forward);
-    }
     let (y, ty) = vm.call_tangent(f, &captured_tangents(f, xs, &ts), xs, &ts)?;
     if !differentiable_result(&y) {
         return Err(VmError::new(format!("jvp needs a function returning a differentiable value, but it returned {}", y.type_name())));
@@ -341,7 +338,6 @@ pub fn jacobian(vm: &mut Vm, f: &Value, x: &Value) -> VmResult<Value> {
         let seed = if matches!(x, Value::Float(_)) { Value::Float(1.0) } else { unit(x, j) };
         // One sweep per column, each with its own tangents of module variables' containers.
         let _scope = super::shadows::enter(&[]);
-        super::shadows::seed(x, &seed, super::shadows::Level::Forward);
         let captured = captured_tangents(f, std::slice::from_ref(x), std::slice::from_ref(&seed));
         let (y, ty) = vm.call_tangent(f, &captured, &[deep_copy(x)], &[seed])?;
         let ty = to_gradient(&ty, &y, &program);

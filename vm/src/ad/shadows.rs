@@ -194,19 +194,6 @@ pub fn shadow_at(v: &Value, level: Level) -> Option<Value> {
     })
 }
 
-/// Gives the container `v` the shadow `given` at `level` (forward mode's drivers: an input the
-/// function also reaches as a module variable has the input's tangent there, as reverse mode
-/// gives it the input's adjoint).
-pub fn seed(v: &Value, given: &Value, level: Level) {
-    let Some(p) = address(v) else { return };
-    with_scope(|s| {
-        if let Some(q) = address(given) {
-            s.is_shadow.insert(q);
-        }
-        s.shadows[level as usize].insert(p, (v.clone(), given.clone()));
-    });
-}
-
 /// Declares `v` a recomputation of the container whose shadow is `shadow` (`checkpoint` reruns
 /// its function on copies): both share that shadow from now on.
 pub fn alias(v: &Value, shadow: &Value, level: Level) {
