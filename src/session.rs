@@ -73,6 +73,17 @@ impl Session {
 
     /// [`Session::eval`], with the value as the prompt shows it (as `print` writes it, strings
     /// quoted), or `None` for `nil`.
+    ///
+    /// ```
+    /// let mut s = zygvm::Session::new()?;
+    /// s.set_label("notebook"); // errors and traces say `<notebook N>`
+    /// assert_eq!(s.eval_shown("let xs = [1.0, 2.0]")?, None);
+    /// assert_eq!(s.eval_shown("xs * 2.0")?, Some("[2.0, 4.0]".to_string()));
+    /// assert_eq!(s.eval_shown("\"a\" + \"b\"")?, Some("\"ab\"".to_string()));
+    /// assert!(s.eval("xs[5]").unwrap_err().to_string().contains("<notebook 4>"));
+    /// assert_eq!(s.names(), vec!["xs".to_string()]);
+    /// # Ok::<(), zygvm::Error>(())
+    /// ```
     pub fn eval_shown(&mut self, code: &str) -> Result<Option<String>, Error> {
         self.compile_entry(code)?;
         self.vm.guarded(|inner| {
