@@ -271,7 +271,6 @@ const COMPILER_STACK: usize = 256 << 20;
 /// How the message of an error that is a bug in zygvm starts.
 const INTERNAL: &str = "internal error in zygvm (please report): ";
 
-/// Runs `f`, turning a panic (a bug in zygvm) into an error rather than unwinding into the host.
 /// Runs `compile` on a thread of its own with a stack the compiler's recursion fits in (the
 /// syntax tree's nesting is capped at 200 levels) even in a debug build, so that a host may
 /// compile from any thread.
@@ -282,6 +281,7 @@ fn on_compiler_thread<T: Send>(compile: impl FnOnce() -> Result<T, Error> + Send
     })
 }
 
+/// Runs `f`, turning a panic (a bug in zygvm) into an error rather than unwinding into the host.
 fn guard<T>(f: impl FnOnce() -> Result<T, Error>) -> Result<T, Error> {
     match std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
         Ok(r) => r,

@@ -29,6 +29,8 @@ pub struct Session {
     names: ModuleScope,
     vm: Vm,
     entries: usize,
+    /// The name the last entry got (`<LABEL N>`).
+    last_entry: String,
     label: String,
     dir: PathBuf,
     differentiate: zygvm_compiler::Differentiate,
@@ -51,6 +53,7 @@ impl Session {
             names: ModuleScope::default(),
             vm,
             entries: 0,
+            last_entry: String::new(),
             label: "eval".into(),
             dir,
             differentiate,
@@ -99,7 +102,8 @@ impl Session {
 
     fn compile_entry(&mut self, code: &str) -> Result<(), Error> {
         self.entries += 1;
-        let name = format!("<{} {}>", self.label, self.entries);
+        self.last_entry = format!("<{} {}>", self.label, self.entries);
+        let name = self.last_entry.clone();
         let program = self.program.inner.program().clone();
         let (dir, names, differentiate) = (self.dir.clone(), &self.names, self.differentiate);
         let (next, names) = on_compiler_thread(|| {
@@ -141,6 +145,12 @@ impl Session {
     /// The session's program so far (for `disassemble` and friends).
     pub fn program(&self) -> &Program {
         &self.program
+    }
+
+    /// The name the last entry got in diagnostics (`<prompt 3>`): to show a compile error,
+    /// whose entry the session's program does not hold, beside its source.
+    pub fn last_entry_name(&self) -> &str {
+        &self.last_entry
     }
 
     /// Every name the entries have defined or imported, sorted.

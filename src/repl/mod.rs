@@ -19,14 +19,11 @@ pub struct Prompt {
     session: Session,
     /// Built-in names, for completion.
     builtins: Vec<String>,
-    /// How many entries were evaluated (the `N` of `<prompt N>`).
-    entries: usize,
 }
 
 impl Prompt {
     /// Runs one entry and shows its value or its error.
     fn eval(&mut self, entry: &str) {
-        self.entries += 1;
         let result = self.session.eval_shown(entry);
         let mut stdout = std::io::stdout();
         let _ = stdout.flush();
@@ -39,7 +36,7 @@ impl Prompt {
                 // A compile error is in the entry, which the session's program does not hold.
                 let mut sources: Vec<SourceFile> = self.session.program().sources().to_vec();
                 sources.push(SourceFile {
-                    name: format!("<prompt {}>", self.entries),
+                    name: self.session.last_entry_name().to_string(),
                     text: entry.to_string(),
                 });
                 report(&e, &sources);
@@ -84,7 +81,6 @@ pub fn run(limits: Limits, jit: JitMode) -> ExitCode {
     let mut prompt = Prompt {
         session,
         builtins,
-        entries: 0,
     };
 
     let Ok(mut rl) = input::LineEditor::new() else {

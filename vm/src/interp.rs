@@ -230,18 +230,16 @@ impl Vm {
         }
         self.program_version += 1;
         self.profile = Some(Box::default());
-        self.native.mode = crate::native::JitMode::Off;
-        self.native.loop_mask = crate::native::NativeState::loop_mask_of(crate::native::JitMode::Off);
-        self.native.call_mask = crate::native::NativeState::call_mask_of(crate::native::JitMode::Off);
+        self.native.set_mode(crate::native::JitMode::Off);
         Ok(())
     }
 
     /// The profiler's report and folded stacks, once `enable_profiling` ran.
     pub fn profile_report(&mut self) -> Option<(String, String)> {
-        let depth = 0;
         let program = self.program.clone();
         let profile = self.profile.as_mut()?;
-        profile.unwind(depth, false);
+        // Close what a run that failed left open.
+        profile.unwind(0, false);
         Some((profile.report(&program), profile.folded(&program)))
     }
 

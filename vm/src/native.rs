@@ -399,6 +399,13 @@ impl Default for NativeState {
 }
 
 impl NativeState {
+    /// Sets the mode and the masks the interpreter reads for it.
+    pub(crate) fn set_mode(&mut self, mode: JitMode) {
+        self.mode = mode;
+        self.loop_mask = NativeState::loop_mask_of(mode);
+        self.call_mask = NativeState::call_mask_of(mode);
+    }
+
     /// Whether native code may run at all (a tier is installed and the mode is not `Off`).
     #[inline(always)]
     pub fn on(&self) -> bool {
@@ -417,7 +424,7 @@ impl NativeState {
     /// time under `eager`, and (only when the count wraps) never usefully under `off`. One AND
     /// and branch on the interpreter's loop path; a loop that was refused costs one declined
     /// call per `AUTO_BACK_EDGES` iterations, not one per iteration.
-    pub(crate) fn loop_mask_of(mode: JitMode) -> u32 {
+    fn loop_mask_of(mode: JitMode) -> u32 {
         match mode {
             JitMode::Off => u32::MAX,
             JitMode::Eager => 0,
@@ -426,7 +433,7 @@ impl NativeState {
     }
 
     /// As `loop_mask_of`, for the count of calls at a frame's entry.
-    pub(crate) fn call_mask_of(mode: JitMode) -> u32 {
+    fn call_mask_of(mode: JitMode) -> u32 {
         match mode {
             JitMode::Off => u32::MAX,
             JitMode::Eager => 0,
@@ -465,9 +472,7 @@ impl Vm {
         self.native.tier = Some(tier);
         // Profiled code is interpreted (`enable_profiling`).
         let profiled = self.profile.is_some();
-        self.native.mode = if layout_ok() && !profiled { mode } else { JitMode::Off };
-        self.native.loop_mask = NativeState::loop_mask_of(self.native.mode);
-        self.native.call_mask = NativeState::call_mask_of(self.native.mode);
+        self.native.set_mode(if layout_ok() && !profiled { mode } else { JitMode::Off });
     }
 
     pub fn jit_stats(&self) -> JitStats {
