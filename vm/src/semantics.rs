@@ -113,7 +113,11 @@ impl Vm {
             }
             Instr::LoadStruct { dst, strukt } => set!(dst, Value::StructCtor(strukt)),
             Instr::GetGlobal { dst, slot } => match &self.globals[slot.index()] {
-                Some(v) => set!(dst, v.clone()),
+                Some(v) => {
+                    // While a sweep runs, a module variable must not reach its inputs (`ad::inputs`).
+                    crate::ad::inputs::check_module_variable(v, &program.global_names[slot.index()])?;
+                    set!(dst, v.clone())
+                }
                 None => {
                     return Err(VmError::new(format!(
                         "module variable '{}' is read before it is set",

@@ -30,6 +30,7 @@ fn forward(vm: &mut Vm, f: &Value, args: &[Value], then: Then) -> VmResult<Value
     if !f.is_callable() {
         return Err(VmError::new(format!("cannot differentiate a value of type {}", f.type_name())));
     }
+    let _inputs = super::inputs::enter(args);
     let y = match f {
         Value::Func(id) if then == Then::AdjointAtOnce => {
             let quiet = vm.derivative_of(*id)?.quiet_tape;

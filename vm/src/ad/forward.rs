@@ -12,7 +12,8 @@ use crate::builtin::{Deriv, Tangent};
 use crate::bytecode::BuiltinId;
 use crate::error::{VmError, VmResult};
 use crate::interp::Vm;
-use crate::value::{Array, Value};
+use crate::value::{Array, StructObj, Value};
+use std::rc::Rc;
 
 /// The `(y, ẏ)` a tangent routine returns.
 pub(crate) fn pair(v: Value) -> VmResult<(Value, Value)> {
@@ -300,7 +301,8 @@ pub fn jvp(vm: &mut Vm, f: &Value, xs: &[Value], ts: &[Value]) -> VmResult<(Valu
             .map_err(|e| VmError::new(format!("jvp: {}", e.replace("cotangent", "tangent").replace("the result", "the input"))))?;
     }
     let ts: Vec<Value> = ts.iter().map(deep_copy).collect();
-    let (y, ty) = vm.call_tangent(f, &captured_tangents(f, xs, &ts), xs, &ts)?;
+    let _inputs = super::inputs::enter(xs);
+    let (y, ty) = vm.call_tangent(f, &captured_tangents(f, xs, &ts)?, xs, &ts)?;
     if !differentiable_result(&y) {
         return Err(VmError::new(format!("jvp needs a function returning a differentiable value, but it returned {}", y.type_name())));
     }
@@ -311,20 +313,58 @@ pub fn jvp(vm: &mut Vm, f: &Value, xs: &[Value], ts: &[Value]) -> VmResult<(Valu
 
 /// The tangents of a closure's captures in a sweep at inputs `xs` with tangents `ts`: a
 /// capture that is one of the inputs (the same container: arrays, matrices and dicts are
-/// references) has that input's tangent, as reverse mode gives it that input's adjoint
-/// (shadows by identity), so both modes differentiate `fn(x) { dot(a, x) }` at `x = a` alike;
-/// any other capture is constant (`nil`).
-fn captured_tangents(f: &Value, xs: &[Value], ts: &[Value]) -> Value {
-    let Value::Closure(c) = f else { return Value::Nil };
-    let input_of = |capture: &Value| {
-        let at = crate::nesting::address(capture)?;
-        xs.iter().position(|x| crate::nesting::address(x) == Some(at))
-    };
-    let tangents: Vec<Value> = c.captures.iter().map(|cap| input_of(cap).map_or(Value::Nil, |k| ts[k].clone())).collect();
-    if tangents.iter().all(|t| matches!(t, Value::Nil)) {
-        Value::Nil
-    } else {
-        Value::tuple(tangents)
+/// references), or holds one in an array, tuple or struct, has that input's tangent there, as
+/// reverse mode gives it that input's adjoint (shadows by identity), so both modes
+/// differentiate `fn(x) { dot(a, x) }` at `x = a`, or `fn(x) { dot(d[0], x) }` with
+/// `d = [a]`, alike; anything else captured is constant (`nil`). An input inside a captured
+/// dict or function is the error `by_identity` names.
+fn captured_tangents(f: &Value, xs: &[Value], ts: &[Value]) -> VmResult<Value> {
+    let Value::Closure(c) = f else { return Ok(Value::Nil) };
+    let tangents = c.captures.iter().map(|cap| by_identity(cap, xs, ts)).collect::<VmResult<Vec<Value>>>()?;
+    Ok(if tangents.iter().all(|t| matches!(t, Value::Nil)) { Value::Nil } else { Value::tuple(tangents) })
+}
+
+/// The tangent of a captured value `v` whose containers may be inputs (see `captured_tangents`).
+fn by_identity(v: &Value, xs: &[Value], ts: &[Value]) -> VmResult<Value> {
+    let _level = crate::nesting::enter("differentiate")?;
+    if let Some(at) = crate::nesting::address(v).or_else(|| matrix_address(v)) {
+        if let Some(k) = xs.iter().position(|x| crate::nesting::address(x).or_else(|| matrix_address(x)) == Some(at)) {
+            return Ok(ts[k].clone());
+        }
+    }
+    let all = |items: &[Value]| items.iter().map(|x| by_identity(x, xs, ts)).collect::<VmResult<Vec<Value>>>();
+    let none = |t: &[Value]| t.iter().all(|t| matches!(t, Value::Nil));
+    Ok(match v {
+        Value::Array(a) => match &*a.borrow() {
+            Array::Values(items) => {
+                let t = all(items)?;
+                if none(&t) { Value::Nil } else { Value::array(t) }
+            }
+            Array::Floats(_) => Value::Nil,
+        },
+        Value::Tuple(items) => {
+            let t = all(items)?;
+            if none(&t) { Value::Nil } else { Value::tuple(t) }
+        }
+        Value::Struct(s) => {
+            let t = all(&s.fields)?;
+            if none(&t) { Value::Nil } else { Value::Struct(Rc::new(StructObj { def: s.def, fields: t.into_boxed_slice() })) }
+        }
+        Value::Dict(_) | Value::Closure(_) | Value::Partial(_) if super::inputs::reaches(v, xs) => {
+            return Err(VmError::new(format!(
+                "forward mode: a captured {} holds a container this derivative is taken at; a second path to an input \
+                 is not differentiated there (pass the value as an argument, or differentiate at a copy)",
+                v.type_name()
+            )))
+        }
+        _ => Value::Nil,
+    })
+}
+
+fn matrix_address(v: &Value) -> Option<*const ()> {
+    match v {
+        Value::Matrix(m) => Some(Rc::as_ptr(m) as *const ()),
+        _ => None,
     }
 }
 
@@ -338,8 +378,11 @@ pub fn jacobian(vm: &mut Vm, f: &Value, x: &Value) -> VmResult<Value> {
         let seed = if matches!(x, Value::Float(_)) { Value::Float(1.0) } else { unit(x, j) };
         // One sweep per column, each with its own tangents of module variables' containers.
         let _scope = super::shadows::enter(&[]);
-        let captured = captured_tangents(f, std::slice::from_ref(x), std::slice::from_ref(&seed));
-        let (y, ty) = vm.call_tangent(f, &captured, &[deep_copy(x)], &[seed])?;
+        let captured = captured_tangents(f, std::slice::from_ref(x), std::slice::from_ref(&seed))?;
+        let copy = deep_copy(x);
+        // The input is the copy, but a module variable holding the original reaches it too.
+        let _inputs = super::inputs::enter(&[x.clone(), copy.clone()]);
+        let (y, ty) = vm.call_tangent(f, &captured, &[copy], &[seed])?;
         let ty = to_gradient(&ty, &y, &program);
         let col = match &ty {
             Value::Float(v) => vec![*v],

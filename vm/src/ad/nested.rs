@@ -48,6 +48,7 @@ impl Vm {
         if !f.is_callable() {
             return Err(VmError::new(format!("cannot differentiate a value of type {}", f.type_name())));
         }
+        let _inputs = super::inputs::enter(args);
         let mark = self.tape.mark();
         let result = (|| {
             let (y, ty) = self.call_tangent_tape(f, tf, args, targs)?;
@@ -312,6 +313,10 @@ pub fn hessian(vm: &mut Vm, f: &Value, x: &Value) -> VmResult<Value> {
         }
         Value::Array(a) if matches!(&*a.borrow(), crate::value::Array::Floats(_)) => {
             let n = a.borrow().len();
+            // Each sweep is at a copy of `x`, which a capture cannot be.
+            super::inputs::check_captures(f, std::slice::from_ref(x), "hessian")?;
+            // A module variable holding the original reaches the input all the same.
+            let _inputs = super::inputs::enter(std::slice::from_ref(x));
             let program = vm.program().clone();
             let mut h = vec![0.0; n * n];
             for j in 0..n {
