@@ -26,6 +26,7 @@ const MODULES: &[(&str, &str)] = &[
     ("det", include_str!("../gradbench/det.zy")),
     ("gmm", include_str!("../gradbench/gmm.zy")),
     ("hello", include_str!("../gradbench/hello.zy")),
+    ("ht", include_str!("../gradbench/ht.zy")),
     ("kmeans", include_str!("../gradbench/kmeans.zy")),
     ("llsq", include_str!("../gradbench/llsq.zy")),
     ("lse", include_str!("../gradbench/lse.zy")),

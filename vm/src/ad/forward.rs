@@ -313,11 +313,11 @@ pub fn jvp(vm: &mut Vm, f: &Value, xs: &[Value], ts: &[Value]) -> VmResult<(Valu
 
 /// The tangents of a closure's captures in a sweep at inputs `xs` with tangents `ts`: a
 /// capture that is one of the inputs (the same container: arrays, matrices and dicts are
-/// references), or holds one in an array, tuple or struct, has that input's tangent there, as
+/// references), or holds one in an array, tuple, struct or dict, has that input's tangent there, as
 /// reverse mode gives it that input's adjoint (shadows by identity), so both modes
 /// differentiate `fn(x) { dot(a, x) }` at `x = a`, or `fn(x) { dot(d[0], x) }` with
 /// `d = [a]`, alike; anything else captured is constant (`nil`). An input inside a captured
-/// dict or function is the error `by_identity` names.
+/// function is the error `by_identity` names.
 fn captured_tangents(f: &Value, xs: &[Value], ts: &[Value]) -> VmResult<Value> {
     let Value::Closure(c) = f else { return Ok(Value::Nil) };
     let tangents = c.captures.iter().map(|cap| by_identity(cap, xs, ts)).collect::<VmResult<Vec<Value>>>()?;
@@ -350,7 +350,19 @@ fn by_identity(v: &Value, xs: &[Value], ts: &[Value]) -> VmResult<Value> {
             let t = all(&s.fields)?;
             if none(&t) { Value::Nil } else { Value::Struct(Rc::new(StructObj { def: s.def, fields: t.into_boxed_slice() })) }
         }
-        Value::Dict(_) | Value::Closure(_) | Value::Partial(_) if super::inputs::reaches(v, xs) => {
+        Value::Dict(d) => {
+            let d = d.borrow();
+            let mut t = crate::dict::Dict::new();
+            let mut any = false;
+            for key in d.keys() {
+                let k = crate::dict::Key::from_value(&key).map_err(VmError::new)?;
+                let tk = by_identity(d.get(&k).unwrap_or(&Value::Nil), xs, ts)?;
+                any |= !matches!(tk, Value::Nil);
+                t.insert(k, tk);
+            }
+            if any { Value::Dict(Rc::new(std::cell::RefCell::new(t))) } else { Value::Nil }
+        }
+        Value::Closure(_) | Value::Partial(_) if super::inputs::reaches(v, xs) => {
             return Err(VmError::new(format!(
                 "forward mode: a captured {} holds a container this derivative is taken at; a second path to an input \
                  is not differentiated there (pass the value as an argument, or differentiate at a copy)",
