@@ -660,11 +660,17 @@ impl<'a> Emitter<'a> {
     /// `d0 := times(d0, d1)` (`ad::chain::times`): zero when either factor is ±0 (an
     /// infinite or NaN factor then gives 0, not NaN), else the product.
     fn times(&mut self) {
-        let (zero, done) = (self.ops.new_dynamic_label(), self.ops.new_dynamic_label());
+        // As the x86-64 emitter's: the product is tested, the factors (their bits kept in
+        // x16/x17) only when it is zero or NaN. After `fcmp` an unordered result sets V and
+        // clears Z, so NaN takes `b.vs` to the factors' check before `b.ne` can skip it.
+        let (check, zero, done) = (self.ops.new_dynamic_label(), self.ops.new_dynamic_label(), self.ops.new_dynamic_label());
         dynasm!(self.ops ; .arch aarch64
-            ; fmov x16, d0 ; lsl x16, x16, 1 ; cbz x16, =>zero
-            ; fmov x16, d1 ; lsl x16, x16, 1 ; cbz x16, =>zero
-            ; fmul d0, d0, d1 ; b =>done
+            ; fmov x16, d0 ; fmov x17, d1
+            ; fmul d0, d0, d1
+            ; fcmp d0, 0.0 ; b.vs =>check ; b.ne =>done
+            ; =>check
+            ; lsl x16, x16, 1 ; cbz x16, =>zero
+            ; lsl x17, x17, 1 ; cbnz x17, =>done
             ; =>zero
             ; fmov d0, xzr
             ; =>done);

@@ -85,14 +85,23 @@ impl<'a> Emitter<'a> {
     }
 
     /// `xmm0 := times(xmm0, xmm1)` (`ad::chain::times`): zero when either factor is ±0 (an
-    /// infinite or NaN factor then gives 0, not NaN), else the product.
+    /// infinite or NaN factor then gives 0, not NaN), else the product. The product is tested
+    /// rather than the factors: a product that is neither zero nor NaN had no zero factor, so
+    /// the common case is one compare and one predicted branch; a zero or NaN product (an
+    /// underflow, a NaN operand, or a zero factor) checks the factors, kept in `rax`/`rcx`.
+    /// Clobbers `xmm1`.
     pub(super) fn times(&mut self) {
         let zero = self.ops.new_dynamic_label();
         let done = self.ops.new_dynamic_label();
         dynasm!(self.ops ; .arch x64
-            ; movq rax, xmm0 ; add rax, rax ; jz =>zero
-            ; movq rax, xmm1 ; add rax, rax ; jz =>zero
-            ; mulsd xmm0, xmm1 ; jmp =>done
+            ; movq rax, xmm0 ; movq rcx, xmm1
+            ; mulsd xmm0, xmm1
+            ; xorpd xmm1, xmm1
+            ; ucomisd xmm0, xmm1 ; jne =>done
+            // Zero or unordered: a zero factor gives +0; otherwise the product stands (an
+            // underflow's signed zero, a NaN from NaN or infinite factors).
+            ; add rax, rax ; jz =>zero
+            ; add rcx, rcx ; jnz =>done
             ; =>zero
             ; xorpd xmm0, xmm0
             ; =>done);
