@@ -15,14 +15,14 @@ fn walkable(values: &[Value]) -> VmResult<()> {
 pub fn gradient(vm: &mut Vm, a: &[Value]) -> VmResult<Value> {
     walkable(&a[1..])?;
     let (_, g) = driver::value_and_gradient(vm, &a[0], &a[1..])?;
-    Ok(Value::tuple(g))
+    Ok(Value::Tuple(g))
 }
 
 /// `value_and_gradient(f, x1, ..., xn)`: `(y, gradient tuple)`.
 pub fn value_and_gradient(vm: &mut Vm, a: &[Value]) -> VmResult<Value> {
     walkable(&a[1..])?;
     let (y, g) = driver::value_and_gradient(vm, &a[0], &a[1..])?;
-    Ok(Value::tuple_of([y, Value::tuple(g)]))
+    Ok(Value::tuple_of([y, Value::Tuple(g)]))
 }
 
 /// `grad(f)`: a function of the same arguments giving the gradient w.r.t. the first.
@@ -43,8 +43,8 @@ pub fn grad_apply(vm: &mut Vm, a: &[Value]) -> VmResult<Value> {
         return Err(VmError::new("a gradient function needs at least one argument"));
     }
     walkable(&a[1..])?;
-    let (_, mut g) = driver::value_and_gradient(vm, &a[0], &a[1..])?;
-    Ok(g.swap_remove(0))
+    let (_, g) = driver::value_and_gradient(vm, &a[0], &a[1..])?;
+    Ok(g.first().cloned().unwrap_or(Value::Nil))
 }
 
 /// `pullback(f, x1, ..., xn)`: `(y, back)`.

@@ -787,15 +787,22 @@ unsafe fn helper_call(vm: *mut Vm, pc: u32, body: impl FnOnce(&mut Vm) -> VmResu
 /// Called by native code only, running the frame on top of `vm`'s frames, of `func`.
 pub unsafe extern "C" fn call_builtin(vm: *mut Vm, func: u32, pc: u32) -> u64 {
     let body = |vm: &mut Vm| -> VmResult<u64> {
-        let program = vm.program.clone();
-        let f = &program.functions[func as usize];
+        let base = vm.frames.last().expect("native code runs a frame").base as usize;
+        // The arguments are read here, with the program borrowed only meanwhile (no clone of
+        // it per call), into the buffer `call_builtin_regs` would use.
+        let mut buf = std::mem::take(&mut vm.scratch);
+        buf.clear();
+        let f = &vm.program.functions[func as usize];
         let crate::bytecode::Instr::CallBuiltin { dst, builtin, args } = f.code[pc as usize] else {
+            vm.scratch = buf;
             return Ok(status::encode(status::EXIT, pc, 0));
         };
-        let base = vm.frames.last().expect("native code runs a frame").base as usize;
+        buf.extend(f.list(args).iter().map(|r| vm.stack[base + r.index()].clone()));
         let stack_limit = vm.native.ctx.stack_limit;
         let registers_at = vm.stack.as_ptr();
-        let r = vm.call_builtin_regs(builtin, base, f.list(args));
+        let r = vm.call_builtin(builtin, &buf);
+        buf.clear();
+        vm.scratch = buf;
         vm.refresh_ctx(stack_limit);
         vm.stack[base + dst.index()] = r?;
         // The stack grew and moved: the registers native activations point at are gone, so

@@ -76,9 +76,9 @@ fn with_tape_mark<T>(vm: &mut Vm, body: impl FnOnce(&mut Vm) -> VmResult<T>) -> 
     r
 }
 
-/// `value_and_gradient(f, args...)`: the value and one gradient per argument, shaped as §7 of
-/// the language reference says.
-pub fn value_and_gradient(vm: &mut Vm, f: &Value, args: &[Value]) -> VmResult<(Value, TupleItems)> {
+/// `value_and_gradient(f, args...)`: the value and the tuple of one gradient per argument,
+/// shaped as §7 of the language reference says.
+pub fn value_and_gradient(vm: &mut Vm, f: &Value, args: &[Value]) -> VmResult<(Value, Rc<Tuple>)> {
     if let Value::Func(id) = f {
         if args.iter().all(|a| matches!(a, Value::Float(_) | Value::Int(_))) {
             return with_tape_mark(vm, |vm| of_numbers(vm, *id, args));
@@ -101,7 +101,7 @@ pub fn value_and_gradient(vm: &mut Vm, f: &Value, args: &[Value]) -> VmResult<(V
             .enumerate()
             .map(|(k, (d, a))| fit_length(to_gradient(d, a, &program), d, lengths.get(k).copied().flatten()))
             .collect();
-        Ok((y, grads))
+        Ok((y, Rc::new(Tuple(grads))))
     })
 }
 
@@ -109,7 +109,7 @@ pub fn value_and_gradient(vm: &mut Vm, f: &Value, args: &[Value]) -> VmResult<(V
 /// (a training step, a scalar model): the general path less what cannot apply. No argument
 /// is a container, so none has a shadow or a length to keep; the callee is known, so its
 /// record is not taped only to be popped at once (the routines are the general path's).
-fn of_numbers(vm: &mut Vm, id: crate::bytecode::FuncId, args: &[Value]) -> VmResult<(Value, TupleItems)> {
+fn of_numbers(vm: &mut Vm, id: crate::bytecode::FuncId, args: &[Value]) -> VmResult<(Value, Rc<Tuple>)> {
     let _scope = shadows::enter(&[]);
     let d = vm.derivative_of(id)?;
     // No argument is a container, but the function may read module variables' (`forward`).
@@ -118,10 +118,21 @@ fn of_numbers(vm: &mut Vm, id: crate::bytecode::FuncId, args: &[Value]) -> VmRes
         return Err(not_a_number(&y));
     }
     vm.tape.note_peak();
-    let t = run_adjoint(vm, d.adjoint, Value::Float(1.0), args.len())?;
+    let mut t = run_adjoint(vm, d.adjoint, Value::Float(1.0), args.len())?;
     let program = vm.program();
-    let grads = args.iter().enumerate().map(|(k, x)| to_gradient(t.0.get(k + 1).unwrap_or(&Value::Nil), x, program)).collect();
-    Ok((y, grads))
+    let gradient = |k: usize, d: &Value| to_gradient(d, &args[k], program);
+    // The adjoint's tuple `(d closure, d_1 .. d_n)` is ours alone (the routine built it and
+    // returned it): it becomes the gradient tuple in place, one allocation fewer per gradient.
+    if let Some(items) = Rc::get_mut(&mut t).map(|t| &mut t.0) {
+        items.resize(args.len() + 1, Value::Nil);
+        items.remove(0);
+        for (k, d) in items.iter_mut().enumerate() {
+            *d = gradient(k, d);
+        }
+        return Ok((y, t));
+    }
+    let grads = (0..args.len()).map(|k| gradient(k, t.0.get(k + 1).unwrap_or(&Value::Nil))).collect();
+    Ok((y, Rc::new(Tuple(grads))))
 }
 
 /// Runs an adjoint routine with cotangent `dy` and no incoming adjoints for its `nargs`
