@@ -127,7 +127,16 @@ pub fn primal_with_tape(cx: &Context) -> Function {
                 Instr::CallBuiltin { dst, builtin, args } => Instr::CallBuiltinTape { dst, builtin, args },
                 other => other,
             };
-            out.push(transformed, span);
+            // An instruction that calls nothing records its operands before it runs: they are
+            // the same values before and after (registers are SSA values; it writes no operand
+            // but a `SetIndex`'s container, recorded by reference), and an operand then dies at
+            // the instruction, so its result can take the operand's register (`r = r * s` in
+            // a loop: the loop's jump copies nothing and fuses with the step). A dynamic
+            // call's callee is recorded after the callee's own entries.
+            let before = !matches!(i, Instr::Call { .. });
+            if !before {
+                out.push(transformed, span);
+            }
             for rec in &cx.records[pc] {
                 match *rec {
                     Record::Tape(Save::Ref(r)) => out.push(Instr::TapePush { src: r }, span),
@@ -135,6 +144,9 @@ pub fn primal_with_tape(cx: &Context) -> Function {
                     Record::Tape(Save::Shape(a, b)) => out.push(Instr::TapeShape { a, b }, span),
                     Record::Once(_) | Record::Recompute(_) | Record::Reuse(_) | Record::Induced(_) => {}
                 }
+            }
+            if before {
+                out.push(transformed, span);
             }
         }
         let term = f.code[end - 1];
