@@ -50,7 +50,7 @@ pub fn too_deep(what: &str) -> VmError {
 /// itself, for a precise "cyclic" message where the walk can afford to keep the path
 /// (printing, conversion for the host).
 #[derive(Default)]
-pub struct Path(Vec<*const ()>);
+pub struct Path(smallvec::SmallVec<[*const (); 8]>);
 
 impl Path {
     /// Enters the container at address `at` (an `Rc`'s pointer): an error naming the cycle
@@ -109,6 +109,12 @@ pub fn check(v: &crate::value::Value, what: &str) -> VmResult<()> {
 
 fn check_in(v: &crate::value::Value, what: &str, path: &mut Path) -> VmResult<()> {
     use crate::value::{Array, Value};
+    // A float array holds no other value: nothing to walk (the common gradient argument).
+    if let Value::Array(a) = v {
+        if matches!(a.try_borrow().as_deref(), Ok(Array::Floats(_))) {
+            return Ok(());
+        }
+    }
     let Some(at) = address(v) else { return Ok(()) };
     let mut level = path.enter(at, what)?;
     let path = level.path();

@@ -47,8 +47,9 @@ fn forward(vm: &mut Vm, f: &Value, args: &[Value], then: Then) -> VmResult<Value
     Ok(y)
 }
 
-/// Pops the callee record and runs its adjoint with cotangent `dy`; the arguments' adjoints.
-fn backward(vm: &mut Vm, dy: Value, nargs: usize) -> VmResult<TupleItems> {
+/// Pops the callee record and runs its adjoint with cotangent `dy`; the tuple of the
+/// arguments' adjoints.
+fn backward(vm: &mut Vm, dy: Value, nargs: usize) -> VmResult<Rc<Tuple>> {
     let f = vm.tape_pop()?;
     let t = match &f {
         // The common case without the general path's argument shuffling.
@@ -58,14 +59,33 @@ fn backward(vm: &mut Vm, dy: Value, nargs: usize) -> VmResult<TupleItems> {
         }
         _ => adjoint_tuple(vm.call_adjoint(&f, dy, vec![Value::Nil; nargs])?)?,
     };
-    // The adjoint's tuple is usually ours alone: move its elements out rather than copy.
-    let mut items = match Rc::try_unwrap(t) {
-        Ok(mut t) => std::mem::take(&mut t.0),
-        Err(t) => t.0.clone(),
-    };
-    items.resize(nargs + 1, Value::Nil);
-    items.remove(0);
-    Ok(items)
+    Ok(arguments_of(t, nargs))
+}
+
+/// The arguments' adjoints `(d_1 .. d_n)` of an adjoint's tuple `(d closure, d_1 .. d_n)`: in
+/// the same allocation when the tuple is ours alone, as it usually is (the routine built it).
+fn arguments_of(mut t: Rc<Tuple>, nargs: usize) -> Rc<Tuple> {
+    match Rc::get_mut(&mut t) {
+        Some(own) => {
+            own.0.resize(nargs + 1, Value::Nil);
+            own.0.remove(0);
+            t
+        }
+        None => Rc::new(Tuple((0..nargs).map(|k| t.0.get(k + 1).cloned().unwrap_or(Value::Nil)).collect())),
+    }
+}
+
+/// Applies `f` to each element of a tuple, in place when the tuple is ours alone.
+fn map_in_place(mut t: Rc<Tuple>, mut f: impl FnMut(usize, &Value) -> VmResult<Value>) -> VmResult<Rc<Tuple>> {
+    match Rc::get_mut(&mut t) {
+        Some(own) => {
+            for (k, d) in own.0.iter_mut().enumerate() {
+                *d = f(k, d)?;
+            }
+            Ok(t)
+        }
+        None => Ok(Rc::new(Tuple(t.0.iter().enumerate().map(|(k, d)| f(k, d)).collect::<VmResult<TupleItems>>()?))),
+    }
 }
 
 /// Runs `body` and cuts the tape back to where it stood, whatever happened.
@@ -85,23 +105,20 @@ pub fn value_and_gradient(vm: &mut Vm, f: &Value, args: &[Value]) -> VmResult<(V
         }
     }
     // The gradient has the shape of each argument as passed, even if `f` changes its length.
-    let lengths: Vec<Option<usize>> =
-        if args.iter().any(|a| matches!(a, Value::Array(_))) { args.iter().map(array_length).collect() } else { vec![] };
+    let lengths: SmallVec<[Option<usize>; 4]> = args.iter().map(array_length).collect();
     with_tape_mark(vm, |vm| {
         let _scope = shadows::enter(&[]);
         let y = forward(vm, f, args, Then::AdjointAtOnce)?;
         if !matches!(y, Value::Float(_) | Value::Int(_)) {
             return Err(not_a_number(&y));
         }
-        let d = with_shadows_of(backward(vm, Value::Float(1.0), args.len())?, args)?;
-        let program = vm.program().clone();
-        let grads = d
-            .iter()
-            .zip(args)
-            .enumerate()
-            .map(|(k, (d, a))| fit_length(to_gradient(d, a, &program), d, lengths.get(k).copied().flatten()))
-            .collect();
-        Ok((y, Rc::new(Tuple(grads))))
+        let d = backward(vm, Value::Float(1.0), args.len())?;
+        let program = vm.program();
+        let grads = map_in_place(d, |k, d| {
+            let d = with_shadow_of(d.clone(), &args[k])?;
+            Ok(fit_length(to_gradient(&d, &args[k], program), &d, lengths[k]))
+        })?;
+        Ok((y, grads))
     })
 }
 
@@ -118,21 +135,12 @@ fn of_numbers(vm: &mut Vm, id: crate::bytecode::FuncId, args: &[Value]) -> VmRes
         return Err(not_a_number(&y));
     }
     vm.tape.note_peak();
-    let mut t = run_adjoint(vm, d.adjoint, Value::Float(1.0), args.len())?;
+    let t = run_adjoint(vm, d.adjoint, Value::Float(1.0), args.len())?;
+    // The adjoint's tuple `(d closure, d_1 .. d_n)` becomes the gradient tuple, in place when
+    // it is ours alone (the routine built it): one allocation fewer per gradient.
     let program = vm.program();
-    let gradient = |k: usize, d: &Value| to_gradient(d, &args[k], program);
-    // The adjoint's tuple `(d closure, d_1 .. d_n)` is ours alone (the routine built it and
-    // returned it): it becomes the gradient tuple in place, one allocation fewer per gradient.
-    if let Some(items) = Rc::get_mut(&mut t).map(|t| &mut t.0) {
-        items.resize(args.len() + 1, Value::Nil);
-        items.remove(0);
-        for (k, d) in items.iter_mut().enumerate() {
-            *d = gradient(k, d);
-        }
-        return Ok((y, t));
-    }
-    let grads = (0..args.len()).map(|k| gradient(k, t.0.get(k + 1).unwrap_or(&Value::Nil))).collect();
-    Ok((y, Rc::new(Tuple(grads))))
+    let grads = map_in_place(arguments_of(t, args.len()), |k, d| Ok(to_gradient(d, &args[k], program)))?;
+    Ok((y, grads))
 }
 
 /// Runs an adjoint routine with cotangent `dy` and no incoming adjoints for its `nargs`
@@ -155,13 +163,13 @@ fn not_a_number(y: &Value) -> VmError {
     VmError::new(format!("gradient needs a function that returns a number, but it returned {}", y.type_name()))
 }
 
-/// The arguments' adjoints: a container argument's is its shadow (`shadows.rs`), which
-/// aliases may have reached even where the adjoint routine returned nothing.
-fn with_shadows_of(d: TupleItems, args: &[Value]) -> VmResult<TupleItems> {
-    if !args.iter().any(shadows::is_container) {
+/// An argument's adjoint: a container argument's is its shadow (`shadows.rs`), which aliases
+/// may have reached even where the adjoint routine returned nothing.
+fn with_shadow_of(d: Value, a: &Value) -> VmResult<Value> {
+    if !shadows::is_container(a) {
         return Ok(d);
     }
-    d.into_iter().zip(args).map(|(d, a)| shadows::of_argument(d, a, shadows::Level::Adjoint)).collect()
+    shadows::of_argument(d, a, shadows::Level::Adjoint)
 }
 
 fn array_length(v: &Value) -> Option<usize> {
@@ -261,8 +269,8 @@ pub fn apply_back(vm: &mut Vm, bound: &[Value], dy: &Value) -> VmResult<Value> {
             }
             None => deep_copy(dy),
         };
-        let d = with_shadows_of(backward(vm, dy, args.len())?, args)?;
-        let program = vm.program().clone();
-        Ok(Value::tuple_of(d.iter().zip(args.iter()).map(|(d, a)| to_gradient(d, a, &program))))
+        let d = backward(vm, dy, args.len())?;
+        let program = vm.program();
+        Ok(Value::Tuple(map_in_place(d, |k, d| Ok(to_gradient(&with_shadow_of(d.clone(), &args[k])?, &args[k], program)))?))
     })
 }

@@ -28,13 +28,14 @@
 use crate::error::{VmError, VmResult};
 use crate::value::{Array, Value};
 use hashbrown::HashSet;
+use smallvec::SmallVec;
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 
 /// One sweep's inputs.
 struct Sweep {
     /// Addresses of the mutable containers (arrays, matrices, dicts) inside the inputs.
-    inputs: Vec<usize>,
+    inputs: SmallVec<[usize; 4]>,
     /// Composite values walked and found clear of the inputs in this sweep.
     clear: HashSet<usize>,
 }
@@ -62,7 +63,7 @@ impl Drop for InputsGuard {
 pub fn enter(inputs: &[Value]) -> InputsGuard {
     // The common cases without a walk: numbers, float arrays and matrices.
     if inputs.iter().all(|x| !may_hold(&x) || (mutable_address(x).is_some() && !composite(x))) {
-        let found: Vec<usize> = inputs.iter().filter_map(mutable_address).collect();
+        let found: SmallVec<[usize; 4]> = inputs.iter().filter_map(mutable_address).collect();
         if found.is_empty() {
             return InputsGuard(false);
         }
@@ -70,7 +71,7 @@ pub fn enter(inputs: &[Value]) -> InputsGuard {
         OPEN.with(|o| o.set(o.get() + 1));
         return InputsGuard(true);
     }
-    let mut found = vec![];
+    let mut found = SmallVec::new();
     // A function among the inputs has the adjoint `nil`: what it captured is not an input.
     walk(inputs.iter().cloned().collect(), false, |v| {
         if let Some(p) = mutable_address(v) {

@@ -358,7 +358,7 @@ fn apply_with_shadows(program: &Program, code: u32, args: &[Value]) -> VmResult<
     match rule {
         Rule::Index | Rule::Index2 if shadows::is_container(arg(1)) => {
             let Some(shadow) = shadows::merged(arg(0).clone(), arg(1))? else { return apply_to_values(program, code, args) };
-            let mut with = args.to_vec();
+            let mut with: smallvec::SmallVec<[Value; 6]> = args.iter().cloned().collect();
             with[0] = shadow;
             apply_to_values(program, code, &with)
         }
@@ -366,7 +366,7 @@ fn apply_with_shadows(program: &Program, code: u32, args: &[Value]) -> VmResult<
             let obj = if rule == Rule::TakeIndex { arg(2) } else { arg(3) };
             match shadows::merged(arg(0).clone(), obj)? {
                 Some(shadow) => {
-                    let mut with = args.to_vec();
+                    let mut with: smallvec::SmallVec<[Value; 6]> = args.iter().cloned().collect();
                     with[0] = shadow;
                     apply_to_values(program, code, &with)
                 }
