@@ -76,7 +76,7 @@ pub fn is_active(f: &Function, i: &Instr, varied: &[bool], differentiable_builti
 /// How the adjoint obtains one recorded value.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Record {
-    /// Pushed after the instruction, popped by its adjoint.
+    /// Pushed with the instruction (before it; after a dynamic call), popped by its adjoint.
     Tape(Save),
     /// An invariant: pushed once before the routine returns, popped once at the adjoint's entry.
     Once(Reg),
