@@ -327,10 +327,16 @@ pub fn of_argument(d: Value, a: &Value, level: Level) -> VmResult<Value> {
     // Without a shadow no alias reached the argument: `d` is its whole adjoint (merging it
     // into a fresh shadow of zeros would only copy it: 62 KB zeroed and added per `logreg`
     // gradient).
-    if !is_container(a) || existing_at(a, level).is_none() {
+    if !is_container(a) {
         return Ok(d);
     }
-    Ok(merged_at(d.clone(), a, level)?.unwrap_or(d))
+    let Some(shadow) = existing_at(a, level) else { return Ok(d) };
+    // The routine returned the shadow itself (its rules deposited there), as it usually does:
+    // nothing to merge.
+    if address(&shadow).is_some() && address(&shadow) == address(&d) {
+        return Ok(d);
+    }
+    crate::ad::adjoints::accumulate(shadow, d)
 }
 
 /// For `accumulate`: when `b` is a shadow and `a` is not, the sum must be the shadow (every
