@@ -179,8 +179,11 @@ impl Render {
                 let (va, vb) = (self.var(*a), self.var(*b));
                 let t = if *use_map {
                     format!("{} = tanh(sum(map(fn(t) {{ t * {va} }}, [{va}, {vb}])))", self.var(*k))
-                } else {
+                } else if *a % 2 == 0 {
                     format!("{} = tanh(reduce(fn(s, t) {{ s * 0.5 + t * {vb} }}, [{va}, {vb}], 0.0))", self.var(*k))
+                } else {
+                    // A top-level function as a value (`LoadFunc`).
+                    format!("{} = tanh(reduce(helper, [{va}, {vb}], 0.5))", self.var(*k))
                 };
                 self.line(depth, &t);
             }

@@ -29,7 +29,7 @@ pub fn classify(program: &Program, f: &Function, types: &Types, pc: usize) -> Cl
     let num2 = |a: &Reg, b: &Reg| ty(a).numeric() && ty(b).numeric();
     let same_plain = |a: &Reg, b: &Reg| ty(a) == ty(b) && matches!(ty(a), Ty::Int | Ty::Float);
     match instr {
-        Instr::LoadNil { .. } | Instr::LoadBool { .. } => Class::Native,
+        Instr::LoadNil { .. } | Instr::LoadBool { .. } | Instr::LoadFunc { .. } => Class::Native,
         // Numbers inline; a string constant is lowered as a `step` (the VM's runtime string).
         Instr::LoadK { .. } => Class::Native,
         Instr::Add { a, b, .. } | Instr::Sub { a, b, .. } | Instr::Mul { a, b, .. } | Instr::Div { a, b, .. }
@@ -101,8 +101,7 @@ pub fn classify(program: &Program, f: &Function, types: &Types, pc: usize) -> Cl
         // Any other built-in runs where the interpreter would run it, Zy callbacks included.
         Instr::CallBuiltin { .. } => Class::CallOut,
         // What the shared semantics run without calling out.
-        Instr::LoadFunc { .. }
-        | Instr::LoadBuiltin { .. }
+        Instr::LoadBuiltin { .. }
         | Instr::LoadStruct { .. }
         | Instr::GetGlobal { .. }
         | Instr::SetGlobal { .. }

@@ -184,6 +184,8 @@ pub mod tag {
     pub const FLOAT: u64 = 3;
     /// Tags above this one are heap objects, functions and built-ins.
     pub const LAST_PLAIN: u64 = 3;
+    /// A top-level function (`Value::Func`): its id in the payload's low four bytes.
+    pub const FUNC: u64 = 10;
 }
 
 /// The tag word of a value.
@@ -194,7 +196,7 @@ pub fn tag_of(v: &Value) -> u64 {
 }
 
 /// Whether the layout native code assumes holds: the tags above, the payload of `Int` and
-/// `Float` in the second word and a `Bool` in its first byte. The JIT refuses to run without.
+/// `Float` in the second word, a `Bool` in its first byte and a `Func`'s id in its first four. The JIT refuses to run without.
 pub fn layout_ok() -> bool {
     let word = |v: &Value| {
         // SAFETY: for `Int` and `Float` the second word is the whole payload, initialised.
@@ -204,6 +206,10 @@ pub fn layout_ok() -> bool {
         // SAFETY: for `Bool` byte 8 is the payload, initialised.
         unsafe { *(v as *const Value as *const u8).add(8) }
     };
+    let func_id = |v: &Value| {
+        // SAFETY: for `Func` bytes 8..12 are the `FuncId` (a `u32`), initialised.
+        unsafe { *((v as *const Value as *const u8).add(8) as *const u32) }
+    };
     tag_of(&Value::Nil) == tag::NIL
         && tag_of(&Value::Bool(true)) == tag::BOOL
         && tag_of(&Value::Int(0)) == tag::INT
@@ -212,6 +218,8 @@ pub fn layout_ok() -> bool {
         && word(&Value::Float(1.5)) == 1.5f64.to_bits()
         && byte(&Value::Bool(true)) == 1
         && byte(&Value::Bool(false)) == 0
+        && tag_of(&Value::Func(crate::bytecode::FuncId(0))) == tag::FUNC
+        && func_id(&Value::Func(crate::bytecode::FuncId(0x1234_5678))) == 0x1234_5678
         && std::mem::size_of::<Value>() == 16
         && frame_layout_ok()
 }

@@ -60,6 +60,15 @@ impl<'a> Emitter<'a> {
                 dynasm!(self.ops ; .arch aarch64 ; movz x0, v);
                 self.store_bool(dst);
             }
+            // The tag and the id in the payload's low half (`native::layout_ok` checks both);
+            // the high half is padding, written as zeros.
+            Instr::LoadFunc { dst, func } => {
+                self.prepare_def(pc, dst);
+                self.store_tag(dst, tag::FUNC);
+                self.imm(0, func.0 as u64);
+                let s = slot(dst) + 8;
+                dynasm!(self.ops ; .arch aarch64 ; str x0, [x19, s]);
+            }
             Instr::LoadK { dst, k } => match self.program.consts[k.index()] {
                 Const::Int(i) => {
                     self.prepare_def(pc, dst);

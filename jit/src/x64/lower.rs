@@ -48,6 +48,15 @@ impl<'a> Emitter<'a> {
                 dynasm!(self.ops ; .arch x64 ; mov eax, (value != 0) as i32);
                 self.store_bool(dst);
             }
+            // The tag and the id in the payload's low half (`native::layout_ok` checks both);
+            // the high half is padding, written as zeros.
+            Instr::LoadFunc { dst, func } => {
+                self.prepare_def(pc, dst);
+                let s = slot(dst);
+                dynasm!(self.ops ; .arch x64
+                    ; mov QWORD [rbx + s], tag::FUNC as i32
+                    ; mov QWORD [rbx + s + 8], func.0 as i32);
+            }
             Instr::LoadK { dst, k } => match self.program.consts[k.index()] {
                 Const::Int(i) => {
                     self.prepare_def(pc, dst);
