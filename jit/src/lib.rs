@@ -27,6 +27,12 @@ use zygvm_vm::bytecode::FuncId;
 use zygvm_vm::native::{NativeCode, Tier};
 use zygvm_vm::program::Program;
 
+/// What the backend of this machine lowers each instruction to.
+#[cfg(target_arch = "x86_64")]
+const CLASSIFY: classify::Classifier = classify::classify;
+#[cfg(target_arch = "aarch64")]
+const CLASSIFY: classify::Classifier = a64::class_of;
+
 /// The JIT (stateless between compilations: each function's code owns its buffer).
 #[derive(Default)]
 pub struct Jit;
@@ -62,38 +68,19 @@ impl Tier for Jit {
 
         let hot = (seed, tags.iter().map(|&t| types::Ty::from_tag(t)).collect::<Vec<_>>());
         let types = types::infer(program, f, std::slice::from_ref(&hot), unspeculated)?;
-        #[cfg(target_arch = "x86_64")]
+        #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
         {
-            // Also from the function's entry, unless the guessed entry types weaken what the
-            // hot code compiles to (an argument unknown there makes the loop's types unknown).
-            let types = match seed {
-                0 => types,
-                _ => {
-                    let both = types::infer(program, f, &[hot, (0, types::entry_seed(f, tags))], unspeculated)?;
-                    if classify::no_worse(classify::classify, program, f, &types, &both) {
-                        both
-                    } else {
-                        types
-                    }
-                }
-            };
+            let types = also_from_entry(CLASSIFY, program, f, types, hot, tags, unspeculated)?;
             if profitable_only {
                 match seed {
-                    0 => classify::check_profitable_entry(classify::classify, program, f, &types)?,
-                    _ => classify::check_profitable(classify::classify, program, f, seed, &types)?,
+                    0 => classify::check_profitable_entry(CLASSIFY, program, f, &types)?,
+                    _ => classify::check_profitable(CLASSIFY, program, f, seed, &types)?,
                 }
             }
-            x64::compile(program, func, &types)
-        }
-        #[cfg(target_arch = "aarch64")]
-        {
-            if profitable_only {
-                match seed {
-                    0 => classify::check_profitable_entry(a64::class_of, program, f, &types)?,
-                    _ => classify::check_profitable(a64::class_of, program, f, seed, &types)?,
-                }
-            }
-            a64::compile(program, func, &types)
+            #[cfg(target_arch = "x86_64")]
+            return x64::compile(program, func, &types);
+            #[cfg(target_arch = "aarch64")]
+            return a64::compile(program, func, &types);
         }
         #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
         {
@@ -113,4 +100,26 @@ impl Tier for Jit {
             None
         }
     }
+}
+
+/// The types of a function compiled at a loop header (`hot`), widened by a seed at its entry
+/// (`types::entry_seed`: arguments it never writes keep the tags they have now), so that
+/// later calls run natively from the start, unless that would weaken the code of any
+/// instruction under the backend's `classify` (`classify::no_worse`). From the entry
+/// already (`hot` at 0): unchanged.
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+fn also_from_entry(
+    classify: classify::Classifier,
+    program: &Program,
+    f: &zygvm_vm::program::Function,
+    types: types::Types,
+    hot: (u32, Vec<types::Ty>),
+    tags: &[u64],
+    unspeculated: &[u32],
+) -> Result<types::Types, String> {
+    if hot.0 == 0 {
+        return Ok(types);
+    }
+    let both = types::infer(program, f, &[hot, (0, types::entry_seed(f, tags))], unspeculated)?;
+    Ok(if classify::no_worse(classify, program, f, &types, &both) { both } else { types })
 }
