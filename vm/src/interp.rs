@@ -699,7 +699,7 @@ impl Vm {
             )));
         }
         // A native built-in is a function pointer, copied out: the program is not cloned (an
-        // atomic increment and decrement per call, a tenth of a scalar gradient's driver).
+        // atomic increment and decrement per call).
         match builtin.imp {
             BuiltinImpl::Native(f) => f(self, args),
             BuiltinImpl::Host(i) => {

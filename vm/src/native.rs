@@ -196,7 +196,8 @@ pub fn tag_of(v: &Value) -> u64 {
 }
 
 /// Whether the layout native code assumes holds: the tags above, the payload of `Int` and
-/// `Float` in the second word, a `Bool` in its first byte and a `Func`'s id in its first four. The JIT refuses to run without.
+/// `Float` in the second word, a `Bool` in its first byte and a `Func`'s id in its first
+/// four. The JIT refuses to run without.
 pub fn layout_ok() -> bool {
     let word = |v: &Value| {
         // SAFETY: for `Int` and `Float` the second word is the whole payload, initialised.
@@ -795,22 +796,17 @@ unsafe fn helper_call(vm: *mut Vm, pc: u32, body: impl FnOnce(&mut Vm) -> VmResu
 /// Called by native code only, running the frame on top of `vm`'s frames, of `func`.
 pub unsafe extern "C" fn call_builtin(vm: *mut Vm, func: u32, pc: u32) -> u64 {
     let body = |vm: &mut Vm| -> VmResult<u64> {
-        let base = vm.frames.last().expect("native code runs a frame").base as usize;
-        // The arguments are read here, with the program borrowed only meanwhile (no clone of
-        // it per call), into the buffer `call_builtin_regs` would use.
-        let mut buf = std::mem::take(&mut vm.scratch);
-        buf.clear();
+        // The argument registers are copied out (a few words) so that the program is
+        // borrowed only meanwhile, not cloned per call.
         let f = &vm.program.functions[func as usize];
         let crate::bytecode::Instr::CallBuiltin { dst, builtin, args } = f.code[pc as usize] else {
-            vm.scratch = buf;
             return Ok(status::encode(status::EXIT, pc, 0));
         };
-        buf.extend(f.list(args).iter().map(|r| vm.stack[base + r.index()].clone()));
+        let regs: smallvec::SmallVec<[crate::bytecode::Reg; 8]> = f.list(args).into();
+        let base = vm.frames.last().expect("native code runs a frame").base as usize;
         let stack_limit = vm.native.ctx.stack_limit;
         let registers_at = vm.stack.as_ptr();
-        let r = vm.call_builtin(builtin, &buf);
-        buf.clear();
-        vm.scratch = buf;
+        let r = vm.call_builtin_regs(builtin, base, &regs);
         vm.refresh_ctx(stack_limit);
         vm.stack[base + dst.index()] = r?;
         // The stack grew and moved: the registers native activations point at are gone, so

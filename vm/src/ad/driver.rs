@@ -166,9 +166,6 @@ fn not_a_number(y: &Value) -> VmError {
 /// An argument's adjoint: a container argument's is its shadow (`shadows.rs`), which aliases
 /// may have reached even where the adjoint routine returned nothing.
 fn with_shadow_of(d: Value, a: &Value) -> VmResult<Value> {
-    if !shadows::is_container(a) {
-        return Ok(d);
-    }
     shadows::of_argument(d, a, shadows::Level::Adjoint)
 }
 

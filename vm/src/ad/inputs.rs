@@ -61,24 +61,21 @@ impl Drop for InputsGuard {
 
 /// Opens a sweep at `inputs`.
 pub fn enter(inputs: &[Value]) -> InputsGuard {
-    // The common cases without a walk: numbers, float arrays and matrices.
-    if inputs.iter().all(|x| !may_hold(&x) || (mutable_address(x).is_some() && !composite(x))) {
-        let found: SmallVec<[usize; 4]> = inputs.iter().filter_map(mutable_address).collect();
-        if found.is_empty() {
-            return InputsGuard(false);
-        }
-        SWEEPS.with(|s| s.borrow_mut().push(Sweep { inputs: found, clear: HashSet::new() }));
-        OPEN.with(|o| o.set(o.get() + 1));
-        return InputsGuard(true);
-    }
-    let mut found = SmallVec::new();
-    // A function among the inputs has the adjoint `nil`: what it captured is not an input.
-    walk(inputs.iter().cloned().collect(), false, |v| {
-        if let Some(p) = mutable_address(v) {
-            found.push(p);
-        }
-        false
-    });
+    let found: SmallVec<[usize; 4]> =
+        // The common cases without a walk: numbers, float arrays and matrices.
+        if inputs.iter().all(|x| !may_hold(&x) || (mutable_address(x).is_some() && !composite(x))) {
+            inputs.iter().filter_map(mutable_address).collect()
+        } else {
+            let mut found = SmallVec::new();
+            // A function among the inputs has the adjoint `nil`: what it captured is not an input.
+            walk(inputs.iter().cloned().collect(), false, |v| {
+                if let Some(p) = mutable_address(v) {
+                    found.push(p);
+                }
+                false
+            });
+            found
+        };
     if found.is_empty() {
         return InputsGuard(false);
     }

@@ -333,7 +333,7 @@ pub fn of_argument(d: Value, a: &Value, level: Level) -> VmResult<Value> {
     let Some(shadow) = existing_at(a, level) else { return Ok(d) };
     // The routine returned the shadow itself (its rules deposited there), as it usually does:
     // nothing to merge.
-    if address(&shadow).is_some() && address(&shadow) == address(&d) {
+    if address(&shadow) == address(&d) {
         return Ok(d);
     }
     crate::ad::adjoints::accumulate(shadow, d)
