@@ -91,6 +91,11 @@ unary! {
     relu => |x| if x > 0.0 { 1.0 } else { 0.0 }, 0.0;
 }
 
+/// One-argument math whose `UNARY` derivative is the function itself, operation for operation
+/// (`exp => |x| x.exp()`): reverse mode records the result instead of recomputing it. The
+/// test `own_derivatives_are_their_results` checks it bit for bit.
+pub const DERIVATIVE_IS_RESULT: &[&str] = &["exp"];
+
 /// Built-ins whose result carries no derivative.
 pub const CONSTANT: &[&str] = &[
     "print", "assert", "assert_close", "error", "args", "clock", "int", "str", "type", "parse_float",
@@ -758,6 +763,7 @@ pub fn attach(table: &mut [Builtin]) {
         let name = b.name.as_str();
         if let Some((_, d, pb, d2)) = UNARY.iter().find(|(n, _, _, _)| *n == name) {
             b.scalar_deriv = Some(*d);
+            b.deriv_is_result = DERIVATIVE_IS_RESULT.contains(&name);
             b.scalar_deriv2 = Some(*d2);
             b.derivatives_at = Some(higher_derivatives(name));
             b.deriv = Deriv::Pullback(*pb);
@@ -769,6 +775,26 @@ pub fn attach(table: &mut [Builtin]) {
             b.deriv = Deriv::Nested;
         } else if CONSTANT.contains(&name) {
             b.deriv = Deriv::Constant;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// A built-in marked as its own derivative is one, to the bit: the adjoint that multiplies
+    /// by the recorded result is the declared rule, not an approximation of it.
+    #[test]
+    fn own_derivatives_are_their_results() {
+        let table = crate::builtins();
+        let marked: Vec<&str> = table.iter().filter(|b| b.deriv_is_result).map(|b| b.name.as_str()).collect();
+        assert_eq!(marked, super::DERIVATIVE_IS_RESULT);
+        for name in super::DERIVATIVE_IS_RESULT {
+            let b = table.iter().find(|b| b.name == *name).expect("a built-in of that name");
+            let (f, d) = (b.scalar.expect("scalar math"), b.scalar_deriv.expect("declared derivative"));
+            for k in -40000..=40000 {
+                let x = k as f64 * 0.0173 + 1e-3;
+                assert_eq!(d(x).to_bits(), f(x).to_bits(), "{name}'({x})");
+            }
         }
     }
 }

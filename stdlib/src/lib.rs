@@ -183,6 +183,7 @@ pub fn builtins() -> Vec<Builtin> {
             scalar: Some(f.scalar),
             deriv: zygvm_vm::builtin::Deriv::Missing,
             scalar_deriv: None,
+            deriv_is_result: false,
             tangent: zygvm_vm::builtin::Tangent::FromPullback,
             scalar_deriv2: None,
             derivatives_at: None,

@@ -36,6 +36,10 @@ pub struct Builtin {
     /// For one-argument scalar math: the derivative as an f64 function (the adjoint's fast
     /// path for `Math1`, and the elementwise rule on arrays).
     pub scalar_deriv: Option<fn(f64) -> f64>,
+    /// One-argument math that is its own derivative, bit for bit (`exp`: `scalar_deriv(x)`
+    /// is `f(x)`; a stdlib test checks it): reverse mode records the result `y` and its
+    /// adjoint is `dy * y` (`compiler/src/ad/adjoint.rs`), with no second call of `f`.
+    pub deriv_is_result: bool,
     /// How forward mode differentiates a call (`vm/src/ad/forward.rs`).
     pub tangent: Tangent,
     /// For one-argument scalar math: the second derivative (forward over reverse).
@@ -133,6 +137,7 @@ impl Builtin {
             scalar: None,
             deriv: Deriv::Missing,
             scalar_deriv: None,
+            deriv_is_result: false,
             tangent: Tangent::FromPullback,
             scalar_deriv2: None,
             derivatives_at: None,

@@ -396,6 +396,13 @@ impl<'a> Adjoint<'a> {
                 let c = self.pull(Rule::Neg, 0, &[dy, ia], span);
                 self.accumulate(src, c, span);
             }
+            // Its own derivative (`exp`): `dx = dy * y` from the recorded result, the rule of
+            // `x * y` for `x` (bit for bit the declared `dy * f'(x)`: a stdlib test; `x`, a
+            // reference, says where a container's adjoint goes), without calling `f` again.
+            Instr::Math1 { src, builtin, .. } if self.cx.plan.is_own_derivative(builtin) => {
+                let c = self.pull(Rule::MulA, 0, &[dy, popped[0], popped[1]], span);
+                self.accumulate(src, c, span);
+            }
             Instr::Math1 { src, builtin, .. } => {
                 let c = self.pull(Rule::Math1, builtin.0, &[dy, popped[0]], span);
                 self.accumulate(src, c, span);

@@ -52,6 +52,16 @@ fn push_bits(out: &mut Function, bits: &[u32], span: Span) {
     }
 }
 
+/// The push of one record (`Record::Tape`); the others are not on the tape.
+fn push_record(out: &mut Function, rec: &Record, span: Span) {
+    match *rec {
+        Record::Tape(Save::Ref(r)) => out.push(Instr::TapePush { src: r }, span),
+        Record::Tape(Save::Snap(r)) => out.push(Instr::TapeSave { src: r }, span),
+        Record::Tape(Save::Shape(a, b)) => out.push(Instr::TapeShape { a, b }, span),
+        Record::Once(_) | Record::Recompute(_) | Record::Reuse(_) | Record::Induced(_) => {}
+    }
+}
+
 /// What crossing one edge does: the records of the checkpointed loops it leaves, the indices
 /// of the counted loops it leaves, its control bits; then, on a checkpointed loop's entry
 /// edge, that loop's new record.
@@ -132,21 +142,22 @@ pub fn primal_with_tape(cx: &Context) -> Function {
             // but a `SetIndex`'s container, recorded by reference), and an operand then dies at
             // the instruction, so its result can take the operand's register (`r = r * s` in
             // a loop: the loop's jump copies nothing and fuses with the step). A dynamic
-            // call's callee is recorded after the callee's own entries.
-            let before = !matches!(i, Instr::Call { .. });
-            if !before {
+            // call's callee is recorded after the callee's own entries, and a record of the
+            // instruction's own result (`saves`: `exp`) after the instruction that makes it
+            // (the records stay in `saves` order: a result's record is the last).
+            let of_result = |rec: &Record| matches!(*rec, Record::Tape(Save::Snap(r)) if i.def() == Some(r));
+            let call = matches!(i, Instr::Call { .. });
+            if call {
                 out.push(transformed, span);
             }
-            for rec in &cx.records[pc] {
-                match *rec {
-                    Record::Tape(Save::Ref(r)) => out.push(Instr::TapePush { src: r }, span),
-                    Record::Tape(Save::Snap(r)) => out.push(Instr::TapeSave { src: r }, span),
-                    Record::Tape(Save::Shape(a, b)) => out.push(Instr::TapeShape { a, b }, span),
-                    Record::Once(_) | Record::Recompute(_) | Record::Reuse(_) | Record::Induced(_) => {}
-                }
+            for rec in cx.records[pc].iter().filter(|rec| !of_result(rec)) {
+                push_record(&mut out, rec, span);
             }
-            if before {
+            if !call {
                 out.push(transformed, span);
+            }
+            for rec in cx.records[pc].iter().filter(|rec| of_result(rec)) {
+                push_record(&mut out, rec, span);
             }
         }
         let term = f.code[end - 1];

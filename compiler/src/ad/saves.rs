@@ -25,8 +25,13 @@ pub enum Save {
 }
 
 /// The records of one active instruction, in push order (the adjoint pops them in reverse).
-pub fn saves(f: &Function, i: &Instr) -> Vec<Save> {
+/// `own_derivative(b)`: the built-in is its own derivative (`exp`), so its result is recorded
+/// (after it runs: a record of an instruction's result follows it) beside a reference to its
+/// operand (where its adjoint goes, by identity when it is a container), not the operand's
+/// contents: the adjoint is then `*`'s, with no second call of the function.
+pub fn saves(f: &Function, i: &Instr, own_derivative: impl Fn(BuiltinId) -> bool) -> Vec<Save> {
     match *i {
+        Instr::Math1 { dst, src, builtin } if own_derivative(builtin) => vec![Save::Ref(src), Save::Snap(dst)],
         Instr::Add { a, b, .. } | Instr::Sub { a, b, .. } => vec![Save::Shape(a, b)],
         Instr::Mul { a, b, .. }
         | Instr::Div { a, b, .. }
@@ -141,6 +146,8 @@ pub struct Plan {
     pub loops: Loops,
     /// Invariants recomputed at the adjoint's entry because an induced value reads them.
     pub entry_values: Vec<Reg>,
+    /// Per built-in: whether it is its own derivative (`Builtin::deriv_is_result`).
+    own_derivative: Vec<bool>,
 }
 
 /// Built-ins that return a container nobody else holds.
@@ -194,7 +201,16 @@ impl Plan {
         let inv_snap: Vec<bool> = (0..n).map(|r| inv_ref[r] && writes_only_fresh && !mutated[r]).collect();
         let loops = Loops::find(f, consts, &def_of);
         let mut plan =
-            Plan { inv_ref, inv_snap, recompute: vec![false; n], once: vec![], def_of, loops, entry_values: vec![] };
+            Plan {
+                inv_ref,
+                inv_snap,
+                recompute: vec![false; n],
+                once: vec![],
+                def_of,
+                loops,
+                entry_values: vec![],
+                own_derivative: builtins.iter().map(|b| b.deriv_is_result).collect(),
+            };
         for r in 0..n {
             plan.recompute[r] = plan.can_recompute(Reg(r as u32), 0);
         }
@@ -211,8 +227,10 @@ impl Plan {
     }
 
     /// Whether the adjoint of block `b` can compute `r` without the tape: an invariant, a
-    /// recomputed value, an index of a loop containing `b`, or arithmetic, math and reads of
-    /// containers nothing writes over such values.
+    /// recomputed value, an index of a loop containing `b`, or arithmetic and reads of
+    /// containers nothing writes over such values. One-argument math of a value that changes
+    /// from iteration to iteration is recorded instead: a call of `exp` or `sin` costs more
+    /// than the 8 bytes of its record (of invariants it is still recomputed: `can_recompute`).
     pub fn available_at(&self, f: &Function, r: Reg, b: usize, depth: u32) -> bool {
         if self.inv_snap[r.index()] || self.recompute[r.index()] {
             return true;
@@ -229,7 +247,7 @@ impl Plan {
             Some(Instr::Index2 { obj, ij, .. }) => {
                 self.inv_snap[obj.index()] && f.list(ij).iter().all(|&u| avail(u))
             }
-            Some(Instr::Math1 { src, .. } | Instr::Neg { src, .. }) => avail(src),
+            Some(Instr::Neg { src, .. }) => avail(src),
             Some(Instr::Add { a, b: c, .. } | Instr::Sub { a, b: c, .. } | Instr::Mul { a, b: c, .. }) => {
                 avail(a) && avail(c)
             }
@@ -265,6 +283,9 @@ impl Plan {
         }
         match self.def_of[r.index()] {
             Some(Instr::LoadK { .. } | Instr::LoadNil { .. } | Instr::LoadBool { .. }) => true,
+            // A function that is its own derivative is recorded (once, when invariant), not run
+            // again: over an array, a second `exp` costs more than copying its result.
+            Some(Instr::Math1 { builtin, .. }) if self.is_own_derivative(builtin) => false,
             Some(Instr::Math1 { src, .. } | Instr::Neg { src, .. }) => self.available(src, depth),
             Some(Instr::Index { obj, idx, .. }) => self.inv_snap[obj.index()] && self.available(idx, depth),
             Some(Instr::GetField { obj, .. } | Instr::TupleGet { src: obj, .. }) => self.inv_snap[obj.index()],
@@ -282,7 +303,7 @@ impl Plan {
                 return vec![];
             }
         }
-        saves(f, i)
+        saves(f, i, |b| self.is_own_derivative(b))
             .into_iter()
             .map(|s| match s {
                 Save::Snap(r) | Save::Ref(r) if self.recompute[r.index()] => Record::Recompute(r),
@@ -302,6 +323,11 @@ impl Plan {
             self.once.push((r, snap));
         }
         Record::Once(r)
+    }
+
+    /// Whether the built-in is its own derivative (its result is recorded: `saves`).
+    pub fn is_own_derivative(&self, b: BuiltinId) -> bool {
+        self.own_derivative.get(b.index()).copied().unwrap_or(false)
     }
 
     /// Whether the adjoint recomputes `r` (from invariants and constants only).
