@@ -48,6 +48,12 @@ impl<'a> Emitter<'a> {
                 dynasm!(self.ops ; .arch x64 ; movq rax, xmm0 ; btc rax, 63 ; movq xmm0, rax);
             }
             Rule::MulA | Rule::MulB => {
+                let other = if r == Rule::MulA { l[2] } else { l[1] };
+                if let (Some(Home::Float(a)), Some(Home::Float(b)), Ty::Float, Ty::Float) =
+                    (self.home(l[0]), self.home(other), self.ty(pc, l[0]), self.ty(pc, other))
+                {
+                    return self.times_of(a, b);
+                }
                 self.load_float(pc, l[0], false);
                 self.load_float(pc, if r == Rule::MulA { l[2] } else { l[1] }, true);
                 self.times();
@@ -107,6 +113,23 @@ impl<'a> Emitter<'a> {
             ; =>done);
     }
 
+    /// `xmm0 := times(a, b)` for floats in the `xmm` homes `a` and `b` (neither `xmm0`), which
+    /// it leaves as they are: the product, one compare with zero (equal or unordered: a zero
+    /// or NaN product) and a branch to a check of the factors after the function's code
+    /// (`Slow::Times`), where `times` checks them inline.
+    pub(super) fn times_of(&mut self, a: u8, b: u8) {
+        debug_assert!(a != 0 && b != 0, "the factors must survive the product");
+        let zero = *self.zero.get_or_insert_with(|| self.ops.new_dynamic_label());
+        let (check, done) = (self.ops.new_dynamic_label(), self.ops.new_dynamic_label());
+        dynasm!(self.ops ; .arch x64
+            ; movapd xmm0, Rx(a)
+            ; mulsd xmm0, Rx(b)
+            ; ucomisd xmm0, QWORD [=>zero]
+            ; je =>check
+            ; =>done);
+        self.slow.push(batch::Slow::Times { label: check, done, a, b });
+    }
+
     /// Leaves to the interpreter at `pc` unless the helper just called returned true in `al`
     /// (it then did nothing: the interpreter runs the general semantics).
     pub(super) fn exit_unless_al(&mut self, pc: usize) {
@@ -141,6 +164,74 @@ impl<'a> Emitter<'a> {
             Instr::Mul { .. } => dynasm!(self.ops ; .arch x64 ; imul rax, rcx ; jo =>bad),
             _ => unreachable!("int Mod and Pow are not classified native"),
         }
+    }
+
+    /// `dst := dst + b` or `dst - b` for ints, in `dst`'s register home (`dst` is `a`): the
+    /// home is dead if it overflows (native code leaves, and the interpreter runs the
+    /// instruction again from the slots, which int homes write through). False, emitting
+    /// nothing, where that does not apply.
+    pub(super) fn int_arith_in_place(&mut self, pc: usize, instr: Instr, dst: Reg, a: Reg, b: Reg) -> bool {
+        let (Some(Home::Int(g)), true, Instr::Add { .. } | Instr::Sub { .. }) = (self.home(dst), dst == a, instr) else {
+            return false;
+        };
+        let overflow = self.cold_exit(pc);
+        let sb = slot(b) + 8;
+        match (self.home(b), instr) {
+            (Some(Home::Int(h)), Instr::Add { .. }) => dynasm!(self.ops ; .arch x64 ; add Rq(g), Rq(h)),
+            (Some(Home::Int(h)), _) => dynasm!(self.ops ; .arch x64 ; sub Rq(g), Rq(h)),
+            (_, Instr::Add { .. }) => dynasm!(self.ops ; .arch x64 ; add Rq(g), QWORD [rbx + sb]),
+            _ => dynasm!(self.ops ; .arch x64 ; sub Rq(g), QWORD [rbx + sb]),
+        }
+        let sd = slot(dst);
+        dynasm!(self.ops ; .arch x64 ; jo =>overflow);
+        if !self.tag_known(dst, Ty::Int) {
+            dynasm!(self.ops ; .arch x64 ; mov QWORD [rbx + sd], tag::INT as i32);
+        }
+        dynasm!(self.ops ; .arch x64 ; mov QWORD [rbx + sd + 8], Rq(g));
+        true
+    }
+
+    /// `dst := a OP b` (`+ - * /`) for two floats straight into `dst`'s written-back home
+    /// (`float_home_only`: its slot is stored on the way out), with no pass through `xmm0`.
+    /// False, emitting nothing, where that does not apply (an operand not a float, or `b` in
+    /// the register `dst` lives in while `a` is elsewhere).
+    pub(super) fn float_arith_in_place(&mut self, pc: usize, instr: Instr, dst: Reg, a: Reg, b: Reg) -> bool {
+        if !matches!(instr, Instr::Add { .. } | Instr::Sub { .. } | Instr::Mul { .. } | Instr::Div { .. })
+            || self.ty(pc, a) != Ty::Float
+            || self.ty(pc, b) != Ty::Float
+        {
+            return false;
+        }
+        let Some(d) = self.float_home_only(dst) else { return false };
+        let b_home = match self.home(b) {
+            Some(Home::Float(k)) => Some(k),
+            _ => None,
+        };
+        let sa = slot(a) + 8;
+        match self.home(a) {
+            Some(Home::Float(k)) if k == d => {}
+            _ if b_home == Some(d) => return false,
+            Some(Home::Float(k)) => dynasm!(self.ops ; .arch x64 ; movapd Rx(d), Rx(k)),
+            _ => dynasm!(self.ops ; .arch x64 ; movsd Rx(d), QWORD [rbx + sa]),
+        }
+        match b_home {
+            Some(k) => match instr {
+                Instr::Add { .. } => dynasm!(self.ops ; .arch x64 ; addsd Rx(d), Rx(k)),
+                Instr::Sub { .. } => dynasm!(self.ops ; .arch x64 ; subsd Rx(d), Rx(k)),
+                Instr::Mul { .. } => dynasm!(self.ops ; .arch x64 ; mulsd Rx(d), Rx(k)),
+                _ => dynasm!(self.ops ; .arch x64 ; divsd Rx(d), Rx(k)),
+            },
+            None => {
+                let sb = slot(b) + 8;
+                match instr {
+                    Instr::Add { .. } => dynasm!(self.ops ; .arch x64 ; addsd Rx(d), QWORD [rbx + sb]),
+                    Instr::Sub { .. } => dynasm!(self.ops ; .arch x64 ; subsd Rx(d), QWORD [rbx + sb]),
+                    Instr::Mul { .. } => dynasm!(self.ops ; .arch x64 ; mulsd Rx(d), QWORD [rbx + sb]),
+                    _ => dynasm!(self.ops ; .arch x64 ; divsd Rx(d), QWORD [rbx + sb]),
+                }
+            }
+        }
+        true
     }
 
     /// `xmm0 := a OP b` with ints converted (the semantics of mixed operands).

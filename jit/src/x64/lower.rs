@@ -75,9 +75,11 @@ impl<'a> Emitter<'a> {
                 self.prepare_def(pc, dst);
                 let int = ty(a) == Ty::Int && ty(b) == Ty::Int;
                 if int && !matches!(instr, Instr::Div { .. }) {
-                    self.int_arith(pc, instr, a, b);
-                    self.store_int(dst);
-                } else {
+                    if !self.int_arith_in_place(pc, instr, dst, a, b) {
+                        self.int_arith(pc, instr, a, b);
+                        self.store_int(dst);
+                    }
+                } else if !self.float_arith_in_place(pc, instr, dst, a, b) {
                     self.float_arith(pc, instr, a, b);
                     self.store_float(dst);
                 }
@@ -379,13 +381,18 @@ impl<'a> Emitter<'a> {
             Instr::PullAdd { dst, rule, args } => {
                 self.pull_float(pc, rule, args);
                 // `dst (+) v`, in that order (a NaN's payload comes from the first operand).
-                match ty(dst) {
-                    Ty::Float => {
+                match (ty(dst), self.float_home_only(dst)) {
+                    // A written-back float accumulator: added to in its home.
+                    (Ty::Float, Some(d)) => {
+                        dynasm!(self.ops ; .arch x64 ; addsd Rx(d), xmm0);
+                        return;
+                    }
+                    (Ty::Float, None) => {
                         dynasm!(self.ops ; .arch x64 ; movapd xmm1, xmm0);
                         self.load_float(pc, dst, false);
                         dynasm!(self.ops ; .arch x64 ; addsd xmm0, xmm1);
                     }
-                    Ty::Plain => {
+                    (Ty::Plain, _) => {
                         dynasm!(self.ops ; .arch x64 ; movapd xmm1, xmm0);
                         self.maybe_nil_plus_xmm1(pc, dst);
                     }

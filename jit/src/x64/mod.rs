@@ -141,6 +141,9 @@ struct Emitter<'a> {
     cold: Vec<Cold>,
     /// Slow paths of batched tape pushes and pops still to emit (`batch.rs`).
     slow: Vec<batch::Slow>,
+    /// Eight zero bytes after the code, for comparisons with a memory operand
+    /// (`times_of`), made on first use.
+    zero: Option<DynamicLabel>,
 }
 
 /// An exit placed after the function's code: its label, the instructions of the run it
@@ -698,6 +701,7 @@ pub fn compile(program: &Program, func: FuncId, types: &Types) -> Result<NativeC
         stubs: crate::loops::Stubs::new(),
         cold: vec![],
         slow: vec![],
+        zero: None,
         pc: None,
         pc_offsets: vec![],
     };
