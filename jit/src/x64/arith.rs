@@ -113,21 +113,59 @@ impl<'a> Emitter<'a> {
             ; =>done);
     }
 
+    /// `dst :=` the float pullback `rule` straight into `dst`'s written-back home, for the
+    /// rules whose operands are in homes too: a copy of `dy` (`+` and `a - b` for `a`) and a
+    /// strong-zero product of two homes other than `dst`'s. False, emitting nothing, otherwise.
+    pub(super) fn pull_float_into_home(&mut self, pc: usize, rule: u32, dst: Reg, args: ListId) -> bool {
+        use zygvm_vm::ad::rules::Rule;
+        let Some(d) = self.float_home_only(dst) else { return false };
+        let l = self.f.list(args).to_vec();
+        let float_home = |e: &Self, r: Reg| match (e.home(r), e.ty(pc, r)) {
+            (Some(Home::Float(k)), Ty::Float) => Some(k),
+            _ => None,
+        };
+        match Rule::decode(rule).0 {
+            Rule::AddA | Rule::AddB | Rule::SubA => {
+                let Some(k) = float_home(self, l[0]) else { return false };
+                if k != d {
+                    dynasm!(self.ops ; .arch x64 ; movapd Rx(d), Rx(k));
+                }
+                true
+            }
+            r @ (Rule::MulA | Rule::MulB) => {
+                let other = if r == Rule::MulA { l[2] } else { l[1] };
+                match (float_home(self, l[0]), float_home(self, other)) {
+                    (Some(a), Some(b)) if a != d && b != d => {
+                        self.times_into(d, a, b);
+                        true
+                    }
+                    _ => false,
+                }
+            }
+            _ => false,
+        }
+    }
+
     /// `xmm0 := times(a, b)` for floats in the `xmm` homes `a` and `b` (neither `xmm0`), which
     /// it leaves as they are: the product, one compare with zero (equal or unordered: a zero
     /// or NaN product) and a branch to a check of the factors after the function's code
     /// (`Slow::Times`), where `times` checks them inline.
     pub(super) fn times_of(&mut self, a: u8, b: u8) {
-        debug_assert!(a != 0 && b != 0, "the factors must survive the product");
+        self.times_into(0, a, b);
+    }
+
+    /// `times_of` into `xmm` register `dst` (neither factor's).
+    pub(super) fn times_into(&mut self, dst: u8, a: u8, b: u8) {
+        debug_assert!(a != dst && b != dst, "the factors must survive the product");
         let zero = *self.zero.get_or_insert_with(|| self.ops.new_dynamic_label());
         let (check, done) = (self.ops.new_dynamic_label(), self.ops.new_dynamic_label());
         dynasm!(self.ops ; .arch x64
-            ; movapd xmm0, Rx(a)
-            ; mulsd xmm0, Rx(b)
-            ; ucomisd xmm0, QWORD [=>zero]
+            ; movapd Rx(dst), Rx(a)
+            ; mulsd Rx(dst), Rx(b)
+            ; ucomisd Rx(dst), QWORD [=>zero]
             ; je =>check
             ; =>done);
-        self.slow.push(batch::Slow::Times { label: check, done, a, b });
+        self.slow.push(batch::Slow::Times { label: check, done, dst, a, b });
     }
 
     /// Leaves to the interpreter at `pc` unless the helper just called returned true in `al`

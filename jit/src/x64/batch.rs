@@ -137,7 +137,7 @@ impl<'a> Emitter<'a> {
     pub(super) fn emit_slow(&mut self) {
         for s in std::mem::take(&mut self.slow) {
             match s {
-                Slow::Times { label, done, a, b } => {
+                Slow::Times { label, done, dst, a, b } => {
                     // `chain::times`: a ±0 factor gives +0; otherwise the product stands.
                     let zero = self.ops.new_dynamic_label();
                     dynasm!(self.ops ; .arch x64
@@ -145,7 +145,7 @@ impl<'a> Emitter<'a> {
                         ; movq rax, Rx(a) ; add rax, rax ; jz =>zero
                         ; movq rax, Rx(b) ; add rax, rax ; jnz =>done
                         ; =>zero
-                        ; xorpd xmm0, xmm0
+                        ; xorpd Rx(dst), Rx(dst)
                         ; jmp =>done);
                 }
                 Slow::Push { label, done, float, cur } => {
@@ -273,9 +273,9 @@ impl<'a> Emitter<'a> {
 
 /// A batched push's or pop's slow path, emitted after the function's code (`emit_slow`).
 pub(super) enum Slow {
-    /// `times_of`'s check of a zero or NaN product: the factors are in `xmm` registers `a`
-    /// and `b`, the product in `xmm0`.
-    Times { label: DynamicLabel, done: DynamicLabel, a: u8, b: u8 },
+    /// `times_into`'s check of a zero or NaN product: the factors are in `xmm` registers `a`
+    /// and `b`, the product in `dst`.
+    Times { label: DynamicLabel, done: DynamicLabel, dst: u8, a: u8, b: u8 },
     Push { label: DynamicLabel, done: DynamicLabel, float: bool, cur: Option<usize> },
     Pop { label: DynamicLabel, done: DynamicLabel, pc: usize, run_start: usize, float: bool, cur: Option<usize> },
     CtlPop { label: DynamicLabel, done: DynamicLabel, empty: DynamicLabel, cur: Option<usize> },

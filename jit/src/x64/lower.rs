@@ -375,8 +375,10 @@ impl<'a> Emitter<'a> {
                 // Before computing: dropping the old value is a call, which clobbers `xmm0`.
                 // (A `dst` that is also an operand is a float: nothing to drop.)
                 self.prepare_def(pc, dst);
-                self.pull_float(pc, rule, args);
-                self.store_float(dst);
+                if !self.pull_float_into_home(pc, rule, dst, args) {
+                    self.pull_float(pc, rule, args);
+                    self.store_float(dst);
+                }
             }
             Instr::PullAdd { dst, rule, args } => {
                 self.pull_float(pc, rule, args);

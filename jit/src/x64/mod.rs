@@ -536,10 +536,17 @@ impl<'a> Emitter<'a> {
         } else {
             self.view_index2(acc, l[2], l[3], out)
         };
-        self.load_float(pc, d, true);
+        // `acc[i] + d`, in that order; `d` straight from its home when it has one.
+        let d_home = match (self.home(d), self.ty(pc, d)) {
+            (Some(Home::Float(k)), Ty::Float) => k,
+            _ => {
+                self.load_float(pc, d, true);
+                1
+            }
+        };
         dynasm!(self.ops ; .arch x64
             ; movsd xmm0, QWORD [Rq(base) + Rq(ix) * 8]
-            ; addsd xmm0, xmm1
+            ; addsd xmm0, Rx(d_home)
             ; movsd QWORD [Rq(base) + Rq(ix) * 8], xmm0
         );
     }
