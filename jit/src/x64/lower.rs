@@ -113,7 +113,7 @@ impl<'a> Emitter<'a> {
                 self.prepare_def(pc, dst);
                 let f = self.program.builtins[builtin.index()].scalar.expect("Math1 names a scalar built-in");
                 self.load_float(pc, src, false);
-                self.call(f as *const ());
+                self.call_scalar_at(pc, dst, f as *const ());
                 self.store_float(dst);
             }
             Instr::MulAdd { dst, a, b } => {

@@ -369,6 +369,40 @@ impl<'a> Emitter<'a> {
         self.load_homes(true);
     }
 
+    /// `call` of a pure scalar function (`f64 -> f64`, no exit) as the instruction at `pc`'s
+    /// last act but the store of its result into `dst`: only the homes of registers live
+    /// after the instruction are stored before it and loaded after (a dead home's slot is
+    /// never read again, and `dst` is overwritten).
+    pub(super) fn call_scalar_at(&mut self, pc: usize, dst: Reg, addr: *const ()) {
+        let Some(l) = self.cur else { return self.call(addr) };
+        let after: Vec<bool> = match self.live.get(pc + 1) {
+            Some(live) if pc + 1 < self.f.code.len() => live.clone(),
+            _ => return self.call(addr),
+        };
+        let homes = self.loops[l].homes.clone();
+        let needed = |r: usize| after[r] && r != dst.index();
+        for (r, home) in homes.iter().enumerate() {
+            if let (Some(Home::Float(k)), true, true) = (home, self.loops[l].lazy[r], needed(r)) {
+                let s = 16 * r as i32 + 8;
+                dynasm!(self.ops ; .arch x64 ; movsd QWORD [rbx + s], Rx(*k));
+            }
+        }
+        dynasm!(self.ops ; .arch x64 ; mov rax, QWORD addr as i64 ; call rax);
+        for (r, home) in homes.iter().enumerate() {
+            let s = 16 * r as i32 + 8;
+            match home {
+                Some(Home::Float(k)) if needed(r) => dynasm!(self.ops ; .arch x64 ; movsd Rx(*k), QWORD [rbx + s]),
+                Some(Home::Int(g)) if needed(r) && !LOOP_REGS.kept.contains(g) => {
+                    dynasm!(self.ops ; .arch x64 ; mov Rq(*g), QWORD [rbx + s])
+                }
+                _ => {}
+            }
+        }
+        if let Some(g) = self.loops[l].clamp.as_ref().and_then(|c| c.lim_reg).filter(|g| !LOOP_REGS.kept.contains(g)) {
+            dynasm!(self.ops ; .arch x64 ; mov Rq(g), QWORD [rsp + CLAMP]);
+        }
+    }
+
     /// Before a plain value is stored into `d`: drops what `d` holds unless it is known plain.
     pub(super) fn prepare_def(&mut self, pc: usize, d: Reg) {
         if !self.ty(pc, d).plain() {
