@@ -113,6 +113,10 @@ impl<'a> Emitter<'a> {
                 dynasm!(self.ops ; .arch aarch64 ; eor w0, w0, 1);
                 self.store_bool(dst);
             }
+            Instr::CheckInt { src } if t[src.index()] != Ty::Int => {
+                let (s, bad) = (slot(src), self.cold_exit(pc));
+                dynasm!(self.ops ; .arch aarch64 ; ldr x16, [x19, s] ; cmp x16, tag::INT as u32 ; b.ne =>bad);
+            }
             Instr::CheckBool { .. } | Instr::CheckInt { .. } => {}
             Instr::Lt { dst, a, b } | Instr::Le { dst, a, b } | Instr::Gt { dst, a, b } | Instr::Ge { dst, a, b }
             | Instr::Eq { dst, a, b } | Instr::Ne { dst, a, b } => {

@@ -102,6 +102,10 @@ impl<'a> Emitter<'a> {
                 dynasm!(self.ops ; .arch x64 ; movzx eax, BYTE [rbx + s] ; xor eax, 1);
                 self.store_bool(dst);
             }
+            Instr::CheckInt { src } if ty(src) != Ty::Int => {
+                let (s, bad) = (slot(src), self.cold_exit(pc));
+                dynasm!(self.ops ; .arch x64 ; cmp QWORD [rbx + s], tag::INT as i32 ; jne =>bad);
+            }
             Instr::CheckBool { .. } | Instr::CheckInt { .. } => {}
             Instr::Lt { dst, a, b } | Instr::Le { dst, a, b } | Instr::Gt { dst, a, b } | Instr::Ge { dst, a, b }
             | Instr::Eq { dst, a, b } | Instr::Ne { dst, a, b } => {
