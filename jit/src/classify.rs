@@ -60,6 +60,8 @@ pub fn classify(program: &Program, f: &Function, types: &Types, pc: usize) -> Cl
         Instr::SetIndex { idx, src, .. } if ty(idx) == Ty::Int && ty(src) == Ty::Float => Class::Native,
         Instr::SetIndex2 { ijv, .. } if f.list(*ijv).iter().map(|r| ty(r)).eq([Ty::Int, Ty::Int, Ty::Float]) => Class::Native,
         Instr::TapeSave { src } | Instr::TapePush { src } if ty(src).numeric() => Class::Native,
+        // Anything else by reference: a helper (`native::tape_push_value`).
+        Instr::TapePush { .. } => Class::Native,
         Instr::TapePushCtl { .. } => Class::Native,
         // Two numbers: shape code 0, nothing else recorded (`rules::shape_code`).
         Instr::TapeShape { a, b } if ty(a).numeric() && ty(b).numeric() => Class::Native,
@@ -99,6 +101,12 @@ pub fn classify(program: &Program, f: &Function, types: &Types, pc: usize) -> Cl
         Instr::Return { .. } => Class::Native,
         i if i.is_terminator() => Class::Exit,
         // A leaf built-in (`Builtin::leaf`) runs no Zy code: the shared semantics call it.
+        // `len` (a helper returning the length, -1 to leave) into a register holding no heap
+        // value (otherwise dropping it would come first: `step`).
+        Instr::Len { dst, .. } if ty(dst).plain() => Class::Native,
+        Instr::CallBuiltin { dst, builtin, args } if crate::types::is_len(program, *builtin, f.list(*args)) && ty(dst).plain() => {
+            Class::Native
+        }
         Instr::CallBuiltin { builtin, .. } if program.builtins[builtin.index()].leaf => Class::Step,
         // Any other built-in runs where the interpreter would run it, Zy callbacks included.
         Instr::CallBuiltin { .. } => Class::CallOut,
@@ -137,7 +145,6 @@ pub fn classify(program: &Program, f: &Function, types: &Types, pc: usize) -> Cl
         | Instr::Len { .. }
         | Instr::MakeClosure { .. }
         | Instr::NewStruct { .. }
-        | Instr::TapePush { .. }
         | Instr::TapeSave { .. }
         | Instr::TapeShape { .. }
         | Instr::TapePop { .. }

@@ -174,6 +174,7 @@ pub fn result_type(program: &Program, f: &Function, instr: &Instr, t: &[Ty]) -> 
         Instr::Math1 { src, .. } if ty(src).numeric() => Ty::Float,
         Instr::MulAdd { dst, a, b } if [ty(dst), ty(a), ty(b)] == [Ty::Float; 3] => Ty::Float,
         Instr::Len { .. } | Instr::TapePopCtl { .. } => Ty::Int,
+        Instr::CallBuiltin { builtin, args, .. } if is_len(program, *builtin, f.list(*args)) => Ty::Int,
         // Speculated: native code reads floats only and leaves to the interpreter otherwise.
         Instr::Index { idx, .. } if ty(idx) == Ty::Int => Ty::Float,
         Instr::Index2 { ij, .. } if f.list(*ij).iter().all(|r| ty(r) == Ty::Int) => Ty::Float,
@@ -192,6 +193,14 @@ pub fn result_type(program: &Program, f: &Function, instr: &Instr, t: &[Ty]) -> 
         }
         _ => Ty::Any,
     }
+}
+
+/// Whether a `CallBuiltin` calls the standard `len` on one argument (a host function of that
+/// name replaces the standard one in the table, and is a `Host` built-in): its result is an
+/// int or an error, computed natively by `native::length_of`.
+pub fn is_len(program: &Program, builtin: zygvm_vm::bytecode::BuiltinId, args: &[Reg]) -> bool {
+    let b = &program.builtins[builtin.index()];
+    b.name == "len" && matches!(b.imp, zygvm_vm::builtin::BuiltinImpl::Native(_)) && args.len() == 1
 }
 
 /// The blocks that may follow a terminator (`Function::successors`).

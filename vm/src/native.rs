@@ -1131,6 +1131,29 @@ pub unsafe extern "C" fn tape_push_float(vm: *mut Vm, x: f64) {
     unsafe { &mut *vm }.tape.push_float(x);
 }
 
+/// `TapePush` of a register that may hold anything (a container by reference: the value
+/// cloned onto the tape, as the interpreter does). Infallible.
+///
+/// # Safety
+/// `vm` is the running VM and `v` a live register of its frame.
+pub unsafe extern "C" fn tape_push_value(vm: *mut Vm, v: *const Value) {
+    // SAFETY: the caller's contract; pushing onto the tape touches no register.
+    unsafe { (*vm).tape.push((*v).clone()) }
+}
+
+/// `len(v)` (`access::length`), or -1 when `len` raises an error for `v` (native code then
+/// leaves, and the interpreter raises it).
+///
+/// # Safety
+/// `v` is a live register.
+pub unsafe extern "C" fn length_of(v: *const Value) -> i64 {
+    // SAFETY: the caller's contract.
+    match crate::access::length(unsafe { &*v }) {
+        Ok(n) => n as i64,
+        Err(_) => -1,
+    }
+}
+
 /// How two numbers order (`ops::compare`, exact between an int and a float): -1, 0 or 1, 2
 /// when unordered (a NaN), 3 when either is not a number (native code then leaves).
 ///

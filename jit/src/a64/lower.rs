@@ -113,6 +113,11 @@ impl<'a> Emitter<'a> {
                 dynasm!(self.ops ; .arch aarch64 ; eor w0, w0, 1);
                 self.store_bool(dst);
             }
+            Instr::Len { dst, src } => self.length(pc, dst, src),
+            Instr::CallBuiltin { dst, args, .. } => {
+                let src = self.f.list(args)[0];
+                self.length(pc, dst, src)
+            }
             Instr::CheckInt { src } if t[src.index()] != Ty::Int => {
                 let (s, bad) = (slot(src), self.cold_exit(pc));
                 dynasm!(self.ops ; .arch aarch64 ; ldr x16, [x19, s] ; cmp x16, tag::INT as u32 ; b.ne =>bad);
@@ -401,6 +406,11 @@ impl<'a> Emitter<'a> {
                 }
                 self.store_float(dst);
             }
+            Instr::TapePush { src } if !t[src.index()].numeric() => {
+                dynasm!(self.ops ; .arch aarch64 ; mov x0, x20);
+                self.slot_address(1, slot(src));
+                self.call(native::tape_push_value as *const ());
+            }
             Instr::TapeSave { src } | Instr::TapePush { src } => {
                 // The bits, from the home where there is one (a written-back home's slot is
                 // stale).
@@ -556,6 +566,16 @@ impl<'a> Emitter<'a> {
 
     /// Jumps to `to` unless `a CMP b` (`<`, `<=`, `>`, `>=`; an unordered float comparison
     /// is false, so it jumps): two ints or two floats inline, anything else through
+    /// `dst := len(src)` (`native::length_of`; -1: leaves at `pc`, where the interpreter
+    /// raises the error). `dst` holds no heap value (`classify`).
+    fn length(&mut self, pc: usize, dst: Reg, src: Reg) {
+        self.slot_address(0, slot(src));
+        self.call(native::length_of as *const ());
+        let bad = self.cold_exit(pc);
+        dynasm!(self.ops ; .arch aarch64 ; tbnz x0, 63, =>bad);
+        self.store_int(dst);
+    }
+
     /// `order_numbers` (exact between an int and a float; not two numbers: leaves at `pc`).
     fn jump_unless(&mut self, pc: usize, instr: Instr, t: Ty, a: Reg, b: Reg, to: DynamicLabel) {
         if t == self.ty(pc, b) && t == Ty::Int {

@@ -272,6 +272,17 @@ impl<'a> Emitter<'a> {
         true
     }
 
+    /// `dst := len(src)` (`native::length_of`; -1: leaves at `pc`, where the interpreter
+    /// raises the error). `dst` holds no heap value (`classify`).
+    pub(super) fn length(&mut self, pc: usize, dst: Reg, src: Reg) {
+        let s = slot(src);
+        dynasm!(self.ops ; .arch x64 ; lea rdi, [rbx + s]);
+        self.call(native::length_of as *const ());
+        let bad = self.cold_exit(pc);
+        dynasm!(self.ops ; .arch x64 ; test rax, rax ; js =>bad);
+        self.store_int(dst);
+    }
+
     /// `xmm0 := a OP b` with ints converted (the semantics of mixed operands).
     pub(super) fn float_arith(&mut self, pc: usize, instr: Instr, a: Reg, b: Reg) {
         self.load_float(pc, a, false);

@@ -102,6 +102,11 @@ impl<'a> Emitter<'a> {
                 dynasm!(self.ops ; .arch x64 ; movzx eax, BYTE [rbx + s] ; xor eax, 1);
                 self.store_bool(dst);
             }
+            Instr::Len { dst, src } => self.length(pc, dst, src),
+            Instr::CallBuiltin { dst, args, .. } => {
+                let src = self.f.list(args)[0];
+                self.length(pc, dst, src)
+            }
             Instr::CheckInt { src } if ty(src) != Ty::Int => {
                 let (s, bad) = (slot(src), self.cold_exit(pc));
                 dynasm!(self.ops ; .arch x64 ; cmp QWORD [rbx + s], tag::INT as i32 ; jne =>bad);
@@ -405,6 +410,11 @@ impl<'a> Emitter<'a> {
                     _ => {}
                 }
                 self.store_float(dst);
+            }
+            Instr::TapePush { src } if !ty(src).numeric() => {
+                let s = slot(src);
+                dynasm!(self.ops ; .arch x64 ; mov rdi, r12 ; lea rsi, [rbx + s]);
+                self.call(native::tape_push_value as *const ());
             }
             Instr::TapeSave { src } | Instr::TapePush { src } => {
                 let s = slot(src) + 8;
