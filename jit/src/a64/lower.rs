@@ -114,6 +114,7 @@ impl<'a> Emitter<'a> {
                 self.store_bool(dst);
             }
             Instr::Len { dst, src } => self.length(pc, dst, src),
+            // Classified native only when it is the standard `len` (`types::is_len`).
             Instr::CallBuiltin { dst, args, .. } => {
                 let src = self.f.list(args)[0];
                 self.length(pc, dst, src)
@@ -564,8 +565,6 @@ impl<'a> Emitter<'a> {
         }
     }
 
-    /// Jumps to `to` unless `a CMP b` (`<`, `<=`, `>`, `>=`; an unordered float comparison
-    /// is false, so it jumps): two ints or two floats inline, anything else through
     /// `dst := len(src)` (`native::length_of`; -1: leaves at `pc`, where the interpreter
     /// raises the error). `dst` holds no heap value (`classify`).
     fn length(&mut self, pc: usize, dst: Reg, src: Reg) {
@@ -576,6 +575,8 @@ impl<'a> Emitter<'a> {
         self.store_int(dst);
     }
 
+    /// Jumps to `to` unless `a CMP b` (`<`, `<=`, `>`, `>=`; an unordered float comparison
+    /// is false, so it jumps): two ints or two floats inline, anything else through
     /// `order_numbers` (exact between an int and a float; not two numbers: leaves at `pc`).
     fn jump_unless(&mut self, pc: usize, instr: Instr, t: Ty, a: Reg, b: Reg, to: DynamicLabel) {
         if t == self.ty(pc, b) && t == Ty::Int {

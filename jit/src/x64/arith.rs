@@ -48,14 +48,12 @@ impl<'a> Emitter<'a> {
                 dynasm!(self.ops ; .arch x64 ; movq rax, xmm0 ; btc rax, 63 ; movq xmm0, rax);
             }
             Rule::MulA | Rule::MulB => {
-                let other = if r == Rule::MulA { l[2] } else { l[1] };
-                if let (Some(Home::Float(a)), Some(Home::Float(b)), Ty::Float, Ty::Float) =
-                    (self.home(l[0]), self.home(other), self.ty(pc, l[0]), self.ty(pc, other))
-                {
+                let other = mul_factor(r, &l);
+                if let (Some(a), Some(b)) = (self.float_home_of(pc, l[0]), self.float_home_of(pc, other)) {
                     return self.times_of(a, b);
                 }
                 self.load_float(pc, l[0], false);
-                self.load_float(pc, if r == Rule::MulA { l[2] } else { l[1] }, true);
+                self.load_float(pc, other, true);
                 self.times();
             }
             Rule::DivA => {
@@ -120,21 +118,16 @@ impl<'a> Emitter<'a> {
         use zygvm_vm::ad::rules::Rule;
         let Some(d) = self.float_home_only(dst) else { return false };
         let l = self.f.list(args).to_vec();
-        let float_home = |e: &Self, r: Reg| match (e.home(r), e.ty(pc, r)) {
-            (Some(Home::Float(k)), Ty::Float) => Some(k),
-            _ => None,
-        };
         match Rule::decode(rule).0 {
             Rule::AddA | Rule::AddB | Rule::SubA => {
-                let Some(k) = float_home(self, l[0]) else { return false };
+                let Some(k) = self.float_home_of(pc, l[0]) else { return false };
                 if k != d {
                     dynasm!(self.ops ; .arch x64 ; movapd Rx(d), Rx(k));
                 }
                 true
             }
             r @ (Rule::MulA | Rule::MulB) => {
-                let other = if r == Rule::MulA { l[2] } else { l[1] };
-                match (float_home(self, l[0]), float_home(self, other)) {
+                match (self.float_home_of(pc, l[0]), self.float_home_of(pc, mul_factor(r, &l))) {
                     (Some(a), Some(b)) if a != d && b != d => {
                         self.times_into(d, a, b);
                         true
@@ -241,10 +234,7 @@ impl<'a> Emitter<'a> {
             return false;
         }
         let Some(d) = self.float_home_only(dst) else { return false };
-        let b_home = match self.home(b) {
-            Some(Home::Float(k)) => Some(k),
-            _ => None,
-        };
+        let b_home = self.float_home_of(pc, b);
         let sa = slot(a) + 8;
         match self.home(a) {
             Some(Home::Float(k)) if k == d => {}
@@ -427,4 +417,10 @@ impl<'a> Emitter<'a> {
             }
         }
     }
+}
+
+/// The factor a `*` pullback multiplies `dy` by: `b` for `MulA` (args `dy, a, b`), `a` for
+/// `MulB`.
+fn mul_factor(rule: zygvm_vm::ad::rules::Rule, args: &[Reg]) -> Reg {
+    if rule == zygvm_vm::ad::rules::Rule::MulA { args[2] } else { args[1] }
 }

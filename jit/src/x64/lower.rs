@@ -103,6 +103,7 @@ impl<'a> Emitter<'a> {
                 self.store_bool(dst);
             }
             Instr::Len { dst, src } => self.length(pc, dst, src),
+            // Classified native only when it is the standard `len` (`types::is_len`).
             Instr::CallBuiltin { dst, args, .. } => {
                 let src = self.f.list(args)[0];
                 self.length(pc, dst, src)

@@ -185,10 +185,16 @@ impl<'a> Emitter<'a> {
     /// exact): all of them on the way in, and after a call (`after_call`) only those in
     /// caller-saved registers (every `xmm`, `r8`-`r11`; `r13` and `r14` survive a call).
     pub(super) fn load_homes(&mut self, after_call: bool) {
+        self.load_homes_of(after_call, |_| true);
+    }
+
+    /// `load_homes` of the registers `wanted` says (the others' homes keep what they hold).
+    fn load_homes_of(&mut self, after_call: bool, wanted: impl Fn(usize) -> bool) {
         let Some(l) = self.cur else { return };
         for (r, home) in self.loops[l].homes.clone().iter().enumerate() {
             let s = 16 * r as i32 + 8;
             match home {
+                _ if !wanted(r) => {}
                 Some(Home::Float(k)) => dynasm!(self.ops ; .arch x64 ; movsd Rx(*k), QWORD [rbx + s]),
                 Some(Home::Int(g)) if !(after_call && LOOP_REGS.kept.contains(g)) => {
                     dynasm!(self.ops ; .arch x64 ; mov Rq(*g), QWORD [rbx + s])
@@ -231,9 +237,14 @@ impl<'a> Emitter<'a> {
     /// Stores the payloads of the current loop's written-back homes into their slots: on
     /// every way out of the loop, and before a helper call (`loops.rs`).
     pub(super) fn write_back(&mut self) {
+        self.write_back_of(|_| true);
+    }
+
+    /// `write_back` of the registers `wanted` says.
+    fn write_back_of(&mut self, wanted: impl Fn(usize) -> bool) {
         let Some(l) = self.cur else { return };
         for (r, home) in self.loops[l].homes.clone().iter().enumerate() {
-            if let (Some(Home::Float(k)), true) = (home, self.loops[l].lazy[r]) {
+            if let (Some(Home::Float(k)), true, true) = (home, self.loops[l].lazy[r], wanted(r)) {
                 let s = 16 * r as i32 + 8;
                 dynasm!(self.ops ; .arch x64 ; movsd QWORD [rbx + s], Rx(*k));
             }
@@ -374,32 +385,21 @@ impl<'a> Emitter<'a> {
     /// after the instruction are stored before it and loaded after (a dead home's slot is
     /// never read again, and `dst` is overwritten).
     pub(super) fn call_scalar_at(&mut self, pc: usize, dst: Reg, addr: *const ()) {
-        let Some(l) = self.cur else { return self.call(addr) };
         let after: Vec<bool> = match self.live.get(pc + 1) {
             Some(live) if pc + 1 < self.f.code.len() => live.clone(),
             _ => return self.call(addr),
         };
-        let homes = self.loops[l].homes.clone();
         let needed = |r: usize| after[r] && r != dst.index();
-        for (r, home) in homes.iter().enumerate() {
-            if let (Some(Home::Float(k)), true, true) = (home, self.loops[l].lazy[r], needed(r)) {
-                let s = 16 * r as i32 + 8;
-                dynasm!(self.ops ; .arch x64 ; movsd QWORD [rbx + s], Rx(*k));
-            }
-        }
+        self.write_back_of(needed);
         dynasm!(self.ops ; .arch x64 ; mov rax, QWORD addr as i64 ; call rax);
-        for (r, home) in homes.iter().enumerate() {
-            let s = 16 * r as i32 + 8;
-            match home {
-                Some(Home::Float(k)) if needed(r) => dynasm!(self.ops ; .arch x64 ; movsd Rx(*k), QWORD [rbx + s]),
-                Some(Home::Int(g)) if needed(r) && !LOOP_REGS.kept.contains(g) => {
-                    dynasm!(self.ops ; .arch x64 ; mov Rq(*g), QWORD [rbx + s])
-                }
-                _ => {}
-            }
-        }
-        if let Some(g) = self.loops[l].clamp.as_ref().and_then(|c| c.lim_reg).filter(|g| !LOOP_REGS.kept.contains(g)) {
-            dynasm!(self.ops ; .arch x64 ; mov Rq(g), QWORD [rsp + CLAMP]);
+        self.load_homes_of(true, needed);
+    }
+
+    /// The `xmm` home of `r` when it is typed float at `pc` (its value is in the register).
+    pub(super) fn float_home_of(&self, pc: usize, r: Reg) -> Option<u8> {
+        match (self.home(r), self.ty(pc, r)) {
+            (Some(Home::Float(k)), Ty::Float) => Some(k),
+            _ => None,
         }
     }
 
@@ -571,9 +571,9 @@ impl<'a> Emitter<'a> {
             self.view_index2(acc, l[2], l[3], out)
         };
         // `acc[i] + d`, in that order; `d` straight from its home when it has one.
-        let d_home = match (self.home(d), self.ty(pc, d)) {
-            (Some(Home::Float(k)), Ty::Float) => k,
-            _ => {
+        let d_home = match self.float_home_of(pc, d) {
+            Some(k) => k,
+            None => {
                 self.load_float(pc, d, true);
                 1
             }
