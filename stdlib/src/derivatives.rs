@@ -115,9 +115,10 @@ fn mul(a: &Value, b: &Value) -> VmResult<Value> {
     ops::binary(BinOp::Mul, a, b)
 }
 
-/// Sums a broadcast cotangent down to a scalar when the argument was a scalar.
+/// Sums a broadcast cotangent down to a scalar when the argument was a scalar (`d` is the
+/// rule's fresh product: kept as it is otherwise).
 fn like(d: Value, x: &Value) -> Value {
-    zygvm_vm::ad::adjoints::unbroadcast(&d, x)
+    zygvm_vm::ad::adjoints::unbroadcast_fresh(d, x)
 }
 
 /// `f(a, b)` and its partials, elementwise with broadcasting.

@@ -411,6 +411,20 @@ pub fn unbroadcast(dy: &Value, like: &Value) -> Value {
     }
 }
 
+/// `unbroadcast` of a contribution the rule has just computed, which nothing else holds: the
+/// value itself where it keeps its shape. (`unbroadcast` copies a container it is lent, so
+/// that two operands never share one adjoint; a fresh one needs no copy, and, held by nothing
+/// else, can become its operand's shadow (`shadows::deposit`) instead of being added into
+/// zeros.)
+pub fn unbroadcast_fresh(dy: Value, like: &Value) -> Value {
+    let scalar_like = matches!(like, Value::Float(_) | Value::Int(_));
+    match &dy {
+        Value::Array(a) if scalar_like => Value::Float(sum_array(&a.borrow())),
+        Value::Matrix(m) if scalar_like => Value::Float(m.borrow().data.iter().sum()),
+        _ => dy,
+    }
+}
+
 fn sum_array(a: &Array) -> f64 {
     match a {
         Array::Floats(x) => x.iter().sum(),

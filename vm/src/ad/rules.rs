@@ -28,7 +28,7 @@
 //! `nil` is the zero adjoint: every contribution of a `nil` `dy` is `nil`, so nothing from a
 //! path the primal did not take is ever multiplied (no `0 * inf = nan`).
 
-use super::adjoints::{self, unbroadcast};
+use super::adjoints::{self, unbroadcast, unbroadcast_fresh};
 use crate::bytecode::BuiltinId;
 use crate::error::{VmError, VmResult};
 use crate::ops::{self, BinOp};
@@ -65,7 +65,7 @@ pub(crate) fn bin(op: BinOp, a: &Value, b: &Value) -> VmResult<Value> {
 }
 
 /// `dy * x` or `dy / x` with the chain rule's strong zero (`chain.rs`) where the shapes allow
-/// it, the general operator otherwise.
+/// it, the general operator otherwise: a fresh value either way (`unbroadcast_fresh`).
 fn strong(op: BinOp, dy: &Value, x: &Value) -> VmResult<Value> {
     let local = if op == BinOp::Div { map_numbers(x, |v| 1.0 / v) } else { Ok(x.clone()) };
     match local {
@@ -401,24 +401,24 @@ pub(crate) fn apply_to_values(program: &Program, code: u32, args: &[Value]) -> V
         Rule::AddB => Ok(sum_if(arg(0), arg(1), 2)),
         Rule::SubB => Ok(sum_if(&neg(arg(0))?, arg(1), 2)),
         Rule::ModA => Ok(unbroadcast(arg(0), arg(1))),
-        Rule::MulA => Ok(unbroadcast(&strong(BinOp::Mul, arg(0), arg(2))?, arg(1))),
-        Rule::MulB => Ok(unbroadcast(&strong(BinOp::Mul, arg(0), arg(1))?, arg(2))),
-        Rule::DivA => Ok(unbroadcast(&strong(BinOp::Div, arg(0), arg(2))?, arg(1))),
+        Rule::MulA => Ok(unbroadcast_fresh(strong(BinOp::Mul, arg(0), arg(2))?, arg(1))),
+        Rule::MulB => Ok(unbroadcast_fresh(strong(BinOp::Mul, arg(0), arg(1))?, arg(2))),
+        Rule::DivA => Ok(unbroadcast_fresh(strong(BinOp::Div, arg(0), arg(2))?, arg(1))),
         Rule::DivB => {
             let q = zip_numbers(arg(1), arg(2), |a, b| -a / (b * b))?;
-            Ok(unbroadcast(&chain::scale(arg(0), &q)?, arg(2)))
+            Ok(unbroadcast_fresh(chain::scale(arg(0), &q)?, arg(2)))
         }
         Rule::ModB => {
             let q = zip_numbers(arg(1), arg(2), |a, b| -(a / b).trunc())?;
-            Ok(unbroadcast(&bin(BinOp::Mul, arg(0), &q)?, arg(2)))
+            Ok(unbroadcast_fresh(bin(BinOp::Mul, arg(0), &q)?, arg(2)))
         }
         Rule::PowA => {
             let d = zip_numbers(arg(1), arg(2), pow_da)?;
-            Ok(unbroadcast(&chain::scale(arg(0), &d)?, arg(1)))
+            Ok(unbroadcast_fresh(chain::scale(arg(0), &d)?, arg(1)))
         }
         Rule::PowB => {
             let d = zip_numbers(arg(1), arg(2), pow_db)?;
-            Ok(unbroadcast(&chain::scale(arg(0), &d)?, arg(2)))
+            Ok(unbroadcast_fresh(chain::scale(arg(0), &d)?, arg(2)))
         }
         Rule::MatMulA | Rule::MatMulB => matmul_rule(rule, arg(0), arg(1), arg(2)),
         Rule::Neg => neg(arg(0)),
