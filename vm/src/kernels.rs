@@ -112,6 +112,42 @@ with_avx! {
     }
 }
 
+/// `m^T @ d` as a new vector: the sums `vecmat_add` makes onto zeros, to the bit, without
+/// writing the zeros first (the adjoint of `m @ x` for `x`, every gradient of `logreg` and
+/// `mlp`: zeroing the buffer through `calloc` cost more than the products). The first row, or
+/// block of four rows, is written as `0.0 + ...` (which turns a `-0.0` term into `+0.0`, as
+/// adding it to zeros does); the rest is `vecmat_add`'s own pass.
+pub fn vecmat(m: &Matrix, d: &[f64]) -> Vec<f64> {
+    let (rows, cols) = (m.rows, m.cols);
+    assert!(d.len() == rows, "vecmat: the caller checks the shapes");
+    if rows == 0 || cols == 0 {
+        return vec![0.0; cols];
+    }
+    let data = &m.data[..rows * cols];
+    let mut out = Vec::with_capacity(cols);
+    // The rows `vecmat_add_rows` would take first: a block of four, else the first row alone.
+    let first = if rows >= 4 { 4 } else { 1 };
+    vecmat_first_rows(&data[..first * cols], &d[..first], &mut out);
+    if rows > first {
+        vecmat_add_rows(&data[first * cols..], &d[first..], &mut out);
+    }
+    out
+}
+
+with_avx! {
+    fn vecmat_first_rows(data: &[f64], d: &[f64], out: &mut Vec<f64>) {
+        let cols = data.len() / d.len();
+        if let [p0, p1, p2, p3] = *d {
+            let (r0, rest) = data.split_at(cols);
+            let (r1, rest) = rest.split_at(cols);
+            let (r2, r3) = rest.split_at(cols);
+            out.extend(r0.iter().zip(r1).zip(r2).zip(r3).map(|(((a, b), c), e)| (((0.0 + p0 * a) + p1 * b) + p2 * c) + p3 * e));
+        } else {
+            out.extend(data.iter().map(|w| 0.0 + d[0] * w));
+        }
+    }
+}
+
 /// The outer product `p ⊗ v` as a row-major `(p.len(), v.len())` matrix's data (the adjoint
 /// of `m @ v` for `m`).
 pub fn outer(p: &[f64], v: &[f64]) -> Vec<f64> {
@@ -377,6 +413,28 @@ mod tests {
             let o = outer(&d, &x);
             assert_eq!(o.len(), rows * cols);
             assert!((0..rows * cols).all(|k| o[k].to_bits() == (d[k / cols] * x[k % cols]).to_bits()));
+        }
+    }
+
+    /// `vecmat` is `vecmat_add` onto zeros to the bit, signed zeros included (a `-0.0`
+    /// product term added to `0.0` is `+0.0`), for every count of rows around the block size.
+    #[test]
+    fn vecmat_is_vecmat_add_onto_zeros() {
+        for (rows, cols) in [(0, 3), (3, 0), (1, 1), (1, 5), (2, 3), (3, 7), (4, 2), (5, 9), (8, 3), (9, 4), (13, 6)] {
+            let data: Vec<f64> = (0..rows * cols)
+                .map(|i| match i % 5 {
+                    0 => -0.0,
+                    1 => 0.0,
+                    _ => ((i * 7) as f64).cos() * 3.0,
+                })
+                .collect();
+            let m = Matrix { rows, cols, data };
+            let d: Vec<f64> = (0..rows).map(|i| if i % 3 == 1 { -0.0 } else { (i as f64 - 1.5) * 0.7 }).collect();
+            let mut want = vec![0.0; cols];
+            vecmat_add(&m, &d, &mut want);
+            let got = vecmat(&m, &d);
+            let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(&got), bits(&want), "{rows} x {cols}");
         }
     }
 

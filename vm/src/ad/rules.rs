@@ -183,9 +183,7 @@ fn matmul_rule(rule: Rule, dy: &Value, a: &Value, b: &Value) -> VmResult<Value> 
                 };
                 Ok(Value::matrix(m.rows, m.cols, out))
             } else {
-                let mut out = vec![0.0; m.cols];
-                crate::kernels::vecmat_add(&m, &d, &mut out);
-                Ok(Value::float_array(out))
+                Ok(Value::float_array(crate::kernels::vecmat(&m, &d)))
             }
         }
         // Y = A @ B: dA = dY @ B^T, dB = A^T @ dY.
