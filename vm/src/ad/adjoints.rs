@@ -404,14 +404,12 @@ pub fn take_index2(acc: &Value, i: &Value, j: &Value) -> VmResult<Value> {
 pub fn unbroadcast(dy: &Value, like: &Value) -> Value {
     let scalar_like = matches!(like, Value::Float(_) | Value::Int(_));
     match dy {
-        Value::Array(a) if scalar_like => Value::Float(sum_array(&a.borrow())),
-        Value::Matrix(m) if scalar_like => Value::Float(m.borrow().data.iter().sum()),
         // A copy, so that two operands never share one adjoint container; not a snapshot
         // (`note_snapshot`), as a cotangent is never an operand whose adjoint is looked up by
         // identity: the copy, held by nothing else, can become its operand's shadow.
-        Value::Array(a) => Value::Array(Rc::new(RefCell::new(a.borrow().clone()))),
-        Value::Matrix(m) => Value::Matrix(Rc::new(RefCell::new(m.borrow().clone()))),
-        other => other.clone(),
+        Value::Array(a) if !scalar_like => Value::Array(Rc::new(RefCell::new(a.borrow().clone()))),
+        Value::Matrix(m) if !scalar_like => Value::Matrix(Rc::new(RefCell::new(m.borrow().clone()))),
+        _ => unbroadcast_fresh(dy.clone(), like),
     }
 }
 
