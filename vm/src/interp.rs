@@ -125,6 +125,9 @@ pub struct Vm {
     /// JIT's trigger for compiling a hot loop.
     back_edges: Vec<u32>,
     loop_base: Vec<u32>,
+    /// Each function's initial registers (`frame_image.rs`), rebuilt whenever the program's
+    /// functions change (`functions_changed`).
+    pub(crate) frame_images: Vec<crate::frame_image::FrameImage>,
     /// How many `execute` activations are nested (built-ins calling back into Zy).
     native_depth: usize,
     /// Reverse mode's tape (vm/src/ad).
@@ -174,7 +177,7 @@ fn materialise(c: &Const) -> Value {
 impl Vm {
     pub fn new(program: crate::verify::VerifiedProgram) -> Vm {
         let program = program.program().clone();
-        let consts = program.consts.iter().map(materialise).collect();
+        let consts: Vec<Value> = program.consts.iter().map(materialise).collect();
         let calls = vec![0; program.functions.len()];
         let loop_base: Vec<u32> = program
             .functions
@@ -186,6 +189,7 @@ impl Vm {
             })
             .collect();
         let back_edges = vec![0; program.functions.iter().map(|f| f.blocks.len()).sum()];
+        let frame_images = program.functions.iter().map(|f| crate::frame_image::FrameImage::of(f, &consts)).collect();
         Vm {
             globals: vec![None; program.global_names.len()],
             modules_run: vec![false; program.functions.len()],
@@ -213,6 +217,7 @@ impl Vm {
             calls,
             loop_base,
             back_edges,
+            frame_images,
             profile: None,
         }
     }
@@ -228,7 +233,7 @@ impl Vm {
         if let Err(e) = p.functions.iter().try_for_each(|f| crate::verify::verify_function(p, f, false)) {
             return Err(VmError::new(format!("internal error: an instrumented function does not verify: {e}")));
         }
-        self.program_version += 1;
+        self.functions_changed(0);
         self.profile = Some(Box::default());
         self.native.set_mode(crate::native::JitMode::Off);
         Ok(())
@@ -334,8 +339,19 @@ impl Vm {
             self.loop_base.push(self.back_edges.len() as u32);
             self.back_edges.extend(std::iter::repeat(0).take(f.blocks.len()));
         }
-        self.program_version += 1;
+        self.functions_changed(before);
         Ok(())
+    }
+
+    /// After the program's functions from `from` on were replaced or appended: dispatch
+    /// loops re-read the program at their next frame switch, and those functions' frame
+    /// images are made again (a stale image would skip instructions of other code).
+    fn functions_changed(&mut self, from: usize) {
+        self.program_version += 1;
+        self.frame_images.truncate(from);
+        let program = self.program.clone();
+        let images = program.functions[from..].iter().map(|f| crate::frame_image::FrameImage::of(f, &self.consts));
+        self.frame_images.extend(images);
     }
 
     pub fn set_output(&mut self, out: Box<dyn Write + Send>) {
@@ -723,7 +739,7 @@ impl Vm {
         ret: u32,
         boundary: bool,
     ) -> VmResult<()> {
-        self.enter(func, closure, args.len(), ret, boundary, |_, k| args[k].clone())
+        self.enter(func, closure, args.len(), ret, boundary, |_, k| args[k].clone()).map(|_| ())
     }
 
     /// Pushes a frame for a Zy call whose arguments are registers of the frame at `base`.
@@ -734,7 +750,7 @@ impl Vm {
         base: usize,
         args: &[Reg],
         ret: u32,
-    ) -> VmResult<()> {
+    ) -> VmResult<usize> {
         // SAFETY: the caller's registers `base + r` are initialised values below the stack's
         // length (verifier bound on `r`; the caller's frame is live).
         self.enter(func, closure, args.len(), ret, false, |stack, k| unsafe {
@@ -742,42 +758,48 @@ impl Vm {
         })
     }
 
-    /// Pushes a frame for `CallDirect`, the common call: the verifier checked that it passes
-    /// the callee's arity and that the callee captures nothing ("direct call of" in
-    /// `verify.rs`), so only the depth is checked here, and the registers are laid out with
-    /// no closure to copy from.
+    /// Pushes a frame for `CallDirect`, the common call, and returns its base: the verifier
+    /// checked that it passes the callee's arity and that the callee captures nothing ("direct
+    /// call of" in `verify.rs`), so only the depth is checked here, and the registers after
+    /// the arguments are the callee's frame image (`frame_image.rs`), with no closure to copy
+    /// from.
     #[inline(always)]
-    fn push_direct(&mut self, func: FuncId, callee: &Function, base: usize, args: &[Reg], ret: u32) -> VmResult<()> {
+    fn push_direct(&mut self, func: FuncId, callee: &Function, base: usize, args: &[Reg], ret: u32) -> VmResult<usize> {
         if self.frames.len() >= self.limits.max_depth {
             return Err(VmError::new("stack overflow"));
         }
         debug_assert!(args.len() == callee.arity as usize && callee.num_captures == 0);
+        let image = &self.frame_images[func.index()].regs;
         let num_regs = callee.num_regs as usize;
+        if args.len() + image.len() != num_regs {
+            return Err(VmError::new(format!("internal error: the frame image of {} does not fit it", callee.trace_name())));
+        }
         self.calls[func.index()] = self.calls[func.index()].saturating_add(1);
         let new_base = self.stack.len();
         self.stack.reserve(num_regs);
         // SAFETY: `reserve` made room for `num_regs` values after `new_base`; the arguments
-        // (`args.len() == arity <= num_regs`, verifier) are written first, then `nil` up to
-        // `num_regs`, and `set_len` publishes them once all are initialised. The caller's
-        // registers `base + r` are initialised values below `new_base` (verifier bound on
-        // `r`; the caller's frame is live).
+        // (`args.len() == arity <= num_regs`, verifier) are written first, then the image's
+        // `num_regs - args.len()` values (checked just above), and `set_len` publishes them
+        // once all are initialised. The image holds only plain values (`FrameImage::regs`),
+        // which own nothing, so a bitwise copy is a clone. The caller's registers `base + r`
+        // are initialised values below `new_base` (verifier bound on `r`; the caller's frame
+        // is live).
         unsafe {
             let p = self.stack.as_mut_ptr();
             for (k, r) in args.iter().enumerate() {
-                p.add(new_base + k).write((*p.add(base + r.index())).clone());
+                clone_into(p.add(base + r.index()), p.add(new_base + k));
             }
-            for slot in new_base + args.len()..new_base + num_regs {
-                p.add(slot).write(Value::Nil);
-            }
+            std::ptr::copy_nonoverlapping(image.as_ptr(), p.add(new_base + args.len()), image.len());
             self.stack.set_len(new_base + num_regs);
         }
         self.push_frame_record(func, new_base, ret, None, false);
-        Ok(())
+        Ok(new_base)
     }
 
     /// The common frame push: checks depth and arity, then lays out the new frame on the
-    /// value stack in place: argument `k` is `arg(stack, k)`, then the captures, then `nil`
-    /// for every other register.
+    /// value stack in place: argument `k` is `arg(stack, k)`, then the captures, then the
+    /// function's frame image (`frame_image.rs`: `nil`, or constants the entry block loads).
+    /// Returns the new frame's base.
     #[inline(always)]
     fn enter(
         &mut self,
@@ -787,7 +809,7 @@ impl Vm {
         ret: u32,
         boundary: bool,
         arg: impl Fn(*const Value, usize) -> Value,
-    ) -> VmResult<()> {
+    ) -> VmResult<usize> {
         if self.frames.len() >= self.limits.max_depth {
             return Err(VmError::new("stack overflow"));
         }
@@ -801,14 +823,19 @@ impl Vm {
             return Err(VmError::new(format!("internal error: {} called with the wrong number of captures", f.trace_name())));
         }
         let num_regs = f.num_regs as usize;
+        let image = &self.frame_images[func.index()].regs;
+        if nargs + f.num_captures as usize + image.len() != num_regs {
+            return Err(VmError::new(format!("internal error: the frame image of {} does not fit it", f.trace_name())));
+        }
         self.calls[func.index()] = self.calls[func.index()].saturating_add(1);
         let base = self.stack.len();
         self.stack.reserve(num_regs);
         // SAFETY: `reserve` made room for `num_regs` values after `base`. Slots are written
         // in order — arguments (`nargs == arity`, checked above), captures (their count is
-        // `num_captures`, checked above, and `arity + num_captures <= num_regs`, which
-        // `VerifiedProgram::new` and `add_function` check), then `nil` up to `num_regs` — and `set_len` publishes them only
-        // once all are initialised. `arg` reads only below `base`.
+        // `num_captures`, checked above), then the image's values, as many as the registers
+        // left (checked above; plain values, which own nothing, so a bitwise copy is a
+        // clone) — and `set_len` publishes them only once all are initialised. `arg` reads
+        // only below `base`.
         unsafe {
             let p = self.stack.as_mut_ptr();
             for k in 0..nargs {
@@ -821,13 +848,11 @@ impl Vm {
                     next += 1;
                 }
             }
-            for slot in next..base + num_regs {
-                p.add(slot).write(Value::Nil);
-            }
+            std::ptr::copy_nonoverlapping(image.as_ptr(), p.add(next), image.len());
             self.stack.set_len(base + num_regs);
         }
         self.push_frame_record(func, base, ret, closure, boundary);
-        Ok(())
+        Ok(base)
     }
 
     /// Appends the frame record of a frame whose registers are laid out from `base`.
@@ -1087,29 +1112,40 @@ impl Vm {
                 }};
             }
 
-            // After a call pushed a frame or a return popped one: goes on with the frame now
-            // on top. The frame-entry path above runs again (`continue 'frames`) when it has
-            // work: native code may be entered or compiled, or the program grew (a routine
-            // made while running) and the local `program` must be re-read; otherwise the
-            // frame's locals are re-read here, without leaving the dispatch loop.
-            macro_rules! switch_frame {
-                () => {{
-                    if self.native.on() || version != self.program_version {
-                        continue 'frames;
-                    }
-                    let frame = self.frames.last().unwrap();
-                    func_id = frame.func;
+            // After a call pushed a frame or a return popped one, with native code off and the
+            // program unchanged (else the frame-entry path above runs again, `continue
+            // 'frames`, to enter native code or re-read the program): the running frame's
+            // locals become those of function `$f` at base `$base`, running from instruction
+            // `$start` with its straight-line run counted from `$counted_from`.
+            macro_rules! resume {
+                ($f:expr, $base:expr, $start:expr, $counted_from:expr) => {{
+                    func_id = $f;
                     func = &program.functions[func_id.index()];
-                    base = frame.base as usize;
+                    base = $base;
                     code_ptr = func.code.as_ptr();
-                    // SAFETY: a frame's saved pc is an instruction index of its function.
-                    ip = unsafe { code_ptr.add(frame.pc as usize) };
-                    run_start = ip;
+                    // SAFETY: both are instruction indices of `func` (a frame's saved pc, or a
+                    // frame image's skip clamped below the code's length).
+                    ip = unsafe { code_ptr.add($start) };
+                    run_start = unsafe { code_ptr.add($counted_from) };
                     edge_base = self.loop_base[func_id.index()] as usize;
-                    // Native code is off: the same values the frame-entry path computes.
                     native_here = false;
                     edge_mask = self.native.loop_mask;
                     refresh!();
+                }};
+            }
+
+            // After pushing a frame for function `$f` at `$base` (its registers laid out from
+            // its frame image): straight into it, past the constant loads the image has done,
+            // which are counted with its first straight-line run.
+            macro_rules! enter_callee {
+                ($f:expr, $base:expr) => {{
+                    if self.native.on() || version != self.program_version {
+                        continue 'frames;
+                    }
+                    let f: FuncId = $f;
+                    let skip = (self.frame_images[f.index()].skip as usize)
+                        .min(program.functions[f.index()].code.len().saturating_sub(1));
+                    resume!(f, $base, skip, 0);
                 }};
             }
 
@@ -1149,8 +1185,8 @@ impl Vm {
                         if self.steps >= self.next_check {
                             tri!(self.check_limits());
                         }
-                        tri!(self.push_direct(f, &program.functions[f.index()], base, func.list(args), dst.0));
-                        switch_frame!();
+                        let new_base = tri!(self.push_direct(f, &program.functions[f.index()], base, func.list(args), dst.0));
+                        enter_callee!(f, new_base);
                     }
                     Instr::Call { dst, callee, args } => {
                         account!();
@@ -1160,12 +1196,13 @@ impl Vm {
                         }
                         match reg!(callee).clone() {
                             Value::Func(f) => {
-                                tri!(self.push_call(f, None, base, func.list(args), dst.0));
-                                continue 'frames;
+                                let new_base = tri!(self.push_call(f, None, base, func.list(args), dst.0));
+                                enter_callee!(f, new_base);
                             }
                             Value::Closure(c) => {
-                                tri!(self.push_call(c.func, Some(c), base, func.list(args), dst.0));
-                                continue 'frames;
+                                let f = c.func;
+                                let new_base = tri!(self.push_call(f, Some(c), base, func.list(args), dst.0));
+                                enter_callee!(f, new_base);
                             }
                             Value::Builtin(b) => {
                                 let v = tri!(self.call_builtin_regs(b, base, func.list(args)));
@@ -1394,17 +1431,24 @@ impl Vm {
                     Instr::Return { src } => {
                         account!();
                         let v = std::mem::take(&mut reg_mut!(src));
-                        let fr = self.frames.pop().unwrap();
-                        truncate_registers(&mut self.stack, fr.base as usize);
-                        if fr.boundary {
+                        // Taken apart as it is popped: moving the whole record out and then
+                        // reading its fields costs a copy through memory per return.
+                        let Frame { base: callee_base, ret, boundary, closure, .. } = self.frames.pop().unwrap();
+                        drop(closure);
+                        truncate_registers(&mut self.stack, callee_base as usize);
+                        if boundary {
                             return Ok(v);
                         }
-                        if fr.ret != DISCARD {
-                            let caller = self.frames.last().unwrap();
-                            let i = caller.base as usize + fr.ret as usize;
-                            store(&mut self.stack[i], v);
+                        let caller = self.frames.last().unwrap();
+                        let (caller_func, caller_base, caller_pc) = (caller.func, caller.base as usize, caller.pc);
+                        if ret != DISCARD {
+                            store(&mut self.stack[caller_base + ret as usize], v);
                         }
-                        switch_frame!();
+                        if self.native.on() || version != self.program_version {
+                            continue 'frames;
+                        }
+                        // Back in the caller, from the frame record just read.
+                        resume!(caller_func, caller_base, caller_pc as usize, caller_pc as usize);
                     }
                     // Every other instruction is simple (`semantics.rs`), shared with the JIT.
                     // The hot ones get arms of their own, so that the shared semantics inline
@@ -1574,4 +1618,19 @@ pub(crate) fn arity_error(f: &crate::program::Function, got: usize) -> VmError {
         f.arity,
         if f.arity == 1 { "" } else { "s" }
     ))
+}
+
+/// Writes a clone of `*src` to `dst`: a plain value (nil, bool, number) by copying its bits,
+/// which is what its clone is, without building it in a temporary first.
+///
+/// # Safety
+/// `src` points at an initialised value, `dst` at writable memory for one value that holds
+/// nothing to drop (it is overwritten without a drop), and the two do not overlap.
+#[inline(always)]
+unsafe fn clone_into(src: *const Value, dst: *mut Value) {
+    if matches!(*src, Value::Nil | Value::Bool(_) | Value::Int(_) | Value::Float(_)) {
+        std::ptr::copy_nonoverlapping(src, dst, 1);
+    } else {
+        dst.write((*src).clone());
+    }
 }

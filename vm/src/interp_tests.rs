@@ -126,3 +126,95 @@ fn the_verifier_refuses_what_the_interpreter_relies_on() {
     let e = bad(&|p| p.main = FuncId(7));
     assert!(e.contains("main function"), "{e}");
 }
+
+/// main: `g(10.0) + g(10.0) + adder(5.0) + s(0.0)`, calling `g` directly and through a
+/// function value, where `g(x) = (x - 1.0) * 2.0` begins with two constant loads (one into a
+/// register it then reuses), `adder` is a closure whose constant load follows its capture, and
+/// `s` begins with a string constant, which no frame image holds.
+fn constant_loads() -> Program {
+    let r = Reg;
+    let main = function(
+        "",
+        0,
+        0,
+        9,
+        vec![
+            Instr::LoadK { dst: r(0), k: ConstId(0) },
+            Instr::CallDirect { dst: r(1), func: FuncId(1), args: ListId(1) },
+            Instr::LoadFunc { dst: r(2), func: FuncId(1) },
+            Instr::Call { dst: r(3), callee: r(2), args: ListId(1) },
+            Instr::Add { dst: r(4), a: r(1), b: r(3) },
+            Instr::MakeClosure { dst: r(5), func: FuncId(2), captures: ListId(1) },
+            Instr::Call { dst: r(6), callee: r(5), args: ListId(2) },
+            Instr::Add { dst: r(4), a: r(4), b: r(6) },
+            Instr::CallDirect { dst: r(7), func: FuncId(3), args: ListId(1) },
+            Instr::Add { dst: r(4), a: r(4), b: r(7) },
+            Instr::Return { src: r(4) },
+        ],
+        vec![vec![r(0)], vec![r(8)]],
+    );
+    let g = function(
+        "g",
+        1,
+        0,
+        3,
+        vec![
+            Instr::LoadK { dst: r(1), k: ConstId(1) },
+            Instr::LoadK { dst: r(2), k: ConstId(2) },
+            Instr::Sub { dst: r(1), a: r(0), b: r(1) },
+            Instr::Mul { dst: r(1), a: r(1), b: r(2) },
+            Instr::Return { src: r(1) },
+        ],
+        vec![],
+    );
+    let adder = function(
+        "adder",
+        1,
+        1,
+        3,
+        vec![Instr::LoadK { dst: r(2), k: ConstId(1) }, Instr::Add { dst: r(2), a: r(2), b: r(1) }, Instr::Return { src: r(2) }],
+        vec![],
+    );
+    let s = function(
+        "s",
+        1,
+        0,
+        3,
+        vec![Instr::LoadK { dst: r(1), k: ConstId(3) }, Instr::LoadK { dst: r(2), k: ConstId(1) }, Instr::Return { src: r(2) }],
+        vec![],
+    );
+    // main's r8 is `nil` until set: give the closure call a real argument.
+    let mut main = main;
+    main.code.insert(5, Instr::LoadK { dst: r(8), k: ConstId(4) });
+    main.spans.insert(5, Span::default());
+    let mut p = program(
+        vec![main, g, adder, s],
+        vec![Const::Float(10.0), Const::Float(1.0), Const::Float(2.0), Const::Str("s".into()), Const::Float(5.0)],
+    );
+    // Registers are reused, as in the executable form; the SSA forms (which only the
+    // differentiator reads) are stand-ins that verify.
+    p.ssa_functions = p
+        .functions
+        .iter()
+        .map(|f| Arc::new(function(&f.name, f.arity, f.num_captures, f.num_regs, vec![Instr::Return { src: Reg(0) }], vec![])))
+        .collect();
+    p
+}
+
+#[test]
+fn frame_images_skip_constant_loads_and_still_count_them() {
+    let p = VerifiedProgram::new(Arc::new(constant_loads())).unwrap();
+    let mut vm = Vm::new(p);
+    let skips: Vec<u32> = vm.frame_images.iter().map(|i| i.skip).collect();
+    // main's first load is into a register it later reads after calls (its entry block is
+    // its only block): it is skipped too, but main is entered from Rust, at instruction 0.
+    assert_eq!(&skips[1..], &[2, 1, 0], "g skips both loads, adder one, s none (a string)");
+    for _ in 0..3 {
+        let before = vm.stats().instructions;
+        let v = vm.run_main().unwrap();
+        // g: (10 - 1) * 2, twice; adder: 1.0 + its capture 10.0; s: 1.0.
+        assert!(matches!(v, Value::Float(x) if x == 18.0 + 18.0 + 11.0 + 1.0), "{v:?}");
+        // Every instruction counted as if run: main 12, g 5 twice, adder 3, s 3.
+        assert_eq!(vm.stats().instructions - before, 12 + 5 + 5 + 3 + 3);
+    }
+}

@@ -12,6 +12,7 @@ pub mod dict;
 pub mod disasm;
 pub mod error;
 pub mod format;
+pub(crate) mod frame_image;
 pub mod host;
 pub mod interp;
 pub mod kernels;

@@ -1,0 +1,57 @@
+//! The registers a frame starts with, so that a call skips its function's constant loads.
+//!
+//! SSA construction hoists a function's constants to the entry block (`compiler/src/ssa.rs`),
+//! so most functions begin with a run of `LoadK`s that every call executes: two of `fib`'s
+//! seven instructions per call. A frame the interpreter pushes for a `CallDirect` is laid out
+//! from a per-function image instead of `nil`s (the same number of register writes), with the
+//! registers of that run already holding their constants, and the interpreter starts the
+//! callee after the run. The skipped loads are still counted (the straight-line run is
+//! accounted from the function's first instruction), so instruction counts, fuel and traces
+//! are those of running them.
+//!
+//! Every other way into a frame (native code's own frame pushes, the frame-entry path when
+//! the JIT is on) starts at instruction 0 and runs the loads as before; the image only makes
+//! them redundant, never necessary.
+
+use crate::program::Function;
+use crate::value::Value;
+
+/// A function's initial registers after its arguments and captures.
+pub(crate) struct FrameImage {
+    /// How many instructions at the start of the entry block the image has already done: only
+    /// `LoadK`s of plain constants into registers after the arguments and captures, in a
+    /// block no jump enters (so they run once per call, first).
+    pub(crate) skip: u32,
+    /// Registers `arity + num_captures ..num_regs`: each one's constant from that run (the
+    /// last load into it), `nil` elsewhere. Only plain values (nil, bools, numbers), which own
+    /// no heap memory: copying their bits is a complete copy.
+    pub(crate) regs: Box<[Value]>,
+}
+
+impl FrameImage {
+    /// The image of `f`, whose `LoadK` operands index `consts`.
+    pub(crate) fn of(f: &Function, consts: &[Value]) -> FrameImage {
+        use crate::bytecode::Instr;
+        let first = (f.arity + f.num_captures) as usize;
+        let mut regs: Vec<Value> = vec![Value::Nil; (f.num_regs as usize).saturating_sub(first)];
+        let end = |b: usize| f.blocks.get(b + 1).map_or(f.code.len(), |next| next.start as usize);
+        let entry_end = end(0);
+        let entered_by_jump = (0..f.blocks.len())
+            .any(|b| end(b).checked_sub(1).and_then(|t| f.code.get(t)).is_some_and(|t| f.successors(t, b).contains(&0)));
+        let mut skip = 0;
+        if !entered_by_jump {
+            for instr in &f.code[..entry_end] {
+                let Instr::LoadK { dst, k } = *instr else { break };
+                let plain = consts.get(k.index()).filter(|v| matches!(v, Value::Nil | Value::Bool(_) | Value::Int(_) | Value::Float(_)));
+                match (plain, dst.index().checked_sub(first).and_then(|r| regs.get_mut(r))) {
+                    (Some(v), Some(slot)) => *slot = v.clone(),
+                    _ => break,
+                }
+                skip += 1;
+            }
+        }
+        // The entry block ends with a terminator, which is never skipped.
+        debug_assert!(skip < entry_end.max(1));
+        FrameImage { skip: skip as u32, regs: regs.into_boxed_slice() }
+    }
+}
