@@ -22,6 +22,9 @@ pub(crate) struct FrameImage {
     /// `LoadK`s of plain constants into registers after the arguments and captures, in a
     /// block no jump enters (so they run once per call, first).
     pub(crate) skip: u32,
+    /// Where the function's back-edge counters start (`Vm::loop_base`), kept here too so
+    /// that entering a frame reads one table.
+    pub(crate) loop_base: u32,
     /// Registers `arity + num_captures ..num_regs`: each one's constant from that run (the
     /// last load into it), `nil` elsewhere. Only plain values (nil, bools, numbers), which own
     /// no heap memory: copying their bits is a complete copy.
@@ -29,8 +32,9 @@ pub(crate) struct FrameImage {
 }
 
 impl FrameImage {
-    /// The image of `f`, whose `LoadK` operands index `consts`.
-    pub(crate) fn of(f: &Function, consts: &[Value]) -> FrameImage {
+    /// The image of `f`, whose `LoadK` operands index `consts` and whose back-edge counters
+    /// start at `loop_base`.
+    pub(crate) fn of(f: &Function, consts: &[Value], loop_base: u32) -> FrameImage {
         use crate::bytecode::Instr;
         let first = (f.arity + f.num_captures) as usize;
         let mut regs: Vec<Value> = vec![Value::Nil; (f.num_regs as usize).saturating_sub(first)];
@@ -52,6 +56,6 @@ impl FrameImage {
         }
         // The entry block ends with a terminator, which is never skipped.
         debug_assert!(skip < entry_end.max(1));
-        FrameImage { skip: skip as u32, regs: regs.into_boxed_slice() }
+        FrameImage { skip: skip as u32, loop_base, regs: regs.into_boxed_slice() }
     }
 }

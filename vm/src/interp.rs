@@ -189,7 +189,8 @@ impl Vm {
             })
             .collect();
         let back_edges = vec![0; program.functions.iter().map(|f| f.blocks.len()).sum()];
-        let frame_images = program.functions.iter().map(|f| crate::frame_image::FrameImage::of(f, &consts)).collect();
+        let frame_images =
+            program.functions.iter().zip(&loop_base).map(|(f, &lb)| crate::frame_image::FrameImage::of(f, &consts, lb)).collect();
         Vm {
             globals: vec![None; program.global_names.len()],
             modules_run: vec![false; program.functions.len()],
@@ -350,7 +351,10 @@ impl Vm {
         self.program_version += 1;
         self.frame_images.truncate(from);
         let program = self.program.clone();
-        let images = program.functions[from..].iter().map(|f| crate::frame_image::FrameImage::of(f, &self.consts));
+        let images = program.functions[from..]
+            .iter()
+            .zip(&self.loop_base[from..])
+            .map(|(f, &lb)| crate::frame_image::FrameImage::of(f, &self.consts, lb));
         self.frame_images.extend(images);
     }
 
@@ -761,22 +765,32 @@ impl Vm {
     /// Pushes a frame for `CallDirect`, the common call, and returns its base: the verifier
     /// checked that it passes the callee's arity and that the callee captures nothing ("direct
     /// call of" in `verify.rs`), so only the depth is checked here, and the registers after
-    /// the arguments are the callee's frame image (`frame_image.rs`), with no closure to copy
-    /// from.
+    /// the arguments are the callee's frame `image` (`frame_image.rs`), with no closure to
+    /// copy from. A function of the fields it touches rather than a method, so that the
+    /// caller can lend it the image out of `frame_images` at the same time.
     #[inline(always)]
-    fn push_direct(&mut self, func: FuncId, callee: &Function, base: usize, args: &[Reg], ret: u32) -> VmResult<usize> {
-        if self.frames.len() >= self.limits.max_depth {
+    #[allow(clippy::too_many_arguments)]
+    fn push_direct(
+        fields: (&mut Stack<Value>, &mut Stack<Frame>, &mut [u32], usize),
+        func: FuncId,
+        callee: &Function,
+        image: &[Value],
+        base: usize,
+        args: &[Reg],
+        ret: u32,
+    ) -> VmResult<usize> {
+        let (stack, frames, calls, max_depth) = fields;
+        if frames.len() >= max_depth {
             return Err(VmError::new("stack overflow"));
         }
         debug_assert!(args.len() == callee.arity as usize && callee.num_captures == 0);
-        let image = &self.frame_images[func.index()].regs;
         let num_regs = callee.num_regs as usize;
         if args.len() + image.len() != num_regs {
             return Err(VmError::new(format!("internal error: the frame image of {} does not fit it", callee.trace_name())));
         }
-        self.calls[func.index()] = self.calls[func.index()].saturating_add(1);
-        let new_base = self.stack.len();
-        self.stack.reserve(num_regs);
+        calls[func.index()] = calls[func.index()].saturating_add(1);
+        let new_base = stack.len();
+        stack.reserve(num_regs);
         // SAFETY: `reserve` made room for `num_regs` values after `new_base`; the arguments
         // (`args.len() == arity <= num_regs`, verifier) are written first, then the image's
         // `num_regs - args.len()` values (checked just above), and `set_len` publishes them
@@ -785,14 +799,14 @@ impl Vm {
         // are initialised values below `new_base` (verifier bound on `r`; the caller's frame
         // is live).
         unsafe {
-            let p = self.stack.as_mut_ptr();
+            let p = stack.as_mut_ptr();
             for (k, r) in args.iter().enumerate() {
                 clone_into(p.add(base + r.index()), p.add(new_base + k));
             }
             std::ptr::copy_nonoverlapping(image.as_ptr(), p.add(new_base + args.len()), image.len());
-            self.stack.set_len(new_base + num_regs);
+            stack.set_len(new_base + num_regs);
         }
-        self.push_frame_record(func, new_base, ret, None, false);
+        Self::push_frame_record(frames, func, new_base, ret, None, false);
         Ok(new_base)
     }
 
@@ -851,29 +865,29 @@ impl Vm {
             std::ptr::copy_nonoverlapping(image.as_ptr(), p.add(next), image.len());
             self.stack.set_len(base + num_regs);
         }
-        self.push_frame_record(func, base, ret, closure, boundary);
+        Self::push_frame_record(&mut self.frames, func, base, ret, closure, boundary);
         Ok(base)
     }
 
     /// Appends the frame record of a frame whose registers are laid out from `base`.
     #[inline(always)]
-    fn push_frame_record(&mut self, func: FuncId, base: usize, ret: u32, closure: Option<Rc<Closure>>, boundary: bool) {
-        self.frames.reserve(1);
-        let len = self.frames.len();
+    fn push_frame_record(frames: &mut Stack<Frame>, func: FuncId, base: usize, ret: u32, closure: Option<Rc<Closure>>, boundary: bool) {
+        frames.reserve(1);
+        let len = frames.len();
         // Written field by field in place: building the `Frame` on the stack and copying it
         // made the copy's wide load wait on the narrow field stores (store-forwarding stall),
         // measured at half the cost of a call.
         // SAFETY: `reserve(1)` guarantees room for one more frame at index `len`; every field
         // is initialised before `set_len` makes the frame visible.
         unsafe {
-            let p = self.frames.as_mut_ptr().add(len);
+            let p = frames.as_mut_ptr().add(len);
             std::ptr::addr_of_mut!((*p).func).write(func);
             std::ptr::addr_of_mut!((*p).pc).write(0);
             std::ptr::addr_of_mut!((*p).base).write(base as u32);
             std::ptr::addr_of_mut!((*p).ret).write(ret);
             std::ptr::addr_of_mut!((*p).closure).write(closure);
             std::ptr::addr_of_mut!((*p).boundary).write(boundary);
-            self.frames.set_len(len + 1);
+            frames.set_len(len + 1);
         }
     }
 
@@ -1118,16 +1132,16 @@ impl Vm {
             // locals become those of function `$f` at base `$base`, running from instruction
             // `$start` with its straight-line run counted from `$counted_from`.
             macro_rules! resume {
-                ($f:expr, $base:expr, $start:expr, $counted_from:expr) => {{
+                ($f:expr, $func:expr, $loop_base:expr, $base:expr, $start:expr, $counted_from:expr) => {{
                     func_id = $f;
-                    func = &program.functions[func_id.index()];
+                    func = $func;
                     base = $base;
                     code_ptr = func.code.as_ptr();
                     // SAFETY: both are instruction indices of `func` (a frame's saved pc, or a
                     // frame image's skip clamped below the code's length).
                     ip = unsafe { code_ptr.add($start) };
                     run_start = unsafe { code_ptr.add($counted_from) };
-                    edge_base = self.loop_base[func_id.index()] as usize;
+                    edge_base = $loop_base as usize;
                     native_here = false;
                     edge_mask = self.native.loop_mask;
                     refresh!();
@@ -1143,9 +1157,10 @@ impl Vm {
                         continue 'frames;
                     }
                     let f: FuncId = $f;
-                    let skip = (self.frame_images[f.index()].skip as usize)
-                        .min(program.functions[f.index()].code.len().saturating_sub(1));
-                    resume!(f, $base, skip, 0);
+                    let callee: &Function = &program.functions[f.index()];
+                    let image = &self.frame_images[f.index()];
+                    let skip = (image.skip as usize).min(callee.code.len().saturating_sub(1));
+                    resume!(f, callee, image.loop_base, $base, skip, 0);
                 }};
             }
 
@@ -1185,8 +1200,15 @@ impl Vm {
                         if self.steps >= self.next_check {
                             tri!(self.check_limits());
                         }
-                        let new_base = tri!(self.push_direct(f, &program.functions[f.index()], base, func.list(args), dst.0));
-                        enter_callee!(f, new_base);
+                        let callee: &Function = &program.functions[f.index()];
+                        let image = &self.frame_images[f.index()];
+                        let (skip, loop_base) = (image.skip as usize, image.loop_base);
+                        let fields = (&mut self.stack, &mut self.frames, &mut self.calls[..], self.limits.max_depth);
+                        let new_base = tri!(Self::push_direct(fields, f, callee, &image.regs, base, func.list(args), dst.0));
+                        if self.native.on() || version != self.program_version {
+                            continue 'frames;
+                        }
+                        resume!(f, callee, loop_base, new_base, skip.min(callee.code.len().saturating_sub(1)), 0);
                     }
                     Instr::Call { dst, callee, args } => {
                         account!();
@@ -1448,7 +1470,8 @@ impl Vm {
                             continue 'frames;
                         }
                         // Back in the caller, from the frame record just read.
-                        resume!(caller_func, caller_base, caller_pc as usize, caller_pc as usize);
+                        let loop_base = self.frame_images[caller_func.index()].loop_base;
+                        resume!(caller_func, &program.functions[caller_func.index()], loop_base, caller_base, caller_pc as usize, caller_pc as usize);
                     }
                     // Every other instruction is simple (`semantics.rs`), shared with the JIT.
                     // The hot ones get arms of their own, so that the shared semantics inline
