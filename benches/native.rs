@@ -105,6 +105,15 @@ pub fn sincos(x: f64) -> f64 {
     x.cos().sin()
 }
 
+/// Recursive calls, as `benches/zy/fib.zy` (the compiler keeps both calls: the recursion is
+/// not turned into a loop at `opt-level = 3`, checked with `objdump`).
+pub fn fib(n: i64) -> i64 {
+    if n < 2 {
+        return n;
+    }
+    fib(n - 1) + fib(n - 2)
+}
+
 pub fn loop_sin(x: f64) -> f64 {
     let mut r = 1.0;
     for _ in 0..500 {

@@ -18,6 +18,8 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CRITERION = os.path.join(ROOT, "target", "criterion")
 WORKLOADS = ["sincos", "loop", "logsumexp", "logsumexp_loops", "logreg", "logreg_loops", "mlp", "mlp_loops"]
+# Timed forward only (integer recursion: the cost of calls).
+FORWARD_ONLY = ["fib"]
 COLUMNS = [("native Rust", "native"), ("zygvm interp", "zygvm-interp"), ("zygvm JIT", "zygvm-jit"),
            ("Lua 5.4", "lua5.4"), ("LuaJIT -joff", "luajit-joff"), ("LuaJIT", "luajit")]
 
@@ -44,8 +46,8 @@ def main():
                        stdout=subprocess.DEVNULL)
     print("| workload | " + " | ".join(c for c, _ in COLUMNS) + " |")
     print("| --- " * (len(COLUMNS) + 1) + "|")
-    for w in WORKLOADS:
-        for mode in ("forward", "gradient"):
+    for w in WORKLOADS + FORWARD_ONLY:
+        for mode in ("forward",) if w in FORWARD_ONLY else ("forward", "gradient"):
             # A `_loops` forward row compares with the plain-loop Rust in the same order
             # (`native::plain`); gradient rows with the vectorised twin's hand-written gradient.
             native = (mode == "forward" and median_seconds(mode, f"{w}_native")) or \

@@ -21,14 +21,19 @@ use zygvm::{JitMode, Program, Value, Vm};
 const WORKLOADS: &[&str] =
     &["sincos", "loop", "logsumexp", "logsumexp_loops", "logreg", "logreg_loops", "mlp", "mlp_loops"];
 /// The scalar workloads that have a Lua twin in `benches/lua/`.
-const LUA_WORKLOADS: &[&str] = &["sincos", "loop", "logsumexp_loops", "logreg_loops", "mlp_loops"];
+const LUA_WORKLOADS: &[&str] = &["sincos", "loop", "logsumexp_loops", "logreg_loops", "mlp_loops", "fib"];
+/// Workloads timed forward only (not differentiable: `fib` is integer recursion, the cost of
+/// calls).
+const FORWARD_ONLY: &[&str] = &["fib"];
 
 fn bench_dir() -> &'static Path {
     Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/benches"))
 }
 
-/// The in-VM timing loops appended to every workload (forward, and value-and-gradient).
-const BENCH_N: &str = "\nfn __bench_n(n) {\n  let s = 0.0\n  for i in 0..n { s += bench() }\n  s\n}\nfn __bench_grad_n(n) {\n  for i in 0..n { bench_grad() }\n  0.0\n}\n";
+/// The in-VM timing loops appended to every workload (forward, and value-and-gradient where
+/// the workload defines `bench_grad`).
+const BENCH_N: &str = "\nfn __bench_n(n) {\n  let s = 0.0\n  for i in 0..n { s += bench() }\n  s\n}\n";
+const BENCH_GRAD_N: &str = "\nfn __bench_grad_n(n) {\n  for i in 0..n { bench_grad() }\n  0.0\n}\n";
 
 /// A VM on the interpreter that has run the workload's setup (its main program), ready to
 /// call `bench()`.
@@ -39,7 +44,10 @@ pub fn workload_vm(name: &str) -> Vm {
 /// The same on a chosen tier (`Auto`: the JIT compiles what gets hot, as for any user).
 pub fn workload_vm_on(name: &str, mode: JitMode) -> Vm {
     let path = bench_dir().join("zy").join(format!("{name}.zy"));
-    let text = std::fs::read_to_string(&path).unwrap() + BENCH_N;
+    let mut text = std::fs::read_to_string(&path).unwrap() + BENCH_N;
+    if text.contains("fn bench_grad(") {
+        text += BENCH_GRAD_N;
+    }
     let program = Program::builder()
         .import_dir(bench_dir().join("zy"))
         .compile(&format!("{name}.zy"), &text)
@@ -77,7 +85,7 @@ fn lua_time(bin: &[&str], name: &str, iters: u64) -> Duration {
 fn forward(c: &mut Criterion) {
     let mut g = c.benchmark_group("forward");
     g.sample_size(20).warm_up_time(Duration::from_millis(300)).measurement_time(Duration::from_secs(2));
-    for name in WORKLOADS {
+    for name in WORKLOADS.iter().chain(FORWARD_ONLY) {
         for (label, mode) in TIERS {
             let mut vm = workload_vm_on(name, mode);
             g.bench_function(format!("{name}/{label}"), |b| {
@@ -154,6 +162,7 @@ fn close(a: f64, b: f64) -> bool {
 /// error path, and the references stay honest).
 fn sanity(_: &mut Criterion) {
     assert!(close(zy("sincos"), native::sincos(0.5)));
+    assert_eq!(zy("fib"), native::fib(20) as f64);
     assert!(close(zy("loop"), native::loop_sin(2.0)));
     let x = native::randn(1, 100);
     assert!(close(zy("logsumexp"), native::logsumexp_naive(&x)));
@@ -343,6 +352,7 @@ fn native_forward(c: &mut Criterion) {
     g.sample_size(20).warm_up_time(Duration::from_millis(300)).measurement_time(Duration::from_secs(2));
     g.bench_function("sincos/native", |b| b.iter(|| native::sincos(black_box(0.5))));
     g.bench_function("loop/native", |b| b.iter(|| native::loop_sin(black_box(2.0))));
+    g.bench_function("fib/native", |b| b.iter(|| native::fib(black_box(20)) as f64));
     let x = native::randn(1, 100);
     g.bench_function("logsumexp/native", |b| b.iter(|| native::logsumexp_naive(black_box(&x))));
     let (w, bias, xr) = (native::randn(2, 7840), native::randn(3, 10), native::rand(4, 784));
