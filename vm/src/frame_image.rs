@@ -25,10 +25,13 @@ pub(crate) struct FrameImage {
     /// Where the function's back-edge counters start (`Vm::loop_base`), kept here too so
     /// that entering a frame reads one table.
     pub(crate) loop_base: u32,
+    /// How many registers the image covers: `num_regs - arity - num_captures`.
+    pub(crate) len: usize,
     /// Registers `arity + num_captures ..num_regs`: each one's constant from that run (the
-    /// last load into it), `nil` elsewhere. Only plain values (nil, bools, numbers), which own
-    /// no heap memory: copying their bits is a complete copy.
-    pub(crate) regs: Box<[Value]>,
+    /// last load into it), `nil` elsewhere, then `nil`s up to a multiple of four. Only plain
+    /// values (nil, bools, numbers), which own no heap memory: copying their bits is a
+    /// complete copy.
+    padded: Box<[Value]>,
 }
 
 impl FrameImage {
@@ -56,6 +59,37 @@ impl FrameImage {
         }
         // The entry block ends with a terminator, which is never skipped.
         debug_assert!(skip < entry_end.max(1));
-        FrameImage { skip: skip as u32, loop_base, regs: regs.into_boxed_slice() }
+        let len = regs.len();
+        regs.resize(len.div_ceil(4).max(1) * 4, Value::Nil);
+        FrameImage { skip: skip as u32, loop_base, len, padded: regs.into_boxed_slice() }
+    }
+
+    /// How many values `write_to` writes: `len` rounded up to a multiple of four.
+    pub(crate) fn padded_len(&self) -> usize {
+        self.padded.len()
+    }
+
+    /// Writes the image's `len` values to `dst`, and `nil`s after them up to `padded_len()`:
+    /// a small image (most frames of small functions) is one copy of four values, which
+    /// the compiler emits inline, where a call of `memcpy` would cost more than the copy.
+    ///
+    /// # Safety
+    /// `dst` is valid for writes of `padded_len()` values and holds nothing that needs
+    /// dropping there (it is overwritten without a drop).
+    #[inline(always)]
+    pub(crate) unsafe fn write_to(&self, dst: *mut Value) {
+        // SAFETY: `padded` holds `padded_len()` plain values (a multiple of four, at least
+        // four), which own nothing, so copying their bits clones them; `dst` has room for as
+        // many (the caller's contract).
+        unsafe {
+            if self.padded.len() == 4 {
+                // A load and a store of four values (not a copy of `len` bytes, which the
+                // compiler would merge with the other branch into one `memcpy` call).
+                let four = self.padded.as_ptr().cast::<[Value; 4]>().read();
+                dst.cast::<[Value; 4]>().write(four);
+            } else {
+                std::ptr::copy_nonoverlapping(self.padded.as_ptr(), dst, self.padded.len());
+            }
+        }
     }
 }

@@ -774,7 +774,7 @@ impl Vm {
         fields: (&mut Stack<Value>, &mut Stack<Frame>, &mut [u32], usize),
         func: FuncId,
         callee: &Function,
-        image: &[Value],
+        image: &crate::frame_image::FrameImage,
         base: usize,
         args: &[Reg],
         ret: u32,
@@ -785,25 +785,25 @@ impl Vm {
         }
         debug_assert!(args.len() == callee.arity as usize && callee.num_captures == 0);
         let num_regs = callee.num_regs as usize;
-        if args.len() + image.len() != num_regs {
+        if args.len() + image.len != num_regs {
             return Err(VmError::new(format!("internal error: the frame image of {} does not fit it", callee.trace_name())));
         }
         calls[func.index()] = calls[func.index()].saturating_add(1);
         let new_base = stack.len();
-        stack.reserve(num_regs);
-        // SAFETY: `reserve` made room for `num_regs` values after `new_base`; the arguments
-        // (`args.len() == arity <= num_regs`, verifier) are written first, then the image's
-        // `num_regs - args.len()` values (checked just above), and `set_len` publishes them
-        // once all are initialised. The image holds only plain values (`FrameImage::regs`),
-        // which own nothing, so a bitwise copy is a clone. The caller's registers `base + r`
-        // are initialised values below `new_base` (verifier bound on `r`; the caller's frame
-        // is live).
+        stack.reserve(args.len() + image.padded_len());
+        // SAFETY: `reserve` made room for `args.len() + padded_len()` values after
+        // `new_base`; the arguments (`args.len() == arity`, verifier) are written first,
+        // then the image (`write_to` writes `padded_len()` values; the `len` that count is
+        // `num_regs - args.len()`, checked just above, the rest fall in spare capacity), and
+        // `set_len` publishes the `num_regs` once all are initialised. The caller's
+        // registers `base + r` are initialised values below `new_base` (verifier bound on
+        // `r`; the caller's frame is live).
         unsafe {
             let p = stack.as_mut_ptr();
             for (k, r) in args.iter().enumerate() {
                 clone_into(p.add(base + r.index()), p.add(new_base + k));
             }
-            std::ptr::copy_nonoverlapping(image.as_ptr(), p.add(new_base + args.len()), image.len());
+            image.write_to(p.add(new_base + args.len()));
             stack.set_len(new_base + num_regs);
         }
         Self::push_frame_record(frames, func, new_base, ret, None, false);
@@ -837,19 +837,19 @@ impl Vm {
             return Err(VmError::new(format!("internal error: {} called with the wrong number of captures", f.trace_name())));
         }
         let num_regs = f.num_regs as usize;
-        let image = &self.frame_images[func.index()].regs;
-        if nargs + f.num_captures as usize + image.len() != num_regs {
+        let image = &self.frame_images[func.index()];
+        if nargs + f.num_captures as usize + image.len != num_regs {
             return Err(VmError::new(format!("internal error: the frame image of {} does not fit it", f.trace_name())));
         }
         self.calls[func.index()] = self.calls[func.index()].saturating_add(1);
         let base = self.stack.len();
-        self.stack.reserve(num_regs);
-        // SAFETY: `reserve` made room for `num_regs` values after `base`. Slots are written
-        // in order — arguments (`nargs == arity`, checked above), captures (their count is
-        // `num_captures`, checked above), then the image's values, as many as the registers
-        // left (checked above; plain values, which own nothing, so a bitwise copy is a
-        // clone) — and `set_len` publishes them only once all are initialised. `arg` reads
-        // only below `base`.
+        self.stack.reserve(num_regs - image.len + image.padded_len());
+        // SAFETY: `reserve` made room for `num_regs - len + padded_len()` values after
+        // `base`. Slots are written in order — arguments (`nargs == arity`, checked above),
+        // captures (their count is `num_captures`, checked above), then the image (its `len`
+        // values are the registers left, checked above; `write_to` writes `padded_len()`,
+        // the rest into spare capacity) — and `set_len` publishes the `num_regs` only once
+        // all are initialised. `arg` reads only below `base`.
         unsafe {
             let p = self.stack.as_mut_ptr();
             for k in 0..nargs {
@@ -862,7 +862,7 @@ impl Vm {
                     next += 1;
                 }
             }
-            std::ptr::copy_nonoverlapping(image.as_ptr(), p.add(next), image.len());
+            image.write_to(p.add(next));
             self.stack.set_len(base + num_regs);
         }
         Self::push_frame_record(&mut self.frames, func, base, ret, closure, boundary);
@@ -1204,7 +1204,7 @@ impl Vm {
                         let image = &self.frame_images[f.index()];
                         let (skip, loop_base) = (image.skip as usize, image.loop_base);
                         let fields = (&mut self.stack, &mut self.frames, &mut self.calls[..], self.limits.max_depth);
-                        let new_base = tri!(Self::push_direct(fields, f, callee, &image.regs, base, func.list(args), dst.0));
+                        let new_base = tri!(Self::push_direct(fields, f, callee, image, base, func.list(args), dst.0));
                         if self.native.on() || version != self.program_version {
                             continue 'frames;
                         }
