@@ -1550,7 +1550,43 @@ impl Vm {
                     Instr::PullAdd { dst, rule, args } => simple!(Instr::PullAdd { dst, rule, args }),
                     Instr::Gate { dst, src, cond } => simple!(Instr::Gate { dst, src, cond }),
                     Instr::TapePopIf { dst, code, mask } => simple!(Instr::TapePopIf { dst, code, mask }),
-                    Instr::TapePopCtl { dst } => simple!(Instr::TapePopCtl { dst }),
+                    // The adjoint of `+` and `-`: the broadcast decision, the shapes it says
+                    // were saved, then each operand's pullback, which with a scalar cotangent
+                    // is the cotangent or its negation. Run in one dispatch, each instruction
+                    // with its own semantics and with `ip` past it (counts and error
+                    // locations as if dispatched), for as long as the next instruction is
+                    // one of the group in its plain case.
+                    Instr::TapePopCtl { dst } => {
+                        let c = match self.tape.ctl.pop() {
+                            Some(c) => c,
+                            None => throw!(crate::ad::calls::tape_underflow()),
+                        };
+                        set!(dst, Value::Int(c as i64));
+                        // SAFETY (each `*ip` below): the instruction just run is not a
+                        // terminator, so another instruction of its block follows (verifier:
+                        // every block ends with a terminator).
+                        while let Instr::TapePopIf { dst: d, code, mask } = unsafe { *ip } {
+                            if code != dst {
+                                break;
+                            }
+                            ip = unsafe { ip.add(1) };
+                            let v = if c as i64 & mask as i64 != 0 {
+                                match self.tape.pop() {
+                                    Some(v) => v,
+                                    None => throw!(crate::ad::calls::tape_underflow()),
+                                }
+                            } else {
+                                Value::Nil
+                            };
+                            set!(d, v);
+                        }
+                        while let Instr::Pull { dst: d, rule, args } = unsafe { *ip } {
+                            let (Some(negate), Some(&dy)) = (crate::ad::rules::linear(rule), func.list(args).first()) else { break };
+                            let Value::Float(x) = reg!(dy) else { break };
+                            ip = unsafe { ip.add(1) };
+                            set!(d, Value::Float(if negate { -x } else { x }));
+                        }
+                    }
                     Instr::TapeShape { a, b } => simple!(Instr::TapeShape { a, b }),
                     // Loops recomputed under a tape budget (`ad/loop_checkpoints.rs`).
                     Instr::LoopCkBegin { .. } | Instr::LoopCkCallee { .. } | Instr::LoopCkRewind { .. } => {

@@ -290,6 +290,19 @@ pub fn fast<'v>(program: &Program, code: u32, arg: impl Fn(usize) -> &'v Value) 
     Some(v)
 }
 
+/// For the rules whose scalar pullback is the cotangent itself or its negation (`+`, `-`,
+/// unary minus): `Some(negate)`; `None` for every other rule. With a float cotangent `d`,
+/// `fast` gives `d` or `-d` for these whatever the other operands (no operand of a scalar
+/// result was broadcast).
+#[inline(always)]
+pub fn linear(code: u32) -> Option<bool> {
+    match Rule::decode(code).0 {
+        Rule::AddA | Rule::AddB | Rule::SubA => Some(false),
+        Rule::SubB | Rule::Neg => Some(true),
+        _ => None,
+    }
+}
+
 /// The float fast path of `Index`'s rule: `acc[i] += d` in place on an adjoint array of
 /// floats, which it returns (shared with native code: `native::pull_index_float`).
 #[inline(always)]
