@@ -964,6 +964,14 @@ impl Vm {
                     regs = unsafe { self.stack.as_mut_ptr().add(base) }
                 };
             }
+            // A list operand of this function's instructions, or a block's parameters.
+            macro_rules! list {
+                ($l:expr) => {
+                    // SAFETY: `func` passed the verifier, which checked every list operand
+                    // and parameter list (`Function::list_unchecked`).
+                    unsafe { func.list_unchecked($l) }
+                };
+            }
             // Reads go through a shared reference, so two reads of one register (`x * x`)
             // never make two live `&mut`; writes go through `reg_mut!`/`set!`, one at a time.
             macro_rules! reg {
@@ -1204,7 +1212,7 @@ impl Vm {
                         let image = &self.frame_images[f.index()];
                         let (skip, loop_base) = (image.skip as usize, image.loop_base);
                         let fields = (&mut self.stack, &mut self.frames, &mut self.calls[..], self.limits.max_depth);
-                        let new_base = tri!(Self::push_direct(fields, f, callee, image, base, func.list(args), dst.0));
+                        let new_base = tri!(Self::push_direct(fields, f, callee, image, base, list!(args), dst.0));
                         if self.native.on() || version != self.program_version {
                             continue 'frames;
                         }
@@ -1396,9 +1404,9 @@ impl Vm {
                         set!(dst, Value::tuple(vals));
                     }
                     Instr::Jump { target, args } => {
-                        let args = func.list(args);
+                        let args = list!(args);
                         if !args.is_empty() {
-                            let params = func.list(func.blocks[target.index()].params);
+                            let params = list!(func.blocks[target.index()].params);
                             for (p, a) in params.iter().zip(args) {
                                 // SAFETY: both registers are in this frame (verifier bounds);
                                 // a `Jump` copies in order, its copies never overlap.
@@ -1408,9 +1416,9 @@ impl Vm {
                         jump_to!(target);
                     }
                     Instr::JumpPar { target, args } => {
-                        let params = func.list(func.blocks[target.index()].params);
+                        let params = list!(func.blocks[target.index()].params);
                         self.scratch.clear();
-                        for a in func.list(args) {
+                        for a in list!(args) {
                             let v = reg!(a).clone();
                             self.scratch.push(v);
                         }
@@ -1525,7 +1533,7 @@ impl Vm {
                         _ => simple!(instr),
                     },
                     Instr::Index2 { dst, obj, ij } => {
-                        let ij = func.list(ij);
+                        let ij = list!(ij);
                         match (&reg!(obj), &reg!(ij[0]), &reg!(ij[1])) {
                             (Value::Matrix(m), Value::Int(i), Value::Int(j)) => {
                                 match m.try_borrow().ok().and_then(|m| m.float_at(*i, *j)) {
@@ -1581,7 +1589,7 @@ impl Vm {
                             set!(d, v);
                         }
                         while let Instr::Pull { dst: d, rule, args } = unsafe { *ip } {
-                            let (Some(negate), Some(&dy)) = (crate::ad::rules::linear(rule), func.list(args).first()) else { break };
+                            let (Some(negate), Some(&dy)) = (crate::ad::rules::linear(rule), list!(args).first()) else { break };
                             let Value::Float(x) = reg!(dy) else { break };
                             ip = unsafe { ip.add(1) };
                             set!(d, Value::Float(if negate { -x } else { x }));

@@ -112,6 +112,24 @@ impl Function {
         &self.list_regs[start as usize..(start + len) as usize]
     }
 
+    /// `list(l)` without its bounds checks, for the interpreter's hot paths.
+    ///
+    /// # Safety
+    /// `l` is a list operand of an instruction of this function, or a block's parameter list,
+    /// and the function passed the verifier (`verify::verify_function`), which refuses an
+    /// operand `l` with `l >= lists.len()` and reads every operand's `list(l)` (checked: a
+    /// range outside `list_regs` panics there, so no verified function has one); block
+    /// parameter lists are checked the same way. Functions are immutable once verified.
+    #[inline(always)]
+    pub unsafe fn list_unchecked(&self, l: ListId) -> &[Reg] {
+        debug_assert!(l.index() < self.lists.len());
+        // SAFETY: the caller's contract: `l` indexes `lists` and its range lies in `list_regs`.
+        unsafe {
+            let (start, len) = *self.lists.get_unchecked(l.index());
+            self.list_regs.get_unchecked(start as usize..(start + len) as usize)
+        }
+    }
+
     /// The blocks that may follow `instr`, the terminator of `block` (the fused branches
     /// fall through to the next block).
     pub fn successors(&self, instr: &crate::bytecode::Instr, block: usize) -> Vec<usize> {

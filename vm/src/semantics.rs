@@ -432,7 +432,8 @@ impl Vm {
     /// As for `exec_simple`.
     #[inline(always)]
     unsafe fn pull(&mut self, program: &Program, func: &Function, regs: *mut Value, rule: u32, args: ListId) -> VmResult<Value> {
-        let list = func.list(args);
+        // SAFETY: `func` is verified (the caller's contract), which checks its list operands.
+        let list = unsafe { func.list_unchecked(args) };
         // Never dropped: a plain local `Nil` borrowed by the closure was dropped through an
         // out-of-line call on every pull (measured).
         let nil = std::mem::ManuallyDrop::new(Value::Nil);
