@@ -125,6 +125,10 @@ fn the_verifier_refuses_what_the_interpreter_relies_on() {
     assert!(e.contains("terminator"), "{e}");
     let e = bad(&|p| p.main = FuncId(7));
     assert!(e.contains("main function"), "{e}");
+    // A register list that leaves the function's list registers (the interpreter reads
+    // lists without bounds checks).
+    let e = bad(&|p| Arc::make_mut(&mut p.functions[0]).lists[1] = (0, 99));
+    assert!(e.contains("outside the function's register lists"), "{e}");
 }
 
 /// main: `g(10.0) + g(10.0) + adder(5.0) + s(0.0)`, calling `g` directly and through a

@@ -116,10 +116,9 @@ impl Function {
     ///
     /// # Safety
     /// `l` is a list operand of an instruction of this function, or a block's parameter list,
-    /// and the function passed the verifier (`verify::verify_function`), which refuses an
-    /// operand `l` with `l >= lists.len()` and reads every operand's `list(l)` (checked: a
-    /// range outside `list_regs` panics there, so no verified function has one); block
-    /// parameter lists are checked the same way. Functions are immutable once verified.
+    /// and the function passed the verifier (`verify::verify_function`), which refuses a
+    /// list whose range leaves `list_regs`, a block without a parameter list, and an operand
+    /// `l` with `l >= lists.len()`. Functions are immutable once verified.
     #[inline(always)]
     pub unsafe fn list_unchecked(&self, l: ListId) -> &[Reg] {
         debug_assert!(l.index() < self.lists.len());

@@ -12,6 +12,14 @@ use crate::program::{Function, Program};
 pub fn verify_function(p: &Program, f: &Function, ssa: bool) -> Result<(), String> {
     let n = f.num_regs as usize;
     let err = |m: String| Err(format!("{}: {m}", f.trace_name()));
+    // Every register list lies in `list_regs` (`Function::list_unchecked` relies on it), and
+    // every block's parameter list exists.
+    if let Some(l) = f.lists.iter().position(|&(start, len)| start.checked_add(len).is_none_or(|end| end as usize > f.list_regs.len())) {
+        return err(format!("list L{l} outside the function's register lists"));
+    }
+    if let Some(b) = f.blocks.iter().position(|block| block.params.index() >= f.lists.len()) {
+        return err(format!("block B{b}: no parameter list"));
+    }
     if f.blocks.is_empty() || f.blocks[0].start != 0 || !f.list(f.blocks[0].params).is_empty() {
         return err("entry block must be block 0, start at 0 and have no parameters".into());
     }
