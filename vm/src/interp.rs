@@ -1554,7 +1554,23 @@ impl Vm {
                     Instr::ProfEnter { .. } | Instr::ProfLine { .. } | Instr::ProfLeave { .. } => {
                         simple!(instr, exec_simple_outlined)
                     }
-                    Instr::Pull { dst, rule, args } => simple!(Instr::Pull { dst, rule, args }),
+                    // An element's contribution added into the adjoint array or matrix in
+                    // place, when the result register is the adjoint's own (as register
+                    // allocation leaves it in loops): the rule's result is that same
+                    // container, so there is nothing to clone or store.
+                    Instr::Pull { dst, rule, args } => {
+                        use crate::ad::rules::{self, Rule};
+                        let l = list!(args);
+                        let in_place = l.first() == Some(&dst)
+                            && match Rule::decode(rule).0 {
+                                Rule::Index if l.len() == 4 => rules::index_add(&reg!(l[0]), &reg!(l[2]), &reg!(l[3])),
+                                Rule::Index2 if l.len() == 5 => rules::index2_add(&reg!(l[0]), &reg!(l[2]), &reg!(l[3]), &reg!(l[4])),
+                                _ => false,
+                            };
+                        if !in_place {
+                            simple!(Instr::Pull { dst, rule, args })
+                        }
+                    }
                     Instr::PullAdd { dst, rule, args } => simple!(Instr::PullAdd { dst, rule, args }),
                     Instr::Gate { dst, src, cond } => simple!(Instr::Gate { dst, src, cond }),
                     Instr::TapePopIf { dst, code, mask } => simple!(Instr::TapePopIf { dst, code, mask }),
