@@ -1561,14 +1561,29 @@ impl Vm {
                     Instr::Pull { dst, rule, args } => {
                         use crate::ad::rules::{self, Rule};
                         let l = list!(args);
-                        let in_place = l.first() == Some(&dst)
-                            && match Rule::decode(rule).0 {
-                                Rule::Index if l.len() == 4 => rules::index_add(&reg!(l[0]), &reg!(l[2]), &reg!(l[3])),
-                                Rule::Index2 if l.len() == 5 => rules::index2_add(&reg!(l[0]), &reg!(l[2]), &reg!(l[3]), &reg!(l[4])),
-                                _ => false,
-                            };
-                        if !in_place {
-                            simple!(Instr::Pull { dst, rule, args })
+                        // A product's operand adjoints with numbers throughout: `rules::fast`'s
+                        // cases, without its generic argument reads.
+                        let product = match (Rule::decode(rule).0, l) {
+                            (Rule::MulA, &[d, _, b]) | (Rule::MulB, &[d, b, _]) => match (&reg!(d), &reg!(b)) {
+                                (Value::Float(d), Value::Float(b)) => Some(crate::ad::chain::times(*d, *b)),
+                                _ => None,
+                            },
+                            _ => None,
+                        };
+                        if let Some(x) = product {
+                            set!(dst, Value::Float(x));
+                        } else {
+                            let in_place = l.first() == Some(&dst)
+                                && match Rule::decode(rule).0 {
+                                    Rule::Index if l.len() == 4 => rules::index_add(&reg!(l[0]), &reg!(l[2]), &reg!(l[3])),
+                                    Rule::Index2 if l.len() == 5 => {
+                                        rules::index2_add(&reg!(l[0]), &reg!(l[2]), &reg!(l[3]), &reg!(l[4]))
+                                    }
+                                    _ => false,
+                                };
+                            if !in_place {
+                                simple!(Instr::Pull { dst, rule, args })
+                            }
                         }
                     }
                     Instr::PullAdd { dst, rule, args } => simple!(Instr::PullAdd { dst, rule, args }),
