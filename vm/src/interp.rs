@@ -1554,35 +1554,39 @@ impl Vm {
                     Instr::ProfEnter { .. } | Instr::ProfLine { .. } | Instr::ProfLeave { .. } => {
                         simple!(instr, exec_simple_outlined)
                     }
-                    // An element's contribution added into the adjoint array or matrix in
-                    // place, when the result register is the adjoint's own (as register
-                    // allocation leaves it in loops): the rule's result is that same
-                    // container, so there is nothing to clone or store.
                     Instr::Pull { dst, rule, args } => {
                         use crate::ad::rules::{self, Rule};
                         let l = list!(args);
-                        // A product's operand adjoints with numbers throughout: `rules::fast`'s
-                        // cases, without its generic argument reads.
-                        let product = match (Rule::decode(rule).0, l) {
-                            (Rule::MulA, &[d, _, b]) | (Rule::MulB, &[d, b, _]) => match (&reg!(d), &reg!(b)) {
-                                (Value::Float(d), Value::Float(b)) => Some(crate::ad::chain::times(*d, *b)),
+                        // An element's contribution added into the adjoint array or matrix in
+                        // place, when the result register is the adjoint's own (as register
+                        // allocation leaves it in loops): the rule's result is that same
+                        // container, so there is nothing to clone or store.
+                        let in_place = l.first() == Some(&dst)
+                            && match Rule::decode(rule).0 {
+                                Rule::Index if l.len() == 4 => rules::index_add(&reg!(l[0]), &reg!(l[2]), &reg!(l[3])),
+                                Rule::Index2 if l.len() == 5 => {
+                                    rules::index2_add(&reg!(l[0]), &reg!(l[2]), &reg!(l[3]), &reg!(l[4]))
+                                }
+                                _ => false,
+                            };
+                        if !in_place {
+                            // Else a product's operand adjoint on numbers (`rules::fast`'s case,
+                            // with the operands read in place), or the rule's fast path without
+                            // the second dispatch of the shared semantics, which take the rest.
+                            let product = match *l {
+                                [d, a, b] => rules::product_fast(rule, &reg!(d), &reg!(a), &reg!(b)).map(Value::Float),
                                 _ => None,
-                            },
-                            _ => None,
-                        };
-                        if let Some(x) = product {
-                            set!(dst, Value::Float(x));
-                        } else {
-                            let in_place = l.first() == Some(&dst)
-                                && match Rule::decode(rule).0 {
-                                    Rule::Index if l.len() == 4 => rules::index_add(&reg!(l[0]), &reg!(l[2]), &reg!(l[3])),
-                                    Rule::Index2 if l.len() == 5 => {
-                                        rules::index2_add(&reg!(l[0]), &reg!(l[2]), &reg!(l[3]), &reg!(l[4]))
-                                    }
-                                    _ => false,
-                                };
-                            if !in_place {
-                                simple!(Instr::Pull { dst, rule, args })
+                            };
+                            let fast = product.or_else(|| {
+                                let nil = std::mem::ManuallyDrop::new(Value::Nil);
+                                rules::fast(&program, rule, |k| match l.get(k) {
+                                    Some(r) => &reg!(r),
+                                    None => &*nil,
+                                })
+                            });
+                            match fast {
+                                Some(v) => set!(dst, v),
+                                None => simple!(Instr::Pull { dst, rule, args }),
                             }
                         }
                     }

@@ -263,14 +263,7 @@ pub fn fast<'v>(program: &Program, code: u32, arg: impl Fn(usize) -> &'v Value) 
         // A scalar cotangent means a scalar result: no operand was broadcast.
         (Rule::AddA | Rule::AddB | Rule::SubA, F(d)) => F(*d),
         (Rule::SubB | Rule::Neg, F(d)) => F(-d),
-        (Rule::MulA, F(d)) => match arg(2) {
-            F(b) => F(times(*d, *b)),
-            _ => return None,
-        },
-        (Rule::MulB, F(d)) => match arg(1) {
-            F(a) => F(times(*d, *a)),
-            _ => return None,
-        },
+        (Rule::MulA | Rule::MulB, _) => return product_fast(code, arg(0), arg(1), arg(2)).map(F),
         (Rule::DivA, F(d)) => match arg(2) {
             F(b) => F(times(*d, 1.0 / b)),
             _ => return None,
@@ -288,6 +281,23 @@ pub fn fast<'v>(program: &Program, code: u32, arg: impl Fn(usize) -> &'v Value) 
         _ => return None,
     };
     Some(v)
+}
+
+/// `fast`'s case of `MulA` and `MulB` (`y = a * b`'s operand adjoints) on numbers: the
+/// cotangent `d` times the other operand, with the chain rule's strong zero; `None` for any
+/// other rule or operands. Callable with the three operands in hand: the interpreter's
+/// `Pull` reads them from its registers.
+#[inline(always)]
+pub fn product_fast(code: u32, d: &Value, a: &Value, b: &Value) -> Option<f64> {
+    let other = match Rule::decode(code).0 {
+        Rule::MulA => b,
+        Rule::MulB => a,
+        _ => return None,
+    };
+    match (d, other) {
+        (Value::Float(d), Value::Float(g)) => Some(times(*d, *g)),
+        _ => None,
+    }
 }
 
 /// For the rules whose scalar pullback is the cotangent itself or its negation (`+`, `-`,
