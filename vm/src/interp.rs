@@ -1526,7 +1526,11 @@ impl Vm {
                     // A float array's element: read in place (the shared path returns the
                     // value through memory, which a load of the whole value then waits on).
                     Instr::Index { dst, obj, idx } => match (&reg!(obj), &reg!(idx)) {
-                        (Value::Array(a), Value::Int(i)) => match a.try_borrow().ok().and_then(|a| a.float_at(*i)) {
+                        // SAFETY (here and in `Index2`): no `RefMut` of any VM object is alive
+                        // between instructions (built-ins release theirs before returning), and
+                        // the reference is dropped before anything else runs; a container
+                        // being modified is refused (`Err`) all the same.
+                        (Value::Array(a), Value::Int(i)) => match unsafe { a.try_borrow_unguarded() }.ok().and_then(|a| a.float_at(*i)) {
                             Some(x) => set!(dst, Value::Float(x)),
                             None => simple!(instr),
                         },
@@ -1536,7 +1540,7 @@ impl Vm {
                         let ij = list!(ij);
                         match (&reg!(obj), &reg!(ij[0]), &reg!(ij[1])) {
                             (Value::Matrix(m), Value::Int(i), Value::Int(j)) => {
-                                match m.try_borrow().ok().and_then(|m| m.float_at(*i, *j)) {
+                                match unsafe { m.try_borrow_unguarded() }.ok().and_then(|m| m.float_at(*i, *j)) {
                                     Some(x) => set!(dst, Value::Float(x)),
                                     None => simple!(instr),
                                 }
