@@ -205,7 +205,7 @@ pub fn is_len(program: &Program, builtin: zygvm_vm::bytecode::BuiltinId, args: &
 
 /// The blocks that may follow a terminator (`Function::successors`).
 pub(crate) fn successors(f: &Function, instr: &Instr, block: usize) -> Vec<usize> {
-    f.successors(instr, block)
+    f.successors(instr, block).to_vec()
 }
 
 /// Infers the types from the seeds: each the block starting at an instruction, with the

@@ -16,7 +16,13 @@
 use crate::program::Function;
 use crate::value::Value;
 
-/// A function's initial registers after its arguments and captures.
+/// `FrameImage::len` of an image not made yet: no frame has that many registers, so the
+/// frame pushes' check that the image fits the frame refuses it as well.
+const UNBUILT: usize = usize::MAX / 2;
+
+/// A function's initial registers after its arguments and captures. Made the first time the
+/// interpreter pushes a frame of the function (`is_built`): a program of thousands of
+/// functions gets its VM without making thousands of images.
 pub(crate) struct FrameImage {
     /// How many instructions at the start of the entry block the image has already done: only
     /// `LoadK`s of plain constants into registers after the arguments and captures, in a
@@ -35,32 +41,49 @@ pub(crate) struct FrameImage {
 }
 
 impl FrameImage {
+    /// The image of a function no frame has been pushed for yet: only `loop_base` (which a
+    /// frame of the function that native code pushed needs when it is returned to).
+    pub(crate) fn unbuilt(loop_base: u32) -> FrameImage {
+        FrameImage { skip: 0, loop_base, len: UNBUILT, padded: Box::new([]) }
+    }
+
+    pub(crate) fn is_built(&self) -> bool {
+        self.len != UNBUILT
+    }
+
     /// The image of `f`, whose `LoadK` operands index `consts` and whose back-edge counters
     /// start at `loop_base`.
     pub(crate) fn of(f: &Function, consts: &[Value], loop_base: u32) -> FrameImage {
         use crate::bytecode::Instr;
         let first = (f.arity + f.num_captures) as usize;
-        let mut regs: Vec<Value> = vec![Value::Nil; (f.num_regs as usize).saturating_sub(first)];
+        let len = (f.num_regs as usize).saturating_sub(first);
+        // Padded from the start: one allocation of the final size per function.
+        let mut regs: Vec<Value> = vec![Value::Nil; len.div_ceil(4).max(1) * 4];
         let end = |b: usize| f.blocks.get(b + 1).map_or(f.code.len(), |next| next.start as usize);
         let entry_end = end(0);
-        let entered_by_jump = (0..f.blocks.len())
-            .any(|b| end(b).checked_sub(1).and_then(|t| f.code.get(t)).is_some_and(|t| f.successors(t, b).contains(&0)));
         let mut skip = 0;
-        if !entered_by_jump {
-            for instr in &f.code[..entry_end] {
-                let Instr::LoadK { dst, k } = *instr else { break };
-                let plain = consts.get(k.index()).filter(|v| matches!(v, Value::Nil | Value::Bool(_) | Value::Int(_) | Value::Float(_)));
-                match (plain, dst.index().checked_sub(first).and_then(|r| regs.get_mut(r))) {
-                    (Some(v), Some(slot)) => *slot = v.clone(),
-                    _ => break,
-                }
-                skip += 1;
+        for instr in &f.code[..entry_end] {
+            let Instr::LoadK { dst, k } = *instr else { break };
+            let plain = consts.get(k.index()).filter(|v| matches!(v, Value::Nil | Value::Bool(_) | Value::Int(_) | Value::Float(_)));
+            match (plain, dst.index().checked_sub(first).filter(|&r| r < len).and_then(|r| regs.get_mut(r))) {
+                (Some(v), Some(slot)) => *slot = v.clone(),
+                _ => break,
             }
+            skip += 1;
+        }
+        // Loads that a jump back to the entry block would run again are not the frame's
+        // start: no image then (checked only when there is a run to skip; a program of
+        // thousands of functions makes its images when its VM is made).
+        let entered_by_jump = || {
+            (0..f.blocks.len())
+                .any(|b| end(b).checked_sub(1).and_then(|t| f.code.get(t)).is_some_and(|t| f.successors(t, b).contains(&0)))
+        };
+        if skip > 0 && entered_by_jump() {
+            skip = 0;
+            regs.iter_mut().for_each(|r| *r = Value::Nil);
         }
         // The entry block ends with a terminator, which is never skipped.
         debug_assert!(skip < entry_end.max(1));
-        let len = regs.len();
-        regs.resize(len.div_ceil(4).max(1) * 4, Value::Nil);
         FrameImage { skip: skip as u32, loop_base, len, padded: regs.into_boxed_slice() }
     }
 

@@ -189,8 +189,7 @@ impl Vm {
             })
             .collect();
         let back_edges = vec![0; program.functions.iter().map(|f| f.blocks.len()).sum()];
-        let frame_images =
-            program.functions.iter().zip(&loop_base).map(|(f, &lb)| crate::frame_image::FrameImage::of(f, &consts, lb)).collect();
+        let frame_images = loop_base.iter().map(|&lb| crate::frame_image::FrameImage::unbuilt(lb)).collect();
         Vm {
             globals: vec![None; program.global_names.len()],
             modules_run: vec![false; program.functions.len()],
@@ -346,15 +345,12 @@ impl Vm {
 
     /// After the program's functions from `from` on were replaced or appended: dispatch
     /// loops re-read the program at their next frame switch, and those functions' frame
-    /// images are made again (a stale image would skip instructions of other code).
+    /// images are made again on their next push (a stale image would skip instructions of
+    /// other code).
     fn functions_changed(&mut self, from: usize) {
         self.program_version += 1;
         self.frame_images.truncate(from);
-        let program = self.program.clone();
-        let images = program.functions[from..]
-            .iter()
-            .zip(&self.loop_base[from..])
-            .map(|(f, &lb)| crate::frame_image::FrameImage::of(f, &self.consts, lb));
+        let images = self.loop_base[from..].iter().map(|&lb| crate::frame_image::FrameImage::unbuilt(lb));
         self.frame_images.extend(images);
     }
 
@@ -837,6 +833,9 @@ impl Vm {
             return Err(VmError::new(format!("internal error: {} called with the wrong number of captures", f.trace_name())));
         }
         let num_regs = f.num_regs as usize;
+        if !self.frame_images[func.index()].is_built() {
+            self.frame_images[func.index()] = crate::frame_image::FrameImage::of(f, &self.consts, self.loop_base[func.index()]);
+        }
         let image = &self.frame_images[func.index()];
         if nargs + f.num_captures as usize + image.len != num_regs {
             return Err(VmError::new(format!("internal error: the frame image of {} does not fit it", f.trace_name())));
@@ -1209,6 +1208,9 @@ impl Vm {
                             tri!(self.check_limits());
                         }
                         let callee: &Function = &program.functions[f.index()];
+                        if !self.frame_images[f.index()].is_built() {
+                            self.frame_images[f.index()] = crate::frame_image::FrameImage::of(callee, &self.consts, self.loop_base[f.index()]);
+                        }
                         let image = &self.frame_images[f.index()];
                         let (skip, loop_base) = (image.skip as usize, image.loop_base);
                         let fields = (&mut self.stack, &mut self.frames, &mut self.calls[..], self.limits.max_depth);

@@ -130,26 +130,27 @@ impl Function {
     }
 
     /// The blocks that may follow `instr`, the terminator of `block` (the fused branches
-    /// fall through to the next block).
-    pub fn successors(&self, instr: &crate::bytecode::Instr, block: usize) -> Vec<usize> {
+    /// fall through to the next block). At most two, held without allocating.
+    pub fn successors(&self, instr: &crate::bytecode::Instr, block: usize) -> smallvec::SmallVec<[usize; 2]> {
         use crate::bytecode::Instr;
+        use smallvec::smallvec;
         match *instr {
-            Instr::Jump { target, .. } | Instr::JumpPar { target, .. } => vec![target.index()],
-            Instr::AddJump { target, .. } | Instr::SubJump { target, .. } => vec![target.index()],
+            Instr::Jump { target, .. } | Instr::JumpPar { target, .. } => smallvec![target.index()],
+            Instr::AddJump { target, .. } | Instr::SubJump { target, .. } => smallvec![target.index()],
             Instr::Branch { then_blk, else_blk, .. } | Instr::BranchCtl { then_blk, else_blk } => {
-                vec![then_blk.index(), else_blk.index()]
+                smallvec![then_blk.index(), else_blk.index()]
             }
             Instr::BranchNotLt { else_blk, .. }
             | Instr::BranchNotLe { else_blk, .. }
             | Instr::BranchNotGt { else_blk, .. }
             | Instr::BranchNotGe { else_blk, .. } => {
-                let mut s = vec![else_blk.index()];
+                let mut s = smallvec![else_blk.index()];
                 if block + 1 < self.blocks.len() {
                     s.push(block + 1);
                 }
                 s
             }
-            _ => vec![],
+            _ => smallvec![],
         }
     }
 
