@@ -125,8 +125,8 @@ pub struct Vm {
     /// JIT's trigger for compiling a hot loop.
     back_edges: Vec<u32>,
     loop_base: Vec<u32>,
-    /// Each function's initial registers (`frame_image.rs`), rebuilt whenever the program's
-    /// functions change (`functions_changed`).
+    /// Each function's initial registers (`frame_image.rs`): made on its first frame push,
+    /// forgotten whenever the program's functions change (`functions_changed`).
     pub(crate) frame_images: Vec<crate::frame_image::FrameImage>,
     /// How many `execute` activations are nested (built-ins calling back into Zy).
     native_depth: usize,
