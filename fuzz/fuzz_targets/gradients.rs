@@ -1,7 +1,7 @@
 //! Random valid differentiable programs (`zygvm_fuzz::programs`): the reverse-mode gradient
 //! must match central finite differences, and forward mode (`derivative`) must match reverse
 //! mode. Points where the program is not smooth (two step sizes, or the one-sided slopes,
-//! disagree) are skipped.
+//! disagree, or the gradient a little way off differs: a tie of `max`/`min`) are skipped.
 #![no_main]
 use libfuzzer_sys::fuzz_target;
 use zygvm::{Program, Value, Vm};
@@ -25,14 +25,26 @@ fuzz_target!(|input: (Body, i8, i8)| {
     let (value, grad) = vm
         .value_and_gradient("f", vec![Value::Float(x), Value::Float(y)])
         .unwrap_or_else(|e| panic!("gradient failed: {e}\n{src}"));
-    let mut f = |x: f64, y: f64| float(&vm.call_value("f", vec![Value::Float(x), Value::Float(y)]).unwrap());
-    let (v, called) = (float(&value), f(x, y));
+    let called = float(&vm.call_value("f", vec![Value::Float(x), Value::Float(y)]).unwrap());
+    let v = float(&value);
     // The same number, NaN included (`NaN == NaN` is false).
     assert!(v == called || (v.is_nan() && called.is_nan()), "value_and_gradient's value {v} differs from a call's {called}\n{src}");
     if !v.is_finite() {
         return; // no slope to compare with at an infinite or NaN value
     }
     let g = [float(&grad[0]), float(&grad[1])];
+    // At a tie of `max`/`min` the language sends the adjoint to the argument the primal
+    // selected (the first on a tie: zy-language.md), which need not be the derivative of a
+    // composite that is smooth there (`max(min(y, x), x)` is `x`, yet at `y == x` the
+    // adjoint goes to `y`). Such a point is where the gradient jumps nearby: skip it.
+    let (nx, ny) = (x + 3.7e-7, y + 6.1e-7);
+    if let Ok((_, near)) = vm.value_and_gradient("f", vec![Value::Float(nx), Value::Float(ny)]) {
+        let near = [float(&near[0]), float(&near[1])];
+        if g.iter().zip(&near).any(|(a, b)| !((a - b).abs() <= 1e-4 * (1.0 + a.abs()))) {
+            return;
+        }
+    }
+    let mut f = |x: f64, y: f64| float(&vm.call_value("f", vec![Value::Float(x), Value::Float(y)]).unwrap());
     for (k, gk) in g.iter().enumerate() {
         let at = |h: f64| if k == 0 { (x + h, y) } else { (x, y + h) };
         let central = |f: &mut dyn FnMut(f64, f64) -> f64, h: f64| {
