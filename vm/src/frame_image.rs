@@ -2,10 +2,10 @@
 //!
 //! SSA construction hoists a function's constants to the entry block (`compiler/src/ssa.rs`),
 //! so most functions begin with a run of `LoadK`s that every call executes: two of `fib`'s
-//! seven instructions per call. A frame the interpreter pushes for a `CallDirect` is laid out
-//! from a per-function image instead of `nil`s (the same number of register writes), with the
-//! registers of that run already holding their constants, and the interpreter starts the
-//! callee after the run. The skipped loads are still counted (the straight-line run is
+//! seven instructions per call. A frame the interpreter pushes is laid out from a
+//! per-function image instead of `nil`s (the same number of register writes), with the
+//! registers of that run already holding their constants, and for a `CallDirect` or `Call`
+//! with native code off the interpreter starts the callee after the run. The skipped loads are still counted (the straight-line run is
 //! accounted from the function's first instruction), so instruction counts, fuel and traces
 //! are those of running them.
 //!
@@ -51,9 +51,19 @@ impl FrameImage {
         self.len != UNBUILT
     }
 
+    /// This image, made first if it is not yet: `f` is its function, whose `LoadK` operands
+    /// index `consts`.
+    #[inline(always)]
+    pub(crate) fn made_for(&mut self, f: &Function, consts: &[Value]) -> &FrameImage {
+        if !self.is_built() {
+            *self = FrameImage::of(f, consts, self.loop_base);
+        }
+        self
+    }
+
     /// The image of `f`, whose `LoadK` operands index `consts` and whose back-edge counters
     /// start at `loop_base`.
-    pub(crate) fn of(f: &Function, consts: &[Value], loop_base: u32) -> FrameImage {
+    fn of(f: &Function, consts: &[Value], loop_base: u32) -> FrameImage {
         use crate::bytecode::Instr;
         let first = (f.arity + f.num_captures) as usize;
         let len = (f.num_regs as usize).saturating_sub(first);
@@ -72,8 +82,7 @@ impl FrameImage {
             skip += 1;
         }
         // Loads that a jump back to the entry block would run again are not the frame's
-        // start: no image then (checked only when there is a run to skip; a program of
-        // thousands of functions makes its images when its VM is made).
+        // start: no image then (checked only when there is a run to skip).
         let entered_by_jump = || {
             (0..f.blocks.len())
                 .any(|b| end(b).checked_sub(1).and_then(|t| f.code.get(t)).is_some_and(|t| f.successors(t, b).contains(&0)))

@@ -833,10 +833,7 @@ impl Vm {
             return Err(VmError::new(format!("internal error: {} called with the wrong number of captures", f.trace_name())));
         }
         let num_regs = f.num_regs as usize;
-        if !self.frame_images[func.index()].is_built() {
-            self.frame_images[func.index()] = crate::frame_image::FrameImage::of(f, &self.consts, self.loop_base[func.index()]);
-        }
-        let image = &self.frame_images[func.index()];
+        let image = self.frame_images[func.index()].made_for(f, &self.consts);
         if nargs + f.num_captures as usize + image.len != num_regs {
             return Err(VmError::new(format!("internal error: the frame image of {} does not fit it", f.trace_name())));
         }
@@ -1208,10 +1205,7 @@ impl Vm {
                             tri!(self.check_limits());
                         }
                         let callee: &Function = &program.functions[f.index()];
-                        if !self.frame_images[f.index()].is_built() {
-                            self.frame_images[f.index()] = crate::frame_image::FrameImage::of(callee, &self.consts, self.loop_base[f.index()]);
-                        }
-                        let image = &self.frame_images[f.index()];
+                        let image = self.frame_images[f.index()].made_for(callee, &self.consts);
                         let (skip, loop_base) = (image.skip as usize, image.loop_base);
                         let fields = (&mut self.stack, &mut self.frames, &mut self.calls[..], self.limits.max_depth);
                         let new_base = tri!(Self::push_direct(fields, f, callee, image, base, list!(args), dst.0));
@@ -1619,13 +1613,9 @@ impl Vm {
                                 break;
                             }
                             ip = unsafe { ip.add(1) };
-                            let v = if c as i64 & mask as i64 != 0 {
-                                match self.tape.pop() {
-                                    Some(v) => v,
-                                    None => throw!(crate::ad::calls::tape_underflow()),
-                                }
-                            } else {
-                                Value::Nil
+                            let v = match self.tape.pop_if(c as i64, mask) {
+                                Some(v) => v,
+                                None => throw!(crate::ad::calls::tape_underflow()),
                             };
                             set!(d, v);
                         }

@@ -336,8 +336,11 @@ impl Vm {
                 }
             }
             Instr::TapePopIf { dst, code, mask } => {
-                let take = matches!(reg!(code), Value::Int(c) if c & mask as i64 != 0);
-                let v = if take { self.tape.pop().ok_or_else(crate::ad::calls::tape_underflow)? } else { Value::Nil };
+                let ctl = match reg!(code) {
+                    Value::Int(c) => c,
+                    _ => 0,
+                };
+                let v = self.tape.pop_if(ctl, mask).ok_or_else(crate::ad::calls::tape_underflow)?;
                 set!(dst, v);
             }
             Instr::TapePopCtl { dst } => {

@@ -224,6 +224,17 @@ impl Tape {
         }
     }
 
+    /// `TapePopIf`: the top entry when the broadcast decision `ctl` has a bit of `mask`
+    /// (the operand's shape was saved), else `nil`; `None` on underflow.
+    #[inline(always)]
+    pub fn pop_if(&mut self, ctl: i64, mask: u32) -> Option<Value> {
+        if ctl & mask as i64 != 0 {
+            self.pop()
+        } else {
+            Some(Value::Nil)
+        }
+    }
+
     /// Pops the top entry if it is a float (else leaves the tape as it is).
     #[inline(always)]
     pub fn pop_float(&mut self) -> Option<f64> {

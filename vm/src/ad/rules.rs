@@ -261,8 +261,13 @@ pub fn fast<'v>(program: &Program, code: u32, arg: impl Fn(usize) -> &'v Value) 
     let (rule, payload) = Rule::decode(code);
     let v = match (rule, arg(0)) {
         // A scalar cotangent means a scalar result: no operand was broadcast.
-        (Rule::AddA | Rule::AddB | Rule::SubA, F(d)) => F(*d),
-        (Rule::SubB | Rule::Neg, F(d)) => F(-d),
+        (Rule::AddA | Rule::AddB | Rule::SubA | Rule::SubB | Rule::Neg, F(d)) => {
+            if linear(code) == Some(true) {
+                F(-d)
+            } else {
+                F(*d)
+            }
+        }
         (Rule::MulA | Rule::MulB, _) => return product_fast(code, arg(0), arg(1), arg(2)).map(F),
         (Rule::DivA, F(d)) => match arg(2) {
             F(b) => F(times(*d, 1.0 / b)),
@@ -302,8 +307,8 @@ pub fn product_fast(code: u32, d: &Value, a: &Value, b: &Value) -> Option<f64> {
 
 /// For the rules whose scalar pullback is the cotangent itself or its negation (`+`, `-`,
 /// unary minus): `Some(negate)`; `None` for every other rule. With a float cotangent `d`,
-/// `fast` gives `d` or `-d` for these whatever the other operands (no operand of a scalar
-/// result was broadcast).
+/// `fast` gives `d` or `-d` for these (from this table) whatever the other operands (no
+/// operand of a scalar result was broadcast).
 #[inline(always)]
 pub fn linear(code: u32) -> Option<bool> {
     match Rule::decode(code).0 {
