@@ -176,6 +176,50 @@ fn failed_tape_speculation_recompiles_without_it() {
     }
 }
 
+/// The adjoint of a loop that accumulates into a container argument's adjoint, made hot by
+/// its loop under `auto` (so compiled at the loop header, where the types on the way in are
+/// not known): the first entry at its start compiles it once more from there too
+/// (`Vm::compile_entry`), and the first contribution onto the `nil` adjoint runs the shared
+/// semantics inside the cached loop and goes on there (`step_in_loop`) instead of leaving
+/// the loop at every gradient. Vectors (`Pull Index`) and a matrix's fixed row (`Pull
+/// Index2`, whose row view is made again); values identical to the interpreter's.
+#[test]
+fn loop_adjoints_run_natively_from_their_start() {
+    let src = "fn lse(x) {\n  let s = 0.0\n  for i in 0..len(x) { s += exp(x[i]) }\n  log(s)\n}\n\
+               fn row(m, x) {\n  let s = 0.0\n  for j in 0..len(x) { s += m[1, j] * x[j] }\n  s\n}\n";
+    let program = zygvm::Program::compile("adj.zy", src).unwrap();
+    let x: Vec<f64> = (0..40).map(|k| (k as f64 * 0.37).sin()).collect();
+    let m = zygvm::Value::Matrix { rows: 3, cols: 40, data: (0..120).map(|k| (k as f64 * 0.11).cos()).collect() };
+    let run = |mode: zygvm::JitMode| {
+        let mut vm = zygvm::Vm::new(&program);
+        vm.set_jit(mode);
+        let mut out = vec![];
+        // Backward jumps the interpreter took (native code's are not counted).
+        let interpreted = |vm: &zygvm::Vm| -> u32 { vm.hotness().1.iter().flatten().sum() };
+        let mut warm = 0;
+        for k in 0..300 {
+            if k == 100 {
+                warm = interpreted(&vm);
+            }
+            let xs = zygvm::Value::from(x.iter().map(|v| v + k as f64 * 1e-3).collect::<Vec<f64>>());
+            out.push(format!("{:?}", vm.value_and_gradient("lse", vec![xs.clone()])));
+            out.push(format!("{:?}", vm.value_and_gradient("row", vec![m.clone(), xs])));
+        }
+        (out, vm.jit_stats(), interpreted(&vm) - warm)
+    };
+    let (want, _, _) = run(zygvm::JitMode::Off);
+    let (got, stats, interpreted) = run(zygvm::JitMode::Auto);
+    assert_eq!(want, got);
+    if zygvm::jit_available() {
+        // Once compiled (a few gradients, and a speculation on the first pop learned),
+        // nothing of either gradient is interpreted: interpreting each adjoint's first
+        // iteration would take 400 backward jumps over the last 200 pairs of gradients, and
+        // leaving its loop at the first contribution 400 exits.
+        assert_eq!(interpreted, 0, "backward jumps interpreted after the warm-up: {stats:?}");
+        assert!(stats.exits < 10 && stats.guard_failures < 20, "{stats:?}");
+    }
+}
+
 /// Native calls (`jit/src/x64/calls.rs`): recursion, mutual recursion, heap arguments and
 /// results, a result whose type changes (a failed return-type speculation), errors raised
 /// several calls deep, calls nested deeper than the native nesting bound (`MAX_NESTING`),

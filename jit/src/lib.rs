@@ -33,6 +33,12 @@ const CLASSIFY: classify::Classifier = classify::classify;
 #[cfg(target_arch = "aarch64")]
 const CLASSIFY: classify::Classifier = a64::class_of;
 
+/// The registers this machine's backend gives cached loops (`loops.rs`).
+#[cfg(target_arch = "x86_64")]
+const LOOP_REGS: &loops::LoopRegs = &x64::LOOP_REGS;
+#[cfg(target_arch = "aarch64")]
+const LOOP_REGS: &loops::LoopRegs = &a64::LOOP_REGS;
+
 /// The JIT (stateless between compilations: each function's code owns its buffer).
 #[derive(Default)]
 pub struct Jit;
@@ -60,6 +66,7 @@ impl Tier for Jit {
         tags: &[u64],
         unspeculated: &[u32],
         profitable_only: bool,
+        entry: Option<&[u64]>,
     ) -> Result<NativeCode, String> {
         let f = program.functions.get(func.index()).ok_or("no such function")?;
         if tags.len() != f.num_regs as usize {
@@ -70,7 +77,7 @@ impl Tier for Jit {
         let types = types::infer(program, f, std::slice::from_ref(&hot), unspeculated)?;
         #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
         {
-            let types = also_from_entry(CLASSIFY, program, f, types, hot, tags, unspeculated)?;
+            let types = also_from_entry(CLASSIFY, program, f, types, hot, tags, entry, unspeculated)?;
             if profitable_only {
                 match seed {
                     0 => classify::check_profitable_entry(CLASSIFY, program, f, &types)?,
@@ -84,7 +91,7 @@ impl Tier for Jit {
         }
         #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
         {
-            let _ = (types, profitable_only);
+            let _ = (types, profitable_only, entry);
             Err("no native backend for this architecture".into())
         }
     }
@@ -102,12 +109,15 @@ impl Tier for Jit {
     }
 }
 
-/// The types of a function compiled at a loop header (`hot`), widened by a seed at its entry
-/// (`types::entry_seed`: arguments it never writes keep the tags they have now), so that
-/// later calls run natively from the start, unless that would weaken the code of any
-/// instruction under the backend's `classify` (`classify::no_worse`). From the entry
-/// already (`hot` at 0): unchanged.
+/// The types of a function compiled at a loop header (`hot`), widened by a seed at its entry,
+/// so that later calls run natively from the start, unless that would weaken the code of any
+/// instruction under the backend's `classify` (`classify::no_worse`) or keep a loop from
+/// running with its registers in machine registers (`loops.rs`). The entry's types are
+/// `entry`'s tags when an entry has been seen (`Vm::compile_entry`), else
+/// `types::entry_seed`'s (arguments it never writes keep the tags they have now). From the
+/// entry already (`hot` at 0): unchanged.
 #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+#[allow(clippy::too_many_arguments)]
 fn also_from_entry(
     classify: classify::Classifier,
     program: &Program,
@@ -115,11 +125,23 @@ fn also_from_entry(
     types: types::Types,
     hot: (u32, Vec<types::Ty>),
     tags: &[u64],
+    entry: Option<&[u64]>,
     unspeculated: &[u32],
 ) -> Result<types::Types, String> {
     if hot.0 == 0 {
         return Ok(types);
     }
-    let both = types::infer(program, f, &[hot, (0, types::entry_seed(f, tags))], unspeculated)?;
-    Ok(if classify::no_worse(classify, program, f, &types, &both) { both } else { types })
+    let at_entry = match entry {
+        Some(e) => e.iter().map(|&t| types::Ty::from_tag(t)).collect(),
+        None => types::entry_seed(f, tags),
+    };
+    let both = types::infer(program, f, &[hot, (0, at_entry)], unspeculated)?;
+    let cached = |t: &types::Types| -> Vec<usize> {
+        loops::lowerable(program, f, t, LOOP_REGS, classify).0.iter().map(|l| l.first).collect()
+    };
+    let keeps_loops = || {
+        let wide = cached(&both);
+        cached(&types).iter().all(|h| wide.contains(h))
+    };
+    Ok(if classify::no_worse(classify, program, f, &types, &both) && keeps_loops() { both } else { types })
 }

@@ -32,7 +32,11 @@
 //!   `Pull Index`/`Index2` accumulates into in place (`into_adjoint`) gets a view too: the
 //!   loop adds to its elements, which changes neither the register nor the buffer; when it
 //!   is not a float container yet (the `nil` adjoint before the first contribution), its view
-//!   is empty and the first accumulation leaves to the interpreter, which makes it.
+//!   is empty and the first accumulation takes the slow path out of line (`step_in_loop` in
+//!   each backend's `ways.rs`): the loop's state stored as on a way out, the instruction run
+//!   by `step`, the accumulator's view taken again, the state taken up again. That `step`
+//!   writes only the accumulator's register (no home) and adjoint containers, which no other
+//!   view of the loop shows: the one exception to "calls nothing but scalar math".
 //! - **Helper calls.** A `Math1` that cannot be hoisted calls the built-in's scalar function;
 //!   the tape's pushes and pops (primal-with-tape and adjoint loops) call small helpers. All
 //!   float registers and all but the kept general ones are caller-saved, so those homes are reloaded from the frame

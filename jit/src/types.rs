@@ -88,6 +88,23 @@ impl Types {
     }
 }
 
+/// `unspeculated` with every `TapePop` whose result the next instruction checks is an int
+/// (`CheckInt`: the adjoint's pop of a loop index) marked as having found an int, unless a
+/// speculation failed there: such a pop is typed an int from the first compilation on, not
+/// once a float speculation has failed at it.
+fn known_int_pops(f: &Function, unspeculated: &[u32]) -> Vec<u32> {
+    let mut out = unspeculated.to_vec();
+    for (pc, pair) in f.code.windows(2).enumerate() {
+        if let [Instr::TapePop { dst }, Instr::CheckInt { src }] = *pair {
+            let learned = pc as u32 | POPPED_INT;
+            if dst == src && !out.contains(&(pc as u32)) && !out.contains(&learned) {
+                out.push(learned);
+            }
+        }
+    }
+    out
+}
+
 /// The type a `TapePop` at `pc` is speculated to find: a float, unless it found an int
 /// before (`native::POPPED_INT`); nothing (`Any`) after a failure of that too.
 fn popped(unspeculated: &[u32], pc: usize) -> Ty {
@@ -226,6 +243,7 @@ pub fn infer_with(
     returns: &mut Returns,
 ) -> Result<Types, String> {
     let n = f.num_regs as usize;
+    let unspeculated = &known_int_pops(f, unspeculated);
     let mut entry: Vec<Option<Vec<Ty>>> = vec![None; f.blocks.len()];
     let mut work = vec![];
     for (seed, types) in seeds {
@@ -317,7 +335,7 @@ pub fn infer_with(
             }
         }
     }
-    Ok(Types { before, unspeculated: unspeculated.to_vec() })
+    Ok(Types { before, unspeculated: unspeculated.clone() })
 }
 
 /// The types at a function's first instruction, guessed while it runs elsewhere (`tags` are

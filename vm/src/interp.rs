@@ -1174,6 +1174,8 @@ impl Vm {
                 if pc == 0 && !native_here && self.calls[func_id.index()] & self.native.call_mask == 0 {
                     self.consider_compiling(func_id, 0, self.calls[func_id.index()], base, false);
                     native_here = self.native.has_code(func_id);
+                } else if pc == 0 && native_here && self.entry_pending(func_id) {
+                    self.compile_entry(func_id, base);
                 }
                 native!(pc);
             }

@@ -312,7 +312,12 @@ pub trait Tier: Send {
     /// (`JitMode::Auto`) it declines code that would spend its time leaving to the
     /// interpreter. An error says why not (the function then stays interpreted).
     /// `unspeculated`: instructions where earlier code of this function speculated wrongly
-    /// (with `POPPED_INT`: what a pop found instead).
+    /// (with `POPPED_INT`: what a pop found instead). `entry`: for a loop header `seed`, the
+    /// tags of the registers (arguments and captures; the rest `nil`) at an entry into the
+    /// function seen since code compiled at that header left it with no entry at its start
+    /// (`Vm::compile_entry`); the tier then makes the code enterable there too where that
+    /// costs the loop nothing.
+    #[allow(clippy::too_many_arguments)]
     fn compile(
         &mut self,
         program: &Program,
@@ -321,6 +326,7 @@ pub trait Tier: Send {
         tags: &[u64],
         unspeculated: &[u32],
         profitable_only: bool,
+        entry: Option<&[u64]>,
     ) -> Result<NativeCode, String>;
 
     /// The machine code of `code` (compiled by this tier for `func`) beside the bytecode it
@@ -366,6 +372,10 @@ pub struct NativeState {
     guard_failures: Vec<u32>,
     /// Per function: instructions where a speculation failed (`status::SPECULATION`).
     unspeculated: Vec<Vec<u32>>,
+    /// Per function whose code was compiled at a loop header and cannot be entered at its
+    /// start: that header and the tags seen there, until the function is next entered at its
+    /// start (`Vm::compile_entry`) or its code changes.
+    loop_seeds: Vec<Option<(u32, Vec<u64>)>>,
     /// The error an `ERROR` exit carries.
     pending: Option<VmError>,
     /// Native activations entered from Rust and not yet left (`run_native` calls in
@@ -398,6 +408,7 @@ impl Default for NativeState {
             relearned: vec![],
             guard_failures: vec![],
             unspeculated: vec![],
+            loop_seeds: vec![],
             pending: None,
             active: 0,
             retired: vec![],
@@ -452,6 +463,10 @@ impl NativeState {
 
     /// Installs or removes `func`'s code, keeping the call-entry table in step.
     fn set_code(&mut self, func: FuncId, code: Option<NativeCode>, functions: usize) {
+        // New code, or none: what the old code's loop header left to do is moot.
+        if let Some(seed) = self.loop_seeds.get_mut(func.index()) {
+            *seed = None;
+        }
         if self.code.len() <= func.index() {
             self.code.resize_with(func.index() + 1, || None);
         }
@@ -533,23 +548,20 @@ impl Vm {
         {
             return;
         }
-        let Some(mut tier) = self.native.tier.take() else { return };
+        if self.native.tier.is_none() {
+            return;
+        }
         *NativeState::slot(&mut self.native.attempts, func) += 1;
-        let started = std::time::Instant::now();
-        let unspeculated = NativeState::slot(&mut self.native.unspeculated, func).clone();
-        let result = tier.compile(&self.program, func, seed, tags, &unspeculated, self.native.mode == JitMode::Auto);
-        self.native.stats.compile_time += started.elapsed();
-        self.native.tier = Some(tier);
-        match result {
-            Ok(code) => {
-                self.native.stats.compiled += 1;
-                self.native.stats.code_bytes += code.size;
-                self.native.stats.cached_loops += code.cached_loops;
-                *NativeState::slot(&mut self.native.guard_failures, func) = 0;
-                let functions = self.program.functions.len();
-                self.native.set_code(func, Some(code), functions);
+        match self.compile_with(func, seed, tags, None) {
+            Some(Ok(code)) => {
+                let no_entry = seed != 0 && code.entry(0).is_none();
+                self.install(func, code);
+                if no_entry {
+                    *NativeState::slot(&mut self.native.loop_seeds, func) = Some((seed, tags.to_vec()));
+                }
             }
-            Err(reason) => {
+            None => {}
+            Some(Err(reason)) => {
                 self.native.stats.refused += 1;
                 if self.native.stats.refusals.len() < 10 {
                     let name = self.program.functions[func.index()].trace_name().to_string();
@@ -559,6 +571,85 @@ impl Vm {
                 *NativeState::slot(&mut self.native.attempts, func) = MAX_ATTEMPTS;
             }
         }
+    }
+
+    /// The first entry at its start into a function whose code was compiled at a loop header
+    /// and cannot be entered there (the types on the way in were not known: registers the
+    /// loop reuses had lost them, and joining `Any` in would have weakened the loop):
+    /// compiles it once more from the same header, now also from the start with the frame's
+    /// arguments' tags, and keeps the new code if it can be entered at the start. Once per
+    /// such compilation: the adjoint of a loop, which a gradient driver calls from Rust,
+    /// would otherwise run its first block and first iteration interpreted on every call.
+    pub(crate) fn compile_entry(&mut self, func: FuncId, base: usize) {
+        let Some((seed, tags)) = self.native.loop_seeds.get_mut(func.index()).and_then(Option::take) else { return };
+        self.learn_pops(func, 0, 0);
+        let f = &self.program.functions[func.index()];
+        let (n, inputs) = (f.num_regs as usize, (f.arity + f.num_captures) as usize);
+        let entry: Vec<u64> = (0..n).map(|r| if r < inputs { tag_of(&self.stack[base + r]) } else { tag::NIL }).collect();
+        if let Some(Ok(code)) = self.compile_with(func, seed, &tags, Some(&entry)) {
+            if code.entry(0).is_some() {
+                self.install(func, code);
+            }
+        }
+    }
+
+    /// What the pops of `func` from instruction `from` to the end of its block will find,
+    /// learned from the tape's entries under the top `skip` now, in order (a pop speculates a
+    /// float, `jit/src/types.rs`): from the start before compiling from there
+    /// (`compile_entry`), and after a pop that failed (`speculation_failed`). An adjoint's
+    /// first block pops the containers and ints its primal recorded last; each of those
+    /// speculations would otherwise fail in turn, one dropped code and one recompilation
+    /// each.
+    fn learn_pops(&mut self, func: FuncId, from: u32, skip: usize) {
+        let f = &self.program.functions[func.index()];
+        let from = from as usize;
+        let end = f.blocks.iter().map(|b| b.start as usize).find(|&s| s > from).unwrap_or(f.code.len());
+        let pops: Vec<u32> = (from..end.min(f.code.len()))
+            .filter(|&pc| matches!(f.code[pc], crate::bytecode::Instr::TapePop { .. }))
+            .map(|pc| pc as u32)
+            .collect();
+        let kinds: Vec<u8> = self.tape.kinds.top(skip + pops.len()).skip(skip).collect();
+        let learned = NativeState::slot(&mut self.native.unspeculated, func);
+        for (pc, kind) in pops.into_iter().zip(kinds) {
+            let what = match kind {
+                crate::ad::FLOAT => continue,
+                crate::ad::INT => pc | POPPED_INT,
+                _ => pc,
+            };
+            if !learned.contains(&pc) && !learned.contains(&what) {
+                learned.push(what);
+            }
+        }
+    }
+
+    /// Whether `func` has code compiled at a loop header that `compile_entry` may make
+    /// enterable at its start.
+    #[inline]
+    pub(crate) fn entry_pending(&self, func: FuncId) -> bool {
+        self.native.loop_seeds.get(func.index()).is_some_and(Option::is_some)
+    }
+
+    /// Runs the tier on `func` (`None`: no tier is installed), counting the time it takes.
+    fn compile_with(&mut self, func: FuncId, seed: u32, tags: &[u64], entry: Option<&[u64]>) -> Option<Result<NativeCode, String>> {
+        let mut tier = self.native.tier.take()?;
+        let started = std::time::Instant::now();
+        let unspeculated = NativeState::slot(&mut self.native.unspeculated, func).clone();
+        let auto = self.native.mode == JitMode::Auto;
+        let result = tier.compile(&self.program, func, seed, tags, &unspeculated, auto, entry);
+        self.native.stats.compile_time += started.elapsed();
+        self.native.tier = Some(tier);
+        Some(result)
+    }
+
+    /// Makes `code` the code of `func`, replacing any (`set_code` keeps replaced code that
+    /// may still run until no native code does).
+    fn install(&mut self, func: FuncId, code: NativeCode) {
+        self.native.stats.compiled += 1;
+        self.native.stats.code_bytes += code.size;
+        self.native.stats.cached_loops += code.cached_loops;
+        *NativeState::slot(&mut self.native.guard_failures, func) = 0;
+        let functions = self.program.functions.len();
+        self.native.set_code(func, Some(code), functions);
     }
 
     /// Runs `func`'s native code from instruction `pc` on the frame at `base`, if it has an
@@ -660,6 +751,11 @@ impl Vm {
         // A pop that found an int (the entry the interpreter pops next is on top now) is
         // speculated an int next time, once; any other failure, no speculation at all.
         let pop = at_pc && matches!(self.program.functions[func.index()].code.get(pc as usize), Some(crate::bytecode::Instr::TapePop { .. }));
+        if pop {
+            // The pops after it in its block will find the entries under it: learned now
+            // too, rather than one failure (and one dropped code) each.
+            self.learn_pops(func, pc + 1, 1);
+        }
         let pcs = NativeState::slot(&mut self.native.unspeculated, func);
         // (Code that speculated a float fails at the same pop until it is dropped: an int
         // found again adds nothing.)

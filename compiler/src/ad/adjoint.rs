@@ -199,6 +199,10 @@ impl<'a> Adjoint<'a> {
         let loops = &cx.plan.loops;
         for p in loops.exits(e.from.index(), e.to.index()).into_iter().rev() {
             let v = self.pop(span);
+            // A loop index is an int (`induction.rs`): said here, so that the JIT types the
+            // pop an int from the function's entry on (`jit/src/types.rs`,
+            // `known_int_pops`), where it would otherwise speculate a float.
+            self.b.emit(Instr::CheckInt { src: v }, span);
             let var = self.iv_var(p);
             self.b.write_var(var, v);
         }

@@ -186,7 +186,10 @@ impl<'a> Emitter<'a> {
     pub(super) fn pull_into_view(&mut self, pc: usize, args: ListId) {
         let l = self.f.list(args).to_vec();
         let acc = l[0];
-        let out = self.cold_exit(pc);
+        // Out of the view's range (the `nil` adjoint before the first contribution has an
+        // empty view): the shared semantics, then back here.
+        let done = self.ops.new_dynamic_label();
+        let out = self.cold_step(pc, done, Some(acc));
         let d = *l.last().expect("a cotangent");
         let (base, ix) = if l.len() == 4 {
             let ix = self.view_index(acc, l[2], out);
@@ -199,6 +202,7 @@ impl<'a> Emitter<'a> {
             ; ldr d0, [X(base), X(ix), LSL 3]
             ; fadd d0, d0, D(v)
             ; str d0, [X(base), X(ix), LSL 3]
+            ; =>done
         );
     }
 }

@@ -372,10 +372,12 @@ impl<'a> Emitter<'a> {
                 } else {
                     self.call(native::pull_index_float as *const ());
                 }
-                // Off the fast path: the general semantics (in a cached loop, which runs no
-                // `step`, the interpreter's).
+                // Off the fast path: the general semantics (in a cached loop, out of line
+                // with the loop's state stored and taken up again: `step_in_loop`).
                 if self.cur.is_some() {
-                    self.exit_unless_w0(pc);
+                    let done = self.ops.new_dynamic_label();
+                    let slow = self.cold_step(pc, done, None);
+                    dynasm!(self.ops ; .arch aarch64 ; cbz w0, =>slow ; =>done);
                 } else {
                     let done = self.ops.new_dynamic_label();
                     dynasm!(self.ops ; .arch aarch64 ; cbnz w0, =>done);

@@ -94,7 +94,7 @@ const _: () = assert!(FRAME_BYTES.is_multiple_of(16) && FRAME_BYTES <= 504, "stp
 /// The registers cached loops may use (`loops.rs`). `x0`-`x3`, `x16`, `x17`, `d0`, `d1` are
 /// scratch; `x19`-`x23` pinned; `x18` is the platform's. The float homes are caller-saved
 /// (reloaded after a helper call); `x24` and `x25` are callee-saved (`Enter` saves them).
-const LOOP_REGS: LoopRegs = LoopRegs {
+pub(crate) const LOOP_REGS: LoopRegs = LoopRegs {
     float: &[2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31],
     int: &[4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 24, 25],
     kept: [24, 25],
@@ -161,6 +161,9 @@ struct Cold {
     /// `None`: leave with `status`; `Some(b)`: the taken edge to block `b` of the branch at `pc`.
     edge: Option<BlockId>,
     status: (u64, u32),
+    /// Instead of leaving: the instruction at `pc` run by `step` inside its cached loop, then
+    /// on to the label, the view of the register (if any) made again (`step_in_loop`).
+    step_back: Option<(DynamicLabel, Option<Reg>)>,
 }
 
 impl<'a> Emitter<'a> {
@@ -254,14 +257,25 @@ impl<'a> Emitter<'a> {
 
     fn cold_leave(&mut self, pc: usize, kind: u64, next: u32) -> DynamicLabel {
         let label = self.ops.new_dynamic_label();
-        self.cold.push(Cold { label, counted: pc - self.run_start, pc, cur: self.cur, edge: None, status: (kind, next), recheck: None });
+        self.cold.push(Cold { label, counted: pc - self.run_start, pc, cur: self.cur, edge: None, status: (kind, next), recheck: None, step_back: None });
         label
     }
 
     /// A label for the taken edge of the branch at `pc` to `target`, placed after the code.
     fn cold_edge(&mut self, pc: usize, target: BlockId) -> DynamicLabel {
         let label = self.ops.new_dynamic_label();
-        self.cold.push(Cold { label, counted: pc + 1 - self.run_start, pc, cur: self.cur, edge: Some(target), status: (status::EXIT, 0), recheck: None });
+        self.cold.push(Cold { label, counted: pc + 1 - self.run_start, pc, cur: self.cur, edge: Some(target), status: (status::EXIT, 0), recheck: None, step_back: None });
+        label
+    }
+
+    /// A label for the slow path of the adjoint accumulation at `pc` inside a cached loop
+    /// (`step_in_loop`), which comes back to `done`; `view`: the accumulator's view, made
+    /// again after the step (the `nil` adjoint before the first contribution becomes a
+    /// container, which its view of nothing did not show).
+    pub(super) fn cold_step(&mut self, pc: usize, done: DynamicLabel, view: Option<Reg>) -> DynamicLabel {
+        let label = self.ops.new_dynamic_label();
+        let (counted, cur) = (pc - self.run_start, self.cur);
+        self.cold.push(Cold { label, counted, pc, cur, edge: None, status: (status::EXIT, 0), recheck: None, step_back: Some((done, view)) });
         label
     }
 

@@ -46,6 +46,10 @@ impl<'a> Emitter<'a> {
             if let Some((j, k, exit)) = c.recheck {
                 self.recheck(j, k, exit);
             }
+            if let Some((done, view)) = c.step_back {
+                self.step_in_loop(&c, done, view);
+                continue;
+            }
             match c.edge {
                 None => self.leave(c.counted, status::encode(c.status.0, c.pc as u32, c.status.1)),
                 Some(b) => {
@@ -61,6 +65,91 @@ impl<'a> Emitter<'a> {
             }
         }
         self.cur = None;
+    }
+
+    /// The views of loop `l`'s containers that `wanted` says (by the view's index), each in
+    /// its stack slot (`native::float_view`), and the fixed rows of those viewed matrices: the
+    /// row's address (`data + 8 i cols`) and the column bound, or a bound of 0 when `i` is
+    /// out of range (each access then leaves, and the interpreter raises the error).
+    fn make_views(&mut self, l: usize, wanted: impl Fn(usize) -> bool) {
+        for (i, obj) in self.loops[l].views.clone().into_iter().enumerate() {
+            if wanted(i) {
+                let v = view_offset(i);
+                self.slot_address(0, slot(obj));
+                dynasm!(self.ops ; .arch aarch64 ; add x1, sp, v);
+                self.call(native::float_view as *const ());
+            }
+        }
+        for (k, (m, i)) in self.loops[l].rows.clone().into_iter().enumerate() {
+            let at = self.loops[l].views.iter().position(|&x| x == m).expect("a viewed matrix");
+            if !wanted(at) {
+                continue;
+            }
+            let v = view_offset(at);
+            let (s_i, r, out) = (slot(i) + 8, row_offset(k), self.ops.new_dynamic_label());
+            let (data, cols, rows, bound) = (v, v + 16, v + 24, r + 8);
+            dynasm!(self.ops ; .arch aarch64
+                ; ldr x0, [x19, s_i]
+                ; movz x1, 0
+                ; movz x2, 0
+                ; ldr x16, [sp, rows]
+                ; cmp x0, x16
+                ; b.hs =>out
+                ; ldr x2, [sp, cols]
+                ; ldr x16, [sp, data]
+                ; mul x0, x0, x2
+                ; add x1, x16, x0, LSL 3
+                ; =>out
+                ; str x1, [sp, r]
+                ; str x2, [sp, bound]
+            );
+        }
+    }
+
+    /// The view fields loop `l` keeps in general registers (`CachedLoop::view_regs`), of the
+    /// views `wanted` says, loaded from their slots.
+    fn load_view_regs(&mut self, l: usize, wanted: impl Fn(usize) -> bool) {
+        for (v, field, g) in self.loops[l].view_regs.clone() {
+            if wanted(v) {
+                let o = if field >= 4 { row_offset(field - 4) } else { view_offset(v) + 8 * field as u32 };
+                dynasm!(self.ops ; .arch aarch64 ; ldr X(g), [sp, o]);
+            }
+        }
+    }
+
+    /// The slow path of an adjoint accumulation in a cached loop (`cold_step`), as on
+    /// x86-64 (`x64/ways.rs`, `step_in_loop`): the loop's batches committed and homes stored,
+    /// the instruction run by `step`, then, if it ran, the accumulator's view made again
+    /// and the batches and homes taken up where they were; if it failed, out as `step`
+    /// leaves anywhere.
+    fn step_in_loop(&mut self, c: &Cold, done: DynamicLabel, view: Option<Reg>) {
+        self.tape_commit();
+        self.ctl_commit();
+        dynasm!(self.ops ; .arch aarch64 ; mov x0, x20 ; mov x1, x19);
+        self.imm(2, self.func.0 as u64);
+        self.imm(3, c.pc as u64);
+        self.call(native::step as *const ());
+        let failed = self.ops.new_dynamic_label();
+        dynasm!(self.ops ; .arch aarch64 ; cmn x0, 1 ; b.ne =>failed);
+        let l = c.cur.expect("a cached loop");
+        if let Some(at) = view.and_then(|r| self.loops[l].views.iter().position(|&x| x == r)) {
+            self.make_views(l, |i| i == at);
+            self.load_view_regs(l, |i| i == at);
+        }
+        self.tape_reserve();
+        self.ctl_reserve();
+        dynasm!(self.ops ; .arch aarch64 ; b =>done ; =>failed);
+        // Declined (EXIT: the instruction did not run) or failed (ERROR: it counts), with the
+        // frame exact already.
+        self.count(c.counted);
+        let ep = self.epilogue;
+        dynasm!(self.ops ; .arch aarch64
+            ; and x1, x0, 3
+            ; cmp x1, status::ERROR as u32
+            ; b.ne =>ep
+        );
+        self.count(1);
+        dynasm!(self.ops ; .arch aarch64 ; b =>ep);
     }
 
     /// The ways out of cached loops (written-back homes stored, then on to the target, which
@@ -95,40 +184,9 @@ impl<'a> Emitter<'a> {
                 let h = hoist_offset(i);
                 dynasm!(self.ops ; .arch aarch64 ; str d0, [sp, h]);
             }
-            for (i, obj) in self.loops[l].views.clone().into_iter().enumerate() {
-                let v = view_offset(i);
-                self.slot_address(0, slot(obj));
-                dynasm!(self.ops ; .arch aarch64 ; add x1, sp, v);
-                self.call(native::float_view as *const ());
-            }
-            // Fixed rows: the row's address (`data + 8 i cols`) and the column bound, or a
-            // bound of 0 when `i` is out of range (each access then leaves, and the
-            // interpreter raises the error).
-            for (k, (m, i)) in self.loops[l].rows.clone().into_iter().enumerate() {
-                let v = view_offset(self.loops[l].views.iter().position(|&x| x == m).expect("a viewed matrix"));
-                let (s_i, r, out) = (slot(i) + 8, row_offset(k), self.ops.new_dynamic_label());
-                let (data, cols, rows, bound) = (v, v + 16, v + 24, r + 8);
-                dynasm!(self.ops ; .arch aarch64
-                    ; ldr x0, [x19, s_i]
-                    ; movz x1, 0
-                    ; movz x2, 0
-                    ; ldr x16, [sp, rows]
-                    ; cmp x0, x16
-                    ; b.hs =>out
-                    ; ldr x2, [sp, cols]
-                    ; ldr x16, [sp, data]
-                    ; mul x0, x0, x2
-                    ; add x1, x16, x0, LSL 3
-                    ; =>out
-                    ; str x1, [sp, r]
-                    ; str x2, [sp, bound]
-                );
-            }
+            self.make_views(l, |_| true);
             self.clamp_entry(l, to);
-            for (v, field, g) in self.loops[l].view_regs.clone() {
-                let o = if field >= 4 { row_offset(field - 4) } else { view_offset(v) + 8 * field as u32 };
-                dynasm!(self.ops ; .arch aarch64 ; ldr X(g), [sp, o]);
-            }
+            self.load_view_regs(l, |_| true);
             // The tags of the registers the loop writes, as inferred at `to`: exact for live
             // ones already, and for dead ones what lets the loop skip storing a tag it
             // knows (`tag_known`). A dead register's slot holds no heap value (entry guard).

@@ -68,6 +68,7 @@ impl<'a> Emitter<'a> {
             edge: None,
             status: (status::EXIT, 0),
             recheck: Some((j, k, exit)),
+            step_back: None,
         });
         let g = self.int_reg(j, false);
         match self.cur.and_then(|l| self.loops[l].clamp.as_ref()?.lim_reg) {

@@ -97,7 +97,7 @@ const _: () = assert!(FRAME_BYTES % 16 == 8, "the native frame would misalign ca
 
 /// The registers cached loops may use (`loops.rs`): `xmm0`/`xmm1` are scratch, so are `rax`,
 /// `rcx`, `rdx`, `rsi`, `rdi`; `rbx`, `r12` are pinned and `r15` holds the count.
-const LOOP_REGS: crate::loops::LoopRegs = crate::loops::LoopRegs {
+pub(crate) const LOOP_REGS: crate::loops::LoopRegs = crate::loops::LoopRegs {
     float: &[2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15],
     int: &[8, 9, 10, 11, 13, 14],
     kept: [13, 14],
@@ -161,6 +161,9 @@ struct Cold {
     /// A clamped loop header's test out of line (`clamp.rs`): `j`, `k`, and the loop's exit
     /// edge, taken when `j < k` fails (else the way out above is taken).
     recheck: Option<(Reg, Reg, DynamicLabel)>,
+    /// Instead of leaving: the instruction at `pc` run by `step` inside its cached loop, then
+    /// on to the label, the view of the register (if any) made again (`step_in_loop`).
+    step_back: Option<(DynamicLabel, Option<Reg>)>,
 }
 
 /// The first instruction of a block.
@@ -337,6 +340,17 @@ impl<'a> Emitter<'a> {
         self.cold_leave(pc, status::EXIT, 0)
     }
 
+    /// A label for the slow path of the adjoint accumulation at `pc` inside a cached loop
+    /// (`step_in_loop`), which comes back to `done`; `view`: the accumulator's view, made
+    /// again after the step (the `nil` adjoint before the first contribution becomes a
+    /// container, which its view of nothing did not show).
+    pub(super) fn cold_step(&mut self, pc: usize, done: DynamicLabel, view: Option<Reg>) -> DynamicLabel {
+        let label = self.ops.new_dynamic_label();
+        let (counted, cur) = (pc - self.run_start, self.cur);
+        self.cold.push(Cold { label, counted, pc, cur, edge: None, status: (status::EXIT, 0), recheck: None, step_back: Some((done, view)) });
+        label
+    }
+
     /// As `cold_exit`, leaving with `GUARD` and `next` (which says why).
     pub(super) fn cold_guard(&mut self, pc: usize, next: u32) -> DynamicLabel {
         self.cold_leave(pc, status::GUARD, next)
@@ -344,7 +358,7 @@ impl<'a> Emitter<'a> {
 
     fn cold_leave(&mut self, pc: usize, kind: u64, next: u32) -> DynamicLabel {
         let label = self.ops.new_dynamic_label();
-        self.cold.push(Cold { label, counted: pc - self.run_start, pc, cur: self.cur, edge: None, status: (kind, next), recheck: None });
+        self.cold.push(Cold { label, counted: pc - self.run_start, pc, cur: self.cur, edge: None, status: (kind, next), recheck: None, step_back: None });
         label
     }
 
@@ -366,7 +380,7 @@ impl<'a> Emitter<'a> {
     /// the function's (the edge a loop leaves by, kept off the loop's straight line).
     pub(super) fn cold_edge(&mut self, pc: usize, target: BlockId) -> DynamicLabel {
         let label = self.ops.new_dynamic_label();
-        self.cold.push(Cold { label, counted: pc + 1 - self.run_start, pc, cur: self.cur, edge: Some(target), status: (status::EXIT, 0), recheck: None });
+        self.cold.push(Cold { label, counted: pc + 1 - self.run_start, pc, cur: self.cur, edge: Some(target), status: (status::EXIT, 0), recheck: None, step_back: None });
         label
     }
 
@@ -562,7 +576,10 @@ impl<'a> Emitter<'a> {
     pub(super) fn pull_into_view(&mut self, pc: usize, args: ListId) {
         let l = self.f.list(args).to_vec();
         let acc = l[0];
-        let out = self.cold_exit(pc);
+        // Out of the view's range (the `nil` adjoint before the first contribution has an
+        // empty view): the shared semantics, then back here.
+        let done = self.ops.new_dynamic_label();
+        let out = self.cold_step(pc, done, Some(acc));
         let d = *l.last().expect("a cotangent");
         let (base, ix) = if l.len() == 4 {
             let ix = self.view_index(acc, l[2], out);
@@ -582,6 +599,7 @@ impl<'a> Emitter<'a> {
             ; movsd xmm0, QWORD [Rq(base) + Rq(ix) * 8]
             ; addsd xmm0, Rx(d_home)
             ; movsd QWORD [Rq(base) + Rq(ix) * 8], xmm0
+            ; =>done
         );
     }
 

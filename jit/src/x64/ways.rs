@@ -36,38 +36,9 @@ impl<'a> Emitter<'a> {
                 let h = hoist_offset(i);
                 dynasm!(self.ops ; .arch x64 ; movsd QWORD [rsp + h], xmm0);
             }
-            for (i, obj) in self.loops[l].views.clone().into_iter().enumerate() {
-                let (so, v) = (slot(obj), view_offset(i));
-                dynasm!(self.ops ; .arch x64 ; lea rdi, [rbx + so] ; lea rsi, [rsp + v]);
-                self.call(native::float_view as *const ());
-            }
-            // Fixed rows: the row's address (`data + 8 i cols`) and the column bound, or a
-            // bound of 0 when `i` is out of range (each access then leaves, and the
-            // interpreter raises the error).
-            for (k, (m, i)) in self.loops[l].rows.clone().into_iter().enumerate() {
-                let v = view_offset(self.loops[l].views.iter().position(|&x| x == m).expect("a viewed matrix"));
-                let (s_i, r) = (slot(i) + 8, row_offset(k));
-                dynasm!(self.ops ; .arch x64
-                    ; mov rax, QWORD [rbx + s_i]
-                    ; xor ecx, ecx
-                    ; xor edx, edx
-                    ; cmp rax, QWORD [rsp + v + 24]
-                    ; jae >out
-                    ; mov rdx, QWORD [rsp + v + 16]
-                    ; imul rax, rdx
-                    ; shl rax, 3
-                    ; add rax, QWORD [rsp + v]
-                    ; mov rcx, rax
-                    ; out:
-                    ; mov QWORD [rsp + r], rcx
-                    ; mov QWORD [rsp + r + 8], rdx
-                );
-            }
+            self.make_views(l, |_| true);
             self.clamp_entry(l, to);
-            for (v, field, g) in self.loops[l].view_regs.clone() {
-                let o = if field >= 4 { row_offset(field - 4) } else { view_offset(v) + 8 * field as i32 };
-                dynasm!(self.ops ; .arch x64 ; mov Rq(g), QWORD [rsp + o]);
-            }
+            self.load_view_regs(l, |_| true);
             // The tags of the registers the loop writes, as inferred at `to`: exact for live
             // ones already, and for dead ones what lets the loop skip storing a tag it
             // knows (`tag_known`). A dead register's slot holds no heap value (entry guard).
@@ -122,6 +93,92 @@ impl<'a> Emitter<'a> {
         at
     }
 
+    /// The views of loop `l`'s containers that `wanted` says (by the view's index), each in
+    /// its stack slot (`native::float_view`), and the fixed rows of those viewed matrices: the
+    /// row's address (`data + 8 i cols`) and the column bound, or a bound of 0 when `i` is
+    /// out of range (each access then leaves, and the interpreter raises the error).
+    fn make_views(&mut self, l: usize, wanted: impl Fn(usize) -> bool) {
+        for (i, obj) in self.loops[l].views.clone().into_iter().enumerate() {
+            if wanted(i) {
+                let (so, v) = (slot(obj), view_offset(i));
+                dynasm!(self.ops ; .arch x64 ; lea rdi, [rbx + so] ; lea rsi, [rsp + v]);
+                self.call(native::float_view as *const ());
+            }
+        }
+        for (k, (m, i)) in self.loops[l].rows.clone().into_iter().enumerate() {
+            let at = self.loops[l].views.iter().position(|&x| x == m).expect("a viewed matrix");
+            if !wanted(at) {
+                continue;
+            }
+            let (v, s_i, r) = (view_offset(at), slot(i) + 8, row_offset(k));
+            dynasm!(self.ops ; .arch x64
+                ; mov rax, QWORD [rbx + s_i]
+                ; xor ecx, ecx
+                ; xor edx, edx
+                ; cmp rax, QWORD [rsp + v + 24]
+                ; jae >out
+                ; mov rdx, QWORD [rsp + v + 16]
+                ; imul rax, rdx
+                ; shl rax, 3
+                ; add rax, QWORD [rsp + v]
+                ; mov rcx, rax
+                ; out:
+                ; mov QWORD [rsp + r], rcx
+                ; mov QWORD [rsp + r + 8], rdx
+            );
+        }
+    }
+
+    /// The view fields loop `l` keeps in general registers (`CachedLoop::view_regs`), of the
+    /// views `wanted` says, loaded from their slots.
+    fn load_view_regs(&mut self, l: usize, wanted: impl Fn(usize) -> bool) {
+        for (v, field, g) in self.loops[l].view_regs.clone() {
+            if wanted(v) {
+                let o = if field >= 4 { row_offset(field - 4) } else { view_offset(v) + 8 * field as i32 };
+                dynasm!(self.ops ; .arch x64 ; mov Rq(g), QWORD [rsp + o]);
+            }
+        }
+    }
+
+    /// The slow path of an adjoint accumulation in a cached loop (`cold_step`): the loop's
+    /// batches committed and homes stored (the frame exact, as on a way out), the
+    /// instruction run by `step` (the shared semantics: the `nil` adjoint before the first
+    /// contribution made a container, or the error raised), then, if it ran, the
+    /// accumulator's view made again and the batches and homes taken up where they were;
+    /// if it failed, out as `step` leaves anywhere. `step` writes only the instruction's
+    /// result, the accumulator's register, which has no home; the containers it may replace
+    /// or grow are adjoints, which no other view of the loop shows (views are of the
+    /// containers the loop reads and of accumulators, one register each).
+    fn step_in_loop(&mut self, c: &Cold, done: DynamicLabel, view: Option<Reg>) {
+        let (func, pcu) = (self.func.0 as i32, c.pc as i32);
+        self.tape_commit();
+        self.ctl_commit();
+        dynasm!(self.ops ; .arch x64 ; mov rdi, r12 ; mov rsi, rbx ; mov edx, func ; mov ecx, pcu);
+        self.call(native::step as *const ());
+        let failed = self.ops.new_dynamic_label();
+        dynasm!(self.ops ; .arch x64 ; cmp rax, -1 ; jne =>failed);
+        let l = c.cur.expect("a cached loop");
+        if let Some(at) = view.and_then(|r| self.loops[l].views.iter().position(|&x| x == r)) {
+            self.make_views(l, |i| i == at);
+            self.load_view_regs(l, |i| i == at);
+        }
+        self.tape_reserve();
+        self.ctl_reserve();
+        dynasm!(self.ops ; .arch x64 ; jmp =>done ; =>failed);
+        // Declined (EXIT: the instruction did not run) or failed (ERROR: it counts), with the
+        // frame exact already.
+        self.count(c.counted);
+        let ep = self.epilogue;
+        dynasm!(self.ops ; .arch x64
+            ; mov rcx, rax
+            ; and rcx, 3
+            ; cmp rcx, status::ERROR as i32
+            ; jne =>ep
+        );
+        self.count(1);
+        dynasm!(self.ops ; .arch x64 ; jmp =>ep);
+    }
+
     /// The rare exits and out-of-line edges (`cold_exit`, `cold_edge`), after the code.
     pub(super) fn emit_cold(&mut self) {
         for c in std::mem::take(&mut self.cold) {
@@ -130,6 +187,10 @@ impl<'a> Emitter<'a> {
             dynasm!(self.ops ; .arch x64 ; =>label);
             if let Some((j, k, exit)) = c.recheck {
                 self.recheck(j, k, exit);
+            }
+            if let Some((done, view)) = c.step_back {
+                self.step_in_loop(&c, done, view);
+                continue;
             }
             match c.edge {
                 None => self.leave(c.counted, status::encode(c.status.0, c.pc as u32, c.status.1)),

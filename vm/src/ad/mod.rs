@@ -125,6 +125,12 @@ impl Runs {
         self.runs.last().map(|r| r.sym)
     }
 
+    /// The symbols of the top `n` entries (fewer if there are fewer), the top first: what
+    /// `n` pops would return.
+    pub fn top(&self, n: usize) -> impl Iterator<Item = u8> + '_ {
+        self.runs.iter().rev().flat_map(|r| std::iter::repeat_n(r.sym, r.count as usize)).take(n)
+    }
+
     /// Entries (not runs).
     pub fn len(&self) -> usize {
         self.len
