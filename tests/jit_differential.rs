@@ -204,6 +204,17 @@ fn loop_adjoints_run_natively_from_their_start() {
             let xs = zygvm::Value::from(x.iter().map(|v| v + k as f64 * 1e-3).collect::<Vec<f64>>());
             out.push(format!("{:?}", vm.value_and_gradient("lse", vec![xs.clone()])));
             out.push(format!("{:?}", vm.value_and_gradient("row", vec![m.clone(), xs])));
+            if k % 50 == 7 {
+                // No iteration: the adjoint entered at its start leaves its loop at once, its
+                // adjoint never made (an empty gradient); and a row out of range, raised where
+                // the interpreter raises it.
+                let none = zygvm::Value::from(Vec::<f64>::new());
+                out.push(format!("{:?}", vm.value_and_gradient("lse", vec![none.clone()])));
+                out.push(format!("{:?}", vm.value_and_gradient("row", vec![m.clone(), none])));
+                let short = zygvm::Value::Matrix { rows: 1, cols: 40, data: vec![0.5; 40] };
+                let xs = zygvm::Value::from(x.clone());
+                out.push(format!("{:?}", vm.value_and_gradient("row", vec![short, xs]).map_err(|e| e.to_string())));
+            }
         }
         (out, vm.jit_stats(), interpreted(&vm) - warm)
     };
@@ -216,7 +227,8 @@ fn loop_adjoints_run_natively_from_their_start() {
         // iteration would take 400 backward jumps over the last 200 pairs of gradients, and
         // leaving its loop at the first contribution 400 exits.
         assert_eq!(interpreted, 0, "backward jumps interpreted after the warm-up: {stats:?}");
-        assert!(stats.exits < 10 && stats.guard_failures < 20, "{stats:?}");
+        // (The runs with an out-of-range row leave to raise the error: 12 exits in all.)
+        assert!(stats.exits < 50 && stats.guard_failures < 20, "{stats:?}");
     }
 }
 
