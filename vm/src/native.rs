@@ -548,20 +548,17 @@ impl Vm {
         {
             return;
         }
-        if self.native.tier.is_none() {
-            return;
-        }
+        let Some(result) = self.compile_with(func, seed, tags, None) else { return };
         *NativeState::slot(&mut self.native.attempts, func) += 1;
-        match self.compile_with(func, seed, tags, None) {
-            Some(Ok(code)) => {
+        match result {
+            Ok(code) => {
                 let no_entry = seed != 0 && code.entry(0).is_none();
                 self.install(func, code);
                 if no_entry {
                     *NativeState::slot(&mut self.native.loop_seeds, func) = Some((seed, tags.to_vec()));
                 }
             }
-            None => {}
-            Some(Err(reason)) => {
+            Err(reason) => {
                 self.native.stats.refused += 1;
                 if self.native.stats.refusals.len() < 10 {
                     let name = self.program.functions[func.index()].trace_name().to_string();
@@ -604,7 +601,7 @@ impl Vm {
         let f = &self.program.functions[func.index()];
         let from = from as usize;
         let end = f.blocks.iter().map(|b| b.start as usize).find(|&s| s > from).unwrap_or(f.code.len());
-        let pops: Vec<u32> = (from..end.min(f.code.len()))
+        let pops: Vec<u32> = (from..end)
             .filter(|&pc| matches!(f.code[pc], crate::bytecode::Instr::TapePop { .. }))
             .map(|pc| pc as u32)
             .collect();

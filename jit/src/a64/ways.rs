@@ -125,12 +125,9 @@ impl<'a> Emitter<'a> {
     fn step_in_loop(&mut self, c: &Cold, done: DynamicLabel, view: Option<Reg>) {
         self.tape_commit();
         self.ctl_commit();
-        dynasm!(self.ops ; .arch aarch64 ; mov x0, x20 ; mov x1, x19);
-        self.imm(2, self.func.0 as u64);
-        self.imm(3, c.pc as u64);
-        self.call(native::step as *const ());
-        let failed = self.ops.new_dynamic_label();
-        dynasm!(self.ops ; .arch aarch64 ; cmn x0, 1 ; b.ne =>failed);
+        // `step` counts a failure from the instruction's straight-line run, as anywhere.
+        self.run_start = c.pc - c.counted;
+        self.step(c.pc);
         let l = c.cur.expect("a cached loop");
         if let Some(at) = view.and_then(|r| self.loops[l].views.iter().position(|&x| x == r)) {
             self.make_views(l, |i| i == at);
@@ -138,18 +135,7 @@ impl<'a> Emitter<'a> {
         }
         self.tape_reserve();
         self.ctl_reserve();
-        dynasm!(self.ops ; .arch aarch64 ; b =>done ; =>failed);
-        // Declined (EXIT: the instruction did not run) or failed (ERROR: it counts), with the
-        // frame exact already.
-        self.count(c.counted);
-        let ep = self.epilogue;
-        dynasm!(self.ops ; .arch aarch64
-            ; and x1, x0, 3
-            ; cmp x1, status::ERROR as u32
-            ; b.ne =>ep
-        );
-        self.count(1);
-        dynasm!(self.ops ; .arch aarch64 ; b =>ep);
+        dynasm!(self.ops ; .arch aarch64 ; b =>done);
     }
 
     /// The ways out of cached loops (written-back homes stored, then on to the target, which

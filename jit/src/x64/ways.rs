@@ -150,13 +150,11 @@ impl<'a> Emitter<'a> {
     /// or grow are adjoints, which no other view of the loop shows (views are of the
     /// containers the loop reads and of accumulators, one register each).
     fn step_in_loop(&mut self, c: &Cold, done: DynamicLabel, view: Option<Reg>) {
-        let (func, pcu) = (self.func.0 as i32, c.pc as i32);
         self.tape_commit();
         self.ctl_commit();
-        dynasm!(self.ops ; .arch x64 ; mov rdi, r12 ; mov rsi, rbx ; mov edx, func ; mov ecx, pcu);
-        self.call(native::step as *const ());
-        let failed = self.ops.new_dynamic_label();
-        dynasm!(self.ops ; .arch x64 ; cmp rax, -1 ; jne =>failed);
+        // `step` counts a failure from the instruction's straight-line run, as anywhere.
+        self.run_start = c.pc - c.counted;
+        self.step(c.pc);
         let l = c.cur.expect("a cached loop");
         if let Some(at) = view.and_then(|r| self.loops[l].views.iter().position(|&x| x == r)) {
             self.make_views(l, |i| i == at);
@@ -164,19 +162,7 @@ impl<'a> Emitter<'a> {
         }
         self.tape_reserve();
         self.ctl_reserve();
-        dynasm!(self.ops ; .arch x64 ; jmp =>done ; =>failed);
-        // Declined (EXIT: the instruction did not run) or failed (ERROR: it counts), with the
-        // frame exact already.
-        self.count(c.counted);
-        let ep = self.epilogue;
-        dynasm!(self.ops ; .arch x64
-            ; mov rcx, rax
-            ; and rcx, 3
-            ; cmp rcx, status::ERROR as i32
-            ; jne =>ep
-        );
-        self.count(1);
-        dynasm!(self.ops ; .arch x64 ; jmp =>ep);
+        dynasm!(self.ops ; .arch x64 ; jmp =>done);
     }
 
     /// The rare exits and out-of-line edges (`cold_exit`, `cold_edge`), after the code.
