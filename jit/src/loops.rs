@@ -106,6 +106,10 @@ pub struct CachedLoop {
     /// The registers whose home is written back rather than through (floats the loop
     /// writes; indexed by register).
     pub lazy: Vec<bool>,
+    /// The type a register keeps throughout the loop though it is dead at the header: every
+    /// definition of it in the loop gives that one type (`steady_types`). The entry stubs store
+    /// its tag, so the definitions store none (`holds`).
+    pub steady: Vec<Option<Ty>>,
     /// View fields kept in a callee-saved register while the loop runs: (view, field: 0 data
     /// pointer, 1 an array's length, 2 a matrix's columns, 3 its rows, `4 + k` the address
     /// of fixed row `k` of that matrix; general register).
@@ -127,6 +131,23 @@ impl CachedLoop {
     /// batches to commit (`x64` `settle_loop`).
     pub fn settles_on_exit(&self) -> bool {
         self.lazy.contains(&true) || self.tape.is_some() || self.ctl.is_some()
+    }
+
+    /// Whether `r`'s slot carries the tag of type `t` everywhere in the loop (a steady type):
+    /// a definition of `r` of that type need not store its tag.
+    pub fn holds(&self, r: Reg, t: Ty) -> bool {
+        self.steady[r.index()] == Some(t)
+    }
+
+    /// The tag an entry stub stores into register `r` on the way to the header, whose types
+    /// are `at`: a register the loop writes and that is dead there (its slot holds no heap
+    /// value: the entry guards check so). Its steady type's, else its type's at the header
+    /// (the inference's, which then also holds until its first definition).
+    pub fn entry_tag(&self, r: usize, at: &[Ty], live: &[bool]) -> Option<u64> {
+        if !self.written[r] || live[r] {
+            return None;
+        }
+        self.steady[r].or(Some(at[r])).and_then(Ty::tag)
     }
 }
 
@@ -212,6 +233,7 @@ pub const MAX_ROWS: usize = 4;
 /// The cached loops of `f` under `types`: innermost first, never overlapping.
 pub fn find(program: &Program, f: &Function, types: &Types, regs: &LoopRegs) -> Vec<CachedLoop> {
     let nb = f.blocks.len();
+    let live = crate::types::live_before(f);
     let end_of = |b: usize| f.blocks.get(b + 1).map_or(f.code.len(), |n| n.start as usize);
     // Edges between reached blocks (each block's terminator is its last instruction).
     let succs: Vec<Vec<usize>> = (0..nb)
@@ -247,7 +269,7 @@ pub fn find(program: &Program, f: &Function, types: &Types, regs: &LoopRegs) -> 
         if pcs.iter().any(|&pc| taken[pc]) {
             continue;
         }
-        if let Some(c) = qualify(program, f, types, regs, f.blocks[h].start as usize, pcs) {
+        if let Some(c) = qualify(program, f, types, regs, &live, f.blocks[h].start as usize, pcs) {
             c.pcs.iter().for_each(|&pc| taken[pc] = true);
             found.push(c);
         }
@@ -296,7 +318,15 @@ fn natural_loop(preds: &[Vec<usize>], header: usize, tail: usize) -> Option<Vec<
     (!entered_elsewhere).then_some(body)
 }
 
-fn qualify(program: &Program, f: &Function, types: &Types, regs: &LoopRegs, first: usize, pcs: Vec<usize>) -> Option<CachedLoop> {
+fn qualify(
+    program: &Program,
+    f: &Function,
+    types: &Types,
+    regs: &LoopRegs,
+    live: &[Vec<bool>],
+    first: usize,
+    pcs: Vec<usize>,
+) -> Option<CachedLoop> {
     let ty = |pc: usize, r: Reg| types.before[pc].as_ref().map(|t| t[r.index()]);
     // Writes, and the writes that change a register: all but the in-place accumulations into
     // an adjoint container, which keep its value (or leave).
@@ -450,7 +480,9 @@ fn qualify(program: &Program, f: &Function, types: &Types, regs: &LoopRegs, firs
     let lazy = (0..n).map(|r| written[r] && matches!(homes[r], Some(Home::Float(_)))).collect();
     let rows = fixed_rows(f, types, &pcs, &views, &written);
     let ctl = ctl_batch(f, &pcs).filter(|_| regs.batches);
-    let mut l = CachedLoop { first, pcs, hoisted, homes, views, written, lazy, view_regs: vec![], rows, tape, ctl, clamp: None };
+    let steady = steady_types(f, types, &pcs, &live[first], first);
+    let mut l =
+        CachedLoop { first, pcs, hoisted, homes, views, written, lazy, steady, view_regs: vec![], rows, tape, ctl, clamp: None };
     if regs.clamp {
         l.clamp = crate::clamp::find(f, types, &l);
     }
@@ -458,6 +490,42 @@ fn qualify(program: &Program, f: &Function, types: &Types, regs: &LoopRegs, firs
         view_registers(f, regs, &mut l);
     }
     Some(l)
+}
+
+/// The steady types of the loop at `pcs` (headed at `first`, where `live` is what is live):
+/// for each register dead at the header, the one type with a tag that every definition of it
+/// in the loop gives, when there is one. Such a register is only read after a definition in
+/// the same iteration; once its entry stub has stored that tag, every definition keeps it, so
+/// its slot carries it everywhere in the loop (the scalar temporaries of an adjoint loop, the
+/// `nil` of a shape not saved, each of which would otherwise store its tag per iteration).
+/// A definition by a terminator (a block's parameters, a loop step) makes the register not
+/// steady, as does a header type with another tag (what the entry stubs stored before) or
+/// one that may be a heap value (a tag stored over it would leak it).
+fn steady_types(f: &Function, types: &Types, pcs: &[usize], live: &[bool], first: usize) -> Vec<Option<Ty>> {
+    let n = f.num_regs as usize;
+    let mut steady: Vec<Option<Option<Ty>>> = vec![None; n];
+    for &pc in pcs {
+        let instr = &f.code[pc];
+        let after = (!instr.is_terminator()).then(|| types.before.get(pc + 1).and_then(|t| t.as_ref())).flatten();
+        writes(f, instr, |r| {
+            let t = after.map(|t| t[r.index()]).filter(|t| t.tag().is_some());
+            let s = &mut steady[r.index()];
+            *s = match *s {
+                None => Some(t),
+                Some(prev) if prev == t => Some(t),
+                Some(_) => Some(None),
+            };
+        });
+    }
+    let header = types.before[first].as_ref();
+    (0..n)
+        .map(|r| {
+            let t = steady[r].flatten()?;
+            let at_header = header.map_or(Ty::Any, |h| h[r]);
+            // A plain type at the header: storing a tag over it drops nothing.
+            (!live[r] && at_header.plain() && (at_header.tag().is_none() || at_header == t)).then_some(t)
+        })
+        .collect()
 }
 
 /// `Pull Index`/`Index2` of a float into the adjoint container it accumulates into, in place

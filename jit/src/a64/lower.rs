@@ -351,9 +351,19 @@ impl<'a> Emitter<'a> {
                 // Speculated not taken (`types.rs`): taken, the interpreter pops.
                 let (sc, taken) = (slot(code) + 8, self.cold_guard(pc, status::SPECULATION));
                 self.imm(17, mask as u64);
-                dynasm!(self.ops ; .arch aarch64 ; ldr x16, [x19, sc] ; tst x16, x17 ; b.ne =>taken);
-                self.prepare_def(pc, dst);
-                self.store_tag(dst, tag::NIL);
+                let g = match self.home(code) {
+                    Some(Home::Int(g)) => g,
+                    _ => {
+                        dynasm!(self.ops ; .arch aarch64 ; ldr x16, [x19, sc]);
+                        16
+                    }
+                };
+                dynasm!(self.ops ; .arch aarch64 ; tst X(g), x17 ; b.ne =>taken);
+                // A `nil` (its payload word is never read), unless the slot holds one already.
+                if !self.tag_known(dst, Ty::Nil) {
+                    self.prepare_def(pc, dst);
+                    self.store_tag(dst, tag::NIL);
+                }
             }
             Instr::Pull { args, .. }
                 if crate::loops::into_adjoint(self.f, &instr, &t) && self.view_slot(self.f.list(args)[0]).is_some() =>

@@ -324,10 +324,12 @@ impl<'a> Emitter<'a> {
 
     /// Whether `d` is known to hold a value of type `t` before the instruction being lowered
     /// (its tag word then needs no store): a live register, or inside a cached loop any
-    /// register the loop writes, whose tag the loop's entry stubs store.
+    /// register the loop writes, whose tag the loop's entry stubs store, and any register of
+    /// a steady type, whose tag no code in the loop changes (`CachedLoop::holds`).
     fn tag_known(&self, d: Reg, t: Ty) -> bool {
         self.pc.is_some_and(|pc| {
             (self.live[pc][d.index()] || self.cur.is_some_and(|l| self.loops[l].written[d.index()])) && self.ty(pc, d) == t
+                || self.cur.is_some_and(|l| self.loops[l].holds(d, t))
         })
     }
 

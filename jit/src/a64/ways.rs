@@ -173,12 +173,13 @@ impl<'a> Emitter<'a> {
             self.make_views(l, |_| true);
             self.clamp_entry(l, to);
             self.load_view_regs(l, |_| true);
-            // The tags of the registers the loop writes, as inferred at `to`: exact for live
-            // ones already, and for dead ones what lets the loop skip storing a tag it
-            // knows (`tag_known`). A dead register's slot holds no heap value (entry guard).
+            // The tags of the registers the loop writes and that are dead at `to` (live
+            // ones hold theirs already): each one's steady type's, else its type's as
+            // inferred at `to`, which lets the loop skip storing a tag it knows
+            // (`tag_known`). A dead register's slot holds no heap value (entry guard).
             let t = self.types.before[to].clone().expect("a loop entry is reached");
-            for (r, ty) in t.iter().enumerate() {
-                if let (Some(tg), true, false) = (ty.tag(), self.loops[l].written[r], self.live[to][r]) {
+            for r in 0..t.len() {
+                if let Some(tg) = self.loops[l].entry_tag(r, &t, &self.live[to]) {
                     self.store_tag(Reg(r as u32), tg);
                 }
             }

@@ -348,10 +348,16 @@ impl<'a> Emitter<'a> {
             Instr::TapePopIf { dst, code, mask } => {
                 // Speculated not taken (`types.rs`): taken, the interpreter pops.
                 let (sc, taken) = (slot(code) + 8, self.cold_guard(pc, status::SPECULATION));
-                dynasm!(self.ops ; .arch x64 ; test QWORD [rbx + sc], mask as i32 ; jnz =>taken);
-                self.prepare_def(pc, dst);
-                let s = slot(dst);
-                dynasm!(self.ops ; .arch x64 ; mov QWORD [rbx + s], tag::NIL as i32);
+                match self.home(code) {
+                    Some(Home::Int(g)) => dynasm!(self.ops ; .arch x64 ; test Rq(g), mask as i32 ; jnz =>taken),
+                    _ => dynasm!(self.ops ; .arch x64 ; test QWORD [rbx + sc], mask as i32 ; jnz =>taken),
+                }
+                // A `nil` (its payload word is never read), unless the slot holds one already.
+                if !self.tag_known(dst, Ty::Nil) {
+                    self.prepare_def(pc, dst);
+                    let s = slot(dst);
+                    dynasm!(self.ops ; .arch x64 ; mov QWORD [rbx + s], tag::NIL as i32);
+                }
             }
             Instr::Pull { args, .. }
                 if crate::loops::into_adjoint(self.f, &instr, &t) && self.view_slot(self.f.list(args)[0]).is_some() =>

@@ -437,10 +437,13 @@ impl<'a> Emitter<'a> {
     /// Whether `d` is known to hold a value of type `t` before the instruction being lowered
     /// (its tag word then needs no store). Outside cached loops only for a live register (an
     /// entry point checks a dead register for "no heap value", not for its inferred type);
-    /// inside one for any register the loop writes, whose tag the loop's entry stubs store.
+    /// inside one for any register the loop writes, whose tag the loop's entry stubs store,
+    /// and for a register of a steady type, whose tag no code in the loop changes
+    /// (`CachedLoop::holds`).
     pub(super) fn tag_known(&self, d: Reg, t: Ty) -> bool {
         self.pc.is_some_and(|pc| {
             (self.live[pc][d.index()] || self.cur.is_some_and(|l| self.loops[l].written[d.index()])) && self.ty(pc, d) == t
+                || self.cur.is_some_and(|l| self.loops[l].holds(d, t))
         })
     }
 
