@@ -394,6 +394,43 @@ pub fn emission_order<'t>(f: &'t Function, types: &'t Types) -> impl Iterator<It
     })
 }
 
+/// The instructions that start a block entered only by falling through from the
+/// compare-and-branch just before it (a loop's body after its header), by pc: an emitter may
+/// count such a block's straight-line run together with the branch's, adding the instruction
+/// count once where the run ends rather than once at the branch and again after it.
+pub fn entered_by_fall_through_only(f: &Function) -> Vec<bool> {
+    let nb = f.blocks.len();
+    let end_of = |b: usize| f.blocks.get(b + 1).map_or(f.code.len(), |n| n.start as usize);
+    let (mut fall, mut other) = (vec![false; nb], vec![false; nb]);
+    other[0] = true;
+    for b in 0..nb {
+        let end = end_of(b);
+        if end == f.blocks[b].start as usize {
+            continue;
+        }
+        let last = &f.code[end - 1];
+        let fused = matches!(
+            last,
+            Instr::BranchNotLt { .. } | Instr::BranchNotLe { .. } | Instr::BranchNotGt { .. } | Instr::BranchNotGe { .. }
+        );
+        // A fused branch's successors: its else-block, then the block it falls through to.
+        for (k, s) in successors(f, last, b).into_iter().enumerate() {
+            if fused && k == 1 && s == b + 1 {
+                fall[s] = true;
+            } else {
+                other[s] = true;
+            }
+        }
+    }
+    let mut at = vec![false; f.code.len()];
+    for b in 0..nb {
+        if fall[b] && !other[b] && end_of(b) > f.blocks[b].start as usize {
+            at[f.blocks[b].start as usize] = true;
+        }
+    }
+    at
+}
+
 /// The registers each instruction's code may read before writing (live before it), by
 /// backward dataflow over the executable form. Entry guards check exact tags only for these;
 /// a dead register need only hold no heap value (native code stores over it without a drop).

@@ -265,10 +265,16 @@ impl<'a> Emitter<'a> {
                     Some(c) => self.clamped_test(pc, c.j, c.k, else_edge),
                     None => self.jump_unless(pc, compare, ty(a), a, b, else_edge),
                 }
-                // Falling through into the next block continues the run.
-                self.count(pc + 1 - self.run_start);
+                // Falling through into the next block continues the run: counted there, where
+                // the run ends, when nothing else enters that block and its code follows
+                // directly; else here.
                 let next = pc + 1;
                 let label = self.target(next);
+                if label == self.labels[next] && self.fall_only[next] && self.types.before[next].is_some() {
+                    self.carry = Some(next);
+                    return;
+                }
+                self.count(pc + 1 - self.run_start);
                 // The next block's code follows directly (blocks are emitted in order) unless
                 // a stub lies between (into or out of a cached loop).
                 if label != self.labels[next] {

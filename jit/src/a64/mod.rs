@@ -131,6 +131,11 @@ pub(crate) struct Emitter<'a> {
     /// Where the current straight-line run began (native code counts instructions at the
     /// points the interpreter does).
     run_start: usize,
+    /// The block starts entered only by falling through from the branch before them
+    /// (`types::entered_by_fall_through_only`), and the one the branch just lowered left its
+    /// run open for: that block's code continues the run (`carry`).
+    fall_only: Vec<bool>,
+    carry: Option<usize>,
     /// The instruction being lowered (`None` in cold code).
     pc: Option<usize>,
     /// Where each lowered instruction's code starts (for `--dump asm`).
@@ -601,6 +606,8 @@ pub fn compile(program: &Program, func: FuncId, types: &Types) -> Result<NativeC
         epilogue,
         next_check: native::next_check_offset() as u32,
         run_start: 0,
+        fall_only: crate::types::entered_by_fall_through_only(f),
+        carry: None,
         pc: None,
         pc_offsets: vec![],
         cold: vec![],
@@ -614,7 +621,9 @@ pub fn compile(program: &Program, func: FuncId, types: &Types) -> Result<NativeC
     // interpreter (where it comes back after a call).
     let mut entry_pcs = vec![];
     for (pc, block_start) in crate::types::emission_order(f, types) {
-        if block_start {
+        // A block continues the run of the branch before it when that branch left it open.
+
+        if block_start && e.carry.take() != Some(pc) {
             e.run_start = pc;
         }
         if e.run_start == pc {

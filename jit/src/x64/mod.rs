@@ -126,6 +126,11 @@ struct Emitter<'a> {
     /// Where the current straight-line run began (the interpreter counts instructions per
     /// run; native code adds the same counts at the same points).
     run_start: usize,
+    /// The block starts entered only by falling through from the branch before them
+    /// (`types::entered_by_fall_through_only`), and the one the branch just lowered left its
+    /// run open for: that block's code continues the run (`carry`).
+    fall_only: Vec<bool>,
+    carry: Option<usize>,
     /// The cached loops (`loops.rs`), the loop each instruction belongs to, and the one being
     /// lowered now (its homes are in use; `r15` holds the instruction count).
     loops: Vec<CachedLoop>,
@@ -757,6 +762,8 @@ pub fn compile(program: &Program, func: FuncId, types: &Types) -> Result<NativeC
         epilogue,
         next_check: native::next_check_offset() as i32,
         run_start: 0,
+        fall_only: crate::types::entered_by_fall_through_only(f),
+        carry: None,
         loops,
         loop_of,
         cur: None,
@@ -771,7 +778,9 @@ pub fn compile(program: &Program, func: FuncId, types: &Types) -> Result<NativeC
     // interpreter (where it comes back after a call).
     let mut entry_pcs = vec![];
     for (pc, block_start) in crate::types::emission_order(f, types) {
-        if block_start {
+        // A block continues the run of the branch before it when that branch left it open.
+
+        if block_start && e.carry.take() != Some(pc) {
             e.run_start = pc;
         }
         if e.run_start == pc {
