@@ -52,6 +52,8 @@ fn bare_emitter<'a>(p: &'a Program, f: &'a zygvm_vm::program::Function, types: &
         epilogue,
         next_check: 0,
         run_start: 0,
+        fall_only: vec![],
+        carry: None,
         pc: None,
         pc_offsets: vec![],
         cold: vec![],
