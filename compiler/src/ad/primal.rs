@@ -34,8 +34,9 @@ pub struct Context<'a> {
     pub tape_of: &'a dyn Fn(FuncId) -> Option<FuncId>,
     /// Its quiet routine (`quiet.rs`).
     pub quiet_tape_of: &'a dyn Fn(FuncId) -> Option<FuncId>,
-    /// `Some` for the quiet routine: per instruction, whether it is a direct call that may
-    /// call its callee's quiet routine (`quiet::quiet_calls`).
+    /// `Some` for the quiet routine: per instruction, whether it is a quiet call
+    /// (`quiet::quiet_calls`): a direct call that calls its callee's quiet routine, or a
+    /// built-in call whose records are pushed by reference.
     pub quiet: Option<&'a [bool]>,
     /// The counted loops: their indices are pushed once at each exit, and a header whose
     /// adjoint decides by its index records no control bits (`induction.rs`).
@@ -146,6 +147,22 @@ pub fn primal_with_tape(cx: &Context) -> Function {
             // instruction's own result (`saves`: `exp`) after the instruction that makes it
             // (the records stay in `saves` order: a result's record is the last).
             let of_result = |rec: &Record| matches!(*rec, Record::Tape(Save::Snap(r)) if i.def() == Some(r));
+            if let (Instr::CallBuiltin { dst, args, .. }, true) = (i, cx.quiet.is_some_and(|q| q[pc])) {
+                // A quiet built-in call (`quiet.rs`): called plainly, then its arguments and
+                // result pushed by reference, as `Vm::tape_builtin` would push copies.
+                for rec in cx.records[pc].iter().filter(|rec| !of_result(rec)) {
+                    push_record(&mut out, rec, span);
+                }
+                out.push(i, span);
+                for &a in cx.f.list(args) {
+                    out.push(Instr::TapePush { src: a }, span);
+                }
+                out.push(Instr::TapePush { src: dst }, span);
+                for rec in cx.records[pc].iter().filter(|rec| of_result(rec)) {
+                    push_record(&mut out, rec, span);
+                }
+                continue;
+            }
             let call = matches!(i, Instr::Call { .. });
             if call {
                 out.push(transformed, span);

@@ -18,13 +18,18 @@
 //!   container or module variable, no call other than to a built-in that changes nothing
 //!   (`Builtin::replayable`). Its callee's adjoint then runs right after the adjoints of the
 //!   pure operations that follow the call, which write nothing.
+//! - by the same rule, a call of a built-in whose pullback reads its arguments and result
+//!   (`Deriv::Pullback`, `Deriv::Host`: the ordinary routine copies them, `TapeSave`-like, in
+//!   `Vm::tape_builtin`) is quiet when nothing after it can write: the quiet routine calls the
+//!   built-in plainly and pushes its arguments and result by reference, in the order
+//!   `tape_builtin` records them (`logsumexp`'s gradient copied `x` and `exp(x)` twice).
 //!
 //! Everywhere else (`pullback`, nested and higher-order derivatives, calls through values,
 //! built-ins calling back) the ordinary routine runs, which copies.
 
 use super::activity::{builtin_changes_nothing, writes_or_runs_unseen};
 use super::cfg::{block_end, successors};
-use zygvm_vm::builtin::Builtin;
+use zygvm_vm::builtin::{Builtin, Deriv};
 use zygvm_vm::bytecode::*;
 use zygvm_vm::program::Function;
 
@@ -39,9 +44,16 @@ fn may_write(i: &Instr, builtins: &[Builtin]) -> bool {
     }
 }
 
-/// Per instruction of `f` (SSA form of the source): whether it is a direct call after which
-/// nothing can write (see the module comment), so that a quiet routine calls its callee's
-/// quiet routine there.
+/// Whether the built-in's records are its arguments and result (`Vm::tape_builtin`'s
+/// protocol for `Deriv::Pullback` and `Deriv::Host`), which a quiet site pushes itself.
+pub fn records_operands(builtins: &[Builtin], b: BuiltinId) -> bool {
+    builtins.get(b.index()).is_some_and(|b| matches!(b.deriv, Deriv::Pullback(_) | Deriv::Host))
+}
+
+/// Per instruction of `f` (SSA form of the source): whether it is a quiet call, after which
+/// nothing can write (see the module comment): a direct call, where a quiet routine calls its
+/// callee's quiet routine, or a call of a built-in that `records_operands`, whose records a
+/// quiet routine pushes by reference.
 pub fn quiet_calls(f: &Function, builtins: &[Builtin]) -> Vec<bool> {
     let n = f.blocks.len();
     let writes_in = |b: usize| (f.blocks[b].start as usize..block_end(f, b)).any(|pc| may_write(&f.code[pc], builtins));
@@ -66,8 +78,10 @@ pub fn quiet_calls(f: &Function, builtins: &[Builtin]) -> Vec<bool> {
         let (start, end) = (f.blocks[b].start as usize, block_end(f, b));
         let mut rest_clean = successors(&f.code[end - 1]).iter().all(|t| clean[t.index()]);
         for pc in (start..end).rev() {
-            if matches!(f.code[pc], Instr::CallDirect { .. }) {
-                quiet[pc] = rest_clean;
+            match f.code[pc] {
+                Instr::CallDirect { .. } => quiet[pc] = rest_clean,
+                Instr::CallBuiltin { builtin, .. } if records_operands(builtins, builtin) => quiet[pc] = rest_clean,
+                _ => {}
             }
             rest_clean &= !may_write(&f.code[pc], builtins);
         }
@@ -109,6 +123,26 @@ mod tests {
         };
         assert_eq!(calls(f.tape), [g.tape]);
         assert_eq!(calls(f.quiet_tape), [g.quiet_tape]);
+    }
+
+    /// A built-in whose records are its operands, at a quiet site: called plainly and its
+    /// arguments and result pushed by reference; elsewhere `CallBuiltinTape` copies them.
+    #[test]
+    fn a_quiet_builtin_call_pushes_its_operands() {
+        let loader = |_: &std::path::Path| Err(std::io::Error::other("no imports in tests"));
+        let text = "fn f(x) { prod(x) * 2.0 }\nfn g(x) { let p = prod(x)\n x[0] = 1.0\n p }";
+        let source = crate::Source { name: "t.zy", text, dir: Default::default(), differentiate: crate::Differentiate::Always };
+        let p = crate::compile(source, Arc::from(zygvm_stdlib::builtins()), vec![], &loader).expect("compiles");
+        let id = |name: &str| p.functions.iter().position(|f| f.name == name).unwrap();
+        let (f, g) = (p.derivatives[id("f")].unwrap(), p.derivatives[id("g")].unwrap());
+        let names = |r: zygvm_vm::bytecode::FuncId| -> Vec<&str> { p.functions[r.index()].code.iter().map(|i| i.name()).collect() };
+        let taped = |r| names(r).contains(&"CallBuiltinTape");
+        assert!(taped(f.tape) && !taped(f.quiet_tape), "{:?}", names(f.quiet_tape));
+        let quiet = names(f.quiet_tape);
+        let at = quiet.iter().position(|&n| n == "CallBuiltin").expect("a plain call");
+        assert_eq!(quiet[at + 1..at + 3], ["TapePush", "TapePush"], "{quiet:?}");
+        // A write follows the call: copied in both routines.
+        assert!(taped(g.tape) && taped(g.quiet_tape), "{:?}", names(g.quiet_tape));
     }
 
     #[test]
