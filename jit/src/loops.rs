@@ -10,8 +10,11 @@
 //!   `Float`, or all `Int`) gets a *home*: a float or general register of the backend's `LoopRegs`; reads use the home
 //!   (bools get none: see `qualify`). The invariant "home == the slot's payload word" is
 //!   established on every way *into* the loop (an entry stub loads the homes).
-//!   - *Int homes are written through*: every definition writes the slot and the home (an
-//!     int's definition may fail after it changed the home, `AddJump` in place on overflow).
+//!   - *Int homes are written through*: every definition writes the slot and the home. But
+//!     an int only instructions that use its home read and write (`counters`: a loop's
+//!     index, an adjoint loop's reversed index) is written back as floats are: its step
+//!     updates the home alone. Such a step may fail after it changed the home (`AddJump` in
+//!     place on overflow): its way out undoes the change before the homes are stored.
 //!   - *Float homes the loop writes are written back* (`lazy`): a definition writes only the
 //!     home (and the tag word where it is not known), so an accumulator or a temporary costs
 //!     no store per iteration. Every way *out* of the loop stores their payloads first: an
@@ -104,7 +107,7 @@ pub struct CachedLoop {
     /// The registers some instruction of the loop writes (indexed by register).
     pub written: Vec<bool>,
     /// The registers whose home is written back rather than through (floats the loop
-    /// writes; indexed by register).
+    /// writes, and its counters: `counters`; indexed by register).
     pub lazy: Vec<bool>,
     /// The type a register keeps throughout the loop though it is dead at the header: every
     /// definition of it in the loop gives that one type (`steady_types`). The entry stubs store
@@ -477,7 +480,10 @@ fn qualify(
         }
     }
     let written: Vec<bool> = written.iter().map(|&n| n > 0).collect();
-    let lazy = (0..n).map(|r| written[r] && matches!(homes[r], Some(Home::Float(_)))).collect();
+    let counters = counters(f, types, &pcs, &views);
+    let lazy = (0..n)
+        .map(|r| written[r] && (matches!(homes[r], Some(Home::Float(_))) || matches!(homes[r], Some(Home::Int(_))) && counters[r]))
+        .collect();
     let rows = fixed_rows(f, types, &pcs, &views, &written);
     let ctl = ctl_batch(f, &pcs).filter(|_| regs.batches);
     let steady = steady_types(f, types, &pcs, &live[first], first);
@@ -490,6 +496,42 @@ fn qualify(
         view_registers(f, regs, &mut l);
     }
     Some(l)
+}
+
+/// The int registers of the loop at `pcs` (whose containers `views` are read in place) that
+/// only instructions known to use a register's home read and write: compares of two ints,
+/// `+`/`-` of ints and loop steps (the emitters in place in the home, the slot's store left
+/// out), element reads and accumulations through views, the tape's number pushes and pops,
+/// and jumps' copies. With a home, such a register is written back rather than through
+/// (`CachedLoop::lazy`): a loop's counter costs no store per iteration. Every other
+/// instruction may read an int's slot (`Neg`, a helper's arguments), which must then be exact.
+fn counters(f: &Function, types: &Types, pcs: &[usize], views: &[Reg]) -> Vec<bool> {
+    let n = f.num_regs as usize;
+    let mut ok = vec![true; n];
+    for &pc in pcs {
+        let instr = f.code[pc];
+        let Some(t) = types.before[pc].as_ref() else { return vec![false; n] };
+        let int = |r: Reg| t[r.index()] == Ty::Int;
+        let home_aware = match instr {
+            Instr::BranchNotLt { a, b, .. }
+            | Instr::BranchNotLe { a, b, .. }
+            | Instr::BranchNotGt { a, b, .. }
+            | Instr::BranchNotGe { a, b, .. }
+            | Instr::Add { a, b, .. }
+            | Instr::Sub { a, b, .. } => int(a) && int(b),
+            Instr::AddJump { dst, k, .. } | Instr::SubJump { dst, k, .. } => int(dst) && int(k),
+            Instr::Index { obj, .. } | Instr::Index2 { obj, .. } => views.contains(&obj),
+            Instr::Pull { args, .. } => into_adjoint(f, &instr, t) && views.contains(&f.list(args)[0]),
+            Instr::TapeSave { .. } | Instr::TapePush { .. } | Instr::TapePop { .. } => true,
+            Instr::Jump { .. } => true,
+            _ => false,
+        };
+        if !home_aware {
+            reads(f, &instr, |r| ok[r.index()] = false);
+            writes(f, &instr, |r| ok[r.index()] = false);
+        }
+    }
+    ok
 }
 
 /// The steady types of the loop at `pcs` (headed at `first`, where `live` is what is live):

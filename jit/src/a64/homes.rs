@@ -49,9 +49,11 @@ impl<'a> Emitter<'a> {
     pub(super) fn write_back(&mut self) {
         let Some(l) = self.cur else { return };
         for (r, home) in self.loops[l].homes.clone().into_iter().enumerate() {
-            if let (Some(Home::Float(k)), true) = (home, self.loops[l].lazy[r]) {
-                let s = 16 * r as u32 + 8;
-                dynasm!(self.ops ; .arch aarch64 ; str D(k), [x19, s]);
+            let s = 16 * r as u32 + 8;
+            match (home, self.loops[l].lazy[r]) {
+                (Some(Home::Float(k)), true) => dynasm!(self.ops ; .arch aarch64 ; str D(k), [x19, s]),
+                (Some(Home::Int(g)), true) => dynasm!(self.ops ; .arch aarch64 ; str X(g), [x19, s]),
+                _ => {}
             }
         }
     }

@@ -198,10 +198,22 @@ impl<'a> Emitter<'a> {
                 let sd = slot(dst) + 8;
                 if ty(dst) == Ty::Int {
                     let overflow = self.cold_exit(pc);
-                    // In place in a home (on overflow the home is dead: native code leaves,
-                    // and the slot still holds the old value), else in `x0`.
                     let x = self.int_reg(dst, false);
                     let y = self.int_reg(k, true);
+                    if self.lazy(dst) {
+                        // A written-back counter (`loops::counters`): the home changes only
+                        // once the step cannot fail (the way out stores the home).
+                        if add {
+                            dynasm!(self.ops ; .arch aarch64 ; adds x16, X(x), X(y));
+                        } else {
+                            dynasm!(self.ops ; .arch aarch64 ; subs x16, X(x), X(y));
+                        }
+                        dynasm!(self.ops ; .arch aarch64 ; b.vs =>overflow ; mov X(x), x16);
+                        self.jump_edge(pc, target);
+                        return;
+                    }
+                    // In place in a home (on overflow the home is dead: native code leaves,
+                    // and the slot still holds the old value), else in `x0`.
                     if add {
                         dynasm!(self.ops ; .arch aarch64 ; adds X(x), X(x), X(y));
                     } else {

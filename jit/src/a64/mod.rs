@@ -376,16 +376,22 @@ impl<'a> Emitter<'a> {
         if !self.tag_known(d, Ty::Int) {
             self.store_tag(d, tag::INT);
         }
-        let s = slot(d) + 8;
-        dynasm!(self.ops ; .arch aarch64 ; str x0, [x19, s]);
+        // A written-back counter's slot is stored on the way out (`loops::counters`).
+        if !self.lazy(d) {
+            let s = slot(d) + 8;
+            dynasm!(self.ops ; .arch aarch64 ; str x0, [x19, s]);
+        }
         self.home_from_x0(d);
     }
 
     /// Stores the bool in `w0` (0 or 1) into `d`.
     fn store_bool(&mut self, d: Reg) {
         self.store_tag(d, tag::BOOL);
-        let s = slot(d) + 8;
-        dynasm!(self.ops ; .arch aarch64 ; str x0, [x19, s]);
+        // A written-back counter's slot is stored on the way out (`loops::counters`).
+        if !self.lazy(d) {
+            let s = slot(d) + 8;
+            dynasm!(self.ops ; .arch aarch64 ; str x0, [x19, s]);
+        }
         self.home_from_x0(d);
     }
 

@@ -197,29 +197,48 @@ impl<'a> Emitter<'a> {
         }
     }
 
-    /// `dst := dst + b` or `dst - b` for ints, in `dst`'s register home (`dst` is `a`): the
-    /// home is dead if it overflows (native code leaves, and the interpreter runs the
-    /// instruction again from the slots, which int homes write through). False, emitting
-    /// nothing, where that does not apply.
+    /// `dst := dst + b` or `dst - b` for ints, in `dst`'s register home (`dst` is `a`): if it
+    /// overflows, native code leaves and the interpreter runs the instruction again from the
+    /// slots (an int home written through keeps the old value in its slot; a written-back
+    /// counter's change is undone before the home is stored: `undo_in_place`). False,
+    /// emitting nothing, where that does not apply.
     pub(super) fn int_arith_in_place(&mut self, pc: usize, instr: Instr, dst: Reg, a: Reg, b: Reg) -> bool {
         let (Some(Home::Int(g)), true, Instr::Add { .. } | Instr::Sub { .. }) = (self.home(dst), dst == a, instr) else {
             return false;
         };
-        let overflow = self.cold_exit(pc);
-        let sb = slot(b) + 8;
-        match (self.home(b), instr) {
-            (Some(Home::Int(h)), Instr::Add { .. }) => dynasm!(self.ops ; .arch x64 ; add Rq(g), Rq(h)),
-            (Some(Home::Int(h)), _) => dynasm!(self.ops ; .arch x64 ; sub Rq(g), Rq(h)),
-            (_, Instr::Add { .. }) => dynasm!(self.ops ; .arch x64 ; add Rq(g), QWORD [rbx + sb]),
-            _ => dynasm!(self.ops ; .arch x64 ; sub Rq(g), QWORD [rbx + sb]),
-        }
+        let add = matches!(instr, Instr::Add { .. });
+        let overflow = self.cold_exit_in_place(pc, dst, b, add);
+        self.add_in_place(g, b, add);
         let sd = slot(dst);
         dynasm!(self.ops ; .arch x64 ; jo =>overflow);
         if !self.tag_known(dst, Ty::Int) {
             dynasm!(self.ops ; .arch x64 ; mov QWORD [rbx + sd], tag::INT as i32);
         }
-        dynasm!(self.ops ; .arch x64 ; mov QWORD [rbx + sd + 8], Rq(g));
+        // A written-back counter's slot is stored on the way out (`loops::counters`).
+        if !self.lazy(dst) {
+            dynasm!(self.ops ; .arch x64 ; mov QWORD [rbx + sd + 8], Rq(g));
+        }
         true
+    }
+
+    /// `g += k` (`add`) or `g -= k`, for the int register `k` (its home, else its slot).
+    pub(super) fn add_in_place(&mut self, g: u8, k: Reg, add: bool) {
+        let sk = slot(k) + 8;
+        match (self.home(k), add) {
+            (Some(Home::Int(h)), true) => dynasm!(self.ops ; .arch x64 ; add Rq(g), Rq(h)),
+            (Some(Home::Int(h)), false) => dynasm!(self.ops ; .arch x64 ; sub Rq(g), Rq(h)),
+            (_, true) => dynasm!(self.ops ; .arch x64 ; add Rq(g), QWORD [rbx + sk]),
+            (_, false) => dynasm!(self.ops ; .arch x64 ; sub Rq(g), QWORD [rbx + sk]),
+        }
+    }
+
+    /// On the way out after `dst += k` (`add`) or `dst -= k` overflowed in `dst`'s home: the
+    /// change undone (wrapping arithmetic is exactly invertible), so that storing the home
+    /// gives the frame the value the interpreter runs the instruction again from.
+    pub(super) fn undo_in_place(&mut self, dst: Reg, k: Reg, add: bool) {
+        if let Some(Home::Int(g)) = self.home(dst) {
+            self.add_in_place(g, k, !add);
+        }
     }
 
     /// `dst := a OP b` (`+ - * /`) for two floats straight into `dst`'s written-back home

@@ -69,6 +69,7 @@ impl<'a> Emitter<'a> {
             status: (status::EXIT, 0),
             recheck: Some((j, k, exit)),
             step_back: None,
+            undo: None,
         });
         let g = self.int_reg(j, false);
         match self.cur.and_then(|l| self.loops[l].clamp.as_ref()?.lim_reg) {

@@ -188,20 +188,19 @@ impl<'a> Emitter<'a> {
                 let add = matches!(instr, Instr::AddJump { .. });
                 let sd = slot(dst) + 8;
                 if ty(dst) == Ty::Int {
-                    let overflow = self.cold_exit(pc);
                     if let Some(Home::Int(g)) = self.home(dst) {
-                        // In place: on overflow the home is dead (native code leaves).
-                        let sk = slot(k) + 8;
-                        match (self.home(k), add) {
-                            (Some(Home::Int(h)), true) => dynasm!(self.ops ; .arch x64 ; add Rq(g), Rq(h)),
-                            (Some(Home::Int(h)), false) => dynasm!(self.ops ; .arch x64 ; sub Rq(g), Rq(h)),
-                            (_, true) => dynasm!(self.ops ; .arch x64 ; add Rq(g), QWORD [rbx + sk]),
-                            (_, false) => dynasm!(self.ops ; .arch x64 ; sub Rq(g), QWORD [rbx + sk]),
+                        // In place: on overflow native code leaves, the slot (written through)
+                        // holding the old value, or the change undone first (written back).
+                        let overflow = self.cold_exit_in_place(pc, dst, k, add);
+                        self.add_in_place(g, k, add);
+                        dynasm!(self.ops ; .arch x64 ; jo =>overflow);
+                        if !self.lazy(dst) {
+                            dynasm!(self.ops ; .arch x64 ; mov QWORD [rbx + sd], Rq(g));
                         }
-                        dynasm!(self.ops ; .arch x64 ; jo =>overflow ; mov QWORD [rbx + sd], Rq(g));
                         self.jump_edge(pc, target);
                         return;
                     }
+                    let overflow = self.cold_exit(pc);
                     self.load_int(dst, false);
                     self.load_int(k, true);
                     if add {

@@ -169,6 +169,9 @@ struct Cold {
     /// Instead of leaving: the instruction at `pc` run by `step` inside its cached loop, then
     /// on to the label, the view of the register (if any) made again (`step_in_loop`).
     step_back: Option<(DynamicLabel, Option<Reg>)>,
+    /// Before leaving: `dst += k` (true) or `dst -= k` (false) undone in `dst`'s home, which
+    /// the instruction changed in place before it overflowed (a written-back counter).
+    undo: Option<(Reg, Reg, bool)>,
 }
 
 /// The first instruction of a block.
@@ -252,9 +255,11 @@ impl<'a> Emitter<'a> {
     fn write_back_of(&mut self, wanted: impl Fn(usize) -> bool) {
         let Some(l) = self.cur else { return };
         for (r, home) in self.loops[l].homes.clone().iter().enumerate() {
-            if let (Some(Home::Float(k)), true, true) = (home, self.loops[l].lazy[r], wanted(r)) {
-                let s = 16 * r as i32 + 8;
-                dynasm!(self.ops ; .arch x64 ; movsd QWORD [rbx + s], Rx(*k));
+            let s = 16 * r as i32 + 8;
+            match (home, self.loops[l].lazy[r] && wanted(r)) {
+                (Some(Home::Float(k)), true) => dynasm!(self.ops ; .arch x64 ; movsd QWORD [rbx + s], Rx(*k)),
+                (Some(Home::Int(g)), true) => dynasm!(self.ops ; .arch x64 ; mov QWORD [rbx + s], Rq(*g)),
+                _ => {}
             }
         }
     }
@@ -352,7 +357,17 @@ impl<'a> Emitter<'a> {
     pub(super) fn cold_step(&mut self, pc: usize, done: DynamicLabel, view: Option<Reg>) -> DynamicLabel {
         let label = self.ops.new_dynamic_label();
         let (counted, cur) = (pc - self.run_start, self.cur);
-        self.cold.push(Cold { label, counted, pc, cur, edge: None, status: (status::EXIT, 0), recheck: None, step_back: Some((done, view)) });
+        self.cold.push(Cold { label, counted, pc, cur, edge: None, status: (status::EXIT, 0), recheck: None, step_back: Some((done, view)), undo: None });
+        label
+    }
+
+    /// As `cold_exit`, for `dst += k` (`add`) or `dst -= k` in `dst`'s home: when `dst` is
+    /// written back, the way out first undoes the change (the home is what gets stored).
+    pub(super) fn cold_exit_in_place(&mut self, pc: usize, dst: Reg, k: Reg, add: bool) -> DynamicLabel {
+        let label = self.cold_exit(pc);
+        if self.lazy(dst) {
+            self.cold.last_mut().expect("just pushed").undo = Some((dst, k, add));
+        }
         label
     }
 
@@ -363,7 +378,7 @@ impl<'a> Emitter<'a> {
 
     fn cold_leave(&mut self, pc: usize, kind: u64, next: u32) -> DynamicLabel {
         let label = self.ops.new_dynamic_label();
-        self.cold.push(Cold { label, counted: pc - self.run_start, pc, cur: self.cur, edge: None, status: (kind, next), recheck: None, step_back: None });
+        self.cold.push(Cold { label, counted: pc - self.run_start, pc, cur: self.cur, edge: None, status: (kind, next), recheck: None, step_back: None, undo: None });
         label
     }
 
@@ -385,7 +400,7 @@ impl<'a> Emitter<'a> {
     /// the function's (the edge a loop leaves by, kept off the loop's straight line).
     pub(super) fn cold_edge(&mut self, pc: usize, target: BlockId) -> DynamicLabel {
         let label = self.ops.new_dynamic_label();
-        self.cold.push(Cold { label, counted: pc + 1 - self.run_start, pc, cur: self.cur, edge: Some(target), status: (status::EXIT, 0), recheck: None, step_back: None });
+        self.cold.push(Cold { label, counted: pc + 1 - self.run_start, pc, cur: self.cur, edge: Some(target), status: (status::EXIT, 0), recheck: None, step_back: None, undo: None });
         label
     }
 
@@ -477,7 +492,10 @@ impl<'a> Emitter<'a> {
         if !self.tag_known(d, Ty::Int) {
             dynasm!(self.ops ; .arch x64 ; mov QWORD [rbx + s], tag::INT as i32);
         }
-        dynasm!(self.ops ; .arch x64 ; mov QWORD [rbx + s + 8], rax);
+        // A written-back counter's slot is stored on the way out (`loops::counters`).
+        if !self.lazy(d) {
+            dynasm!(self.ops ; .arch x64 ; mov QWORD [rbx + s + 8], rax);
+        }
         self.home_from_rax(d);
     }
 

@@ -179,6 +179,9 @@ impl<'a> Emitter<'a> {
                 self.step_in_loop(&c, done, view);
                 continue;
             }
+            if let Some((dst, k, add)) = c.undo {
+                self.undo_in_place(dst, k, add);
+            }
             match c.edge {
                 None => self.leave(c.counted, status::encode(c.status.0, c.pc as u32, c.status.1)),
                 Some(b) => {
