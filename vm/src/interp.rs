@@ -1549,10 +1549,18 @@ impl Vm {
                     Instr::SetIndex { obj, idx, src } => simple!(Instr::SetIndex { obj, idx, src }),
                     Instr::MulAdd { dst, a, b } => simple!(Instr::MulAdd { dst, a, b }),
                     Instr::AdjAdd { dst, a, b } => simple!(Instr::AdjAdd { dst, a, b }),
-                    Instr::TapeSave { src } => simple!(Instr::TapeSave { src }),
-                    Instr::TapePush { src } => simple!(Instr::TapePush { src }),
-                    Instr::TapePop { dst } => simple!(Instr::TapePop { dst }),
-                    Instr::TapePushCtl { bit } => simple!(Instr::TapePushCtl { bit }),
+                    // The tape's traffic in numbers inline (a primal loop saves a float per
+                    // iteration, its adjoint pops it); containers by the shared semantics.
+                    Instr::TapeSave { src } | Instr::TapePush { src } => match reg!(src) {
+                        Value::Float(x) => self.tape.push_float(x),
+                        Value::Int(i) => self.tape.push_int(i),
+                        _ => simple!(instr),
+                    },
+                    Instr::TapePop { dst } => match self.tape.pop() {
+                        Some(v) => set!(dst, v),
+                        None => throw!(crate::ad::calls::tape_underflow()),
+                    },
+                    Instr::TapePushCtl { bit } => self.tape.ctl.push(bit as u8),
                     Instr::ProfEnter { .. } | Instr::ProfLine { .. } | Instr::ProfLeave { .. } => {
                         simple!(instr, exec_simple_outlined)
                     }
@@ -1628,7 +1636,28 @@ impl Vm {
                             set!(d, Value::Float(if negate { -x } else { x }));
                         }
                     }
-                    Instr::TapeShape { a, b } => simple!(Instr::TapeShape { a, b }),
+                    // Two floats (a primal loop's `s += t`): code 0, nothing else recorded, and
+                    // the `+` or `-` of the same operands that follows run in the same dispatch
+                    // (`ip` past it: counts and error locations as if dispatched).
+                    Instr::TapeShape { a, b } => match (&reg!(a), &reg!(b)) {
+                        (&Value::Float(x), &Value::Float(y)) => {
+                            self.tape.ctl.push(0);
+                            // SAFETY: `TapeShape` is not a terminator, so another instruction of
+                            // its block follows (verifier: every block ends with a terminator).
+                            match unsafe { *ip } {
+                                Instr::Add { dst, a: a2, b: b2 } if (a2, b2) == (a, b) => {
+                                    ip = unsafe { ip.add(1) };
+                                    set!(dst, Value::Float(x + y));
+                                }
+                                Instr::Sub { dst, a: a2, b: b2 } if (a2, b2) == (a, b) => {
+                                    ip = unsafe { ip.add(1) };
+                                    set!(dst, Value::Float(x - y));
+                                }
+                                _ => {}
+                            }
+                        }
+                        _ => simple!(Instr::TapeShape { a, b }),
+                    },
                     // Loops recomputed under a tape budget (`ad/loop_checkpoints.rs`).
                     Instr::LoopCkBegin { .. } | Instr::LoopCkCallee { .. } | Instr::LoopCkRewind { .. } => {
                         simple!(instr, exec_simple_outlined)
