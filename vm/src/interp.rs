@@ -1406,9 +1406,15 @@ impl Vm {
                         if !args.is_empty() {
                             let params = list!(func.blocks[target.index()].params);
                             for (p, a) in params.iter().zip(args) {
-                                // SAFETY: both registers are in this frame (verifier bounds);
-                                // a `Jump` copies in order, its copies never overlap.
-                                unsafe { copy_register(regs.add(p.index()), regs.add(a.index())) };
+                                // A register passed to itself (register allocation coalesces
+                                // most loop-carried values): nothing to copy, and a container's
+                                // count not raised and lowered again.
+                                if p != a {
+                                    // SAFETY: both registers are in this frame (verifier
+                                    // bounds); a `Jump` copies in order, its copies never
+                                    // overlap.
+                                    unsafe { copy_register(regs.add(p.index()), regs.add(a.index())) };
+                                }
                             }
                         }
                         jump_to!(target);
@@ -1587,12 +1593,27 @@ impl Vm {
                                 [d, a, b] => rules::product_fast(rule, &reg!(d), &reg!(a), &reg!(b)).map(Value::Float),
                                 _ => None,
                             };
-                            let fast = product.or_else(|| {
-                                let nil = std::mem::ManuallyDrop::new(Value::Nil);
-                                rules::fast(&program, rule, |k| match l.get(k) {
-                                    Some(r) => &reg!(r),
-                                    None => &*nil,
-                                })
+                            if let Some(v) = product {
+                                set!(dst, v);
+                                // A product's other operand adjoint follows (`MulA` then `MulB`
+                                // of the same three registers): in the same dispatch, from the
+                                // registers as they are now, `ip` past it as if dispatched.
+                                // SAFETY: a `Pull` is not a terminator, so another instruction of
+                                // its block follows (verifier: every block ends with one).
+                                if let Instr::Pull { dst: d2, rule: r2, args: a2 } = unsafe { *ip } {
+                                    if let [d, a, b] = *list!(a2) {
+                                        if let Some(x) = rules::product_fast(r2, &reg!(d), &reg!(a), &reg!(b)) {
+                                            ip = unsafe { ip.add(1) };
+                                            set!(d2, Value::Float(x));
+                                        }
+                                    }
+                                }
+                                continue;
+                            }
+                            let nil = std::mem::ManuallyDrop::new(Value::Nil);
+                            let fast = rules::fast(&program, rule, |k| match l.get(k) {
+                                Some(r) => &reg!(r),
+                                None => &*nil,
                             });
                             match fast {
                                 Some(v) => set!(dst, v),
