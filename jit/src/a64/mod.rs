@@ -14,8 +14,9 @@
 //! `x0`-`x3`, `x16`, `x17`, `d0` and `d1` are scratch within one instruction (`x22`, `x23`
 //! too, in a call: `calls.rs`). Outside cached loops no value lives in a machine register
 //! across instructions; inside one (`loops.rs`, `LOOP_REGS`), `d2`-`d7` and `d16`-`d31`,
-//! `x4`-`x15`, `x24` and `x25` hold copies of slots (homes: ints written through, floats the
-//! loop writes written back on every way out; `homes.rs`). Either way every way out finds
+//! `x4`-`x15`, `x24` and `x25` hold copies of slots (homes: ints written through but for loop
+//! counters, floats the loop writes and counters written back on every way out; `homes.rs`).
+//! Either way every way out finds
 //! the frame exactly the interpreter's. Each activation's stack frame (`FRAME_BYTES`, pushed
 //! by the entry point it was called at): the frame record (`x29`, `x30`: helper calls
 //! overwrite the link register), then the helpers' scratch word at `[sp + SCRATCH]`, then the

@@ -12,7 +12,8 @@
 //! `rax`, `rcx`, `rdx`, `rsi`, `rdi`, `xmm0` and `xmm1` are scratch within one instruction.
 //! Outside cached loops no value lives in a machine register across instructions; inside one
 //! (`loops.rs`), `xmm2`-`xmm15`, `r8`-`r11`, `r13` and `r14` hold copies of slots (homes:
-//! ints written through, floats the loop writes written back on every way out). Either way
+//! ints written through but for loop counters, floats the loop writes and counters written
+//! back on every way out). Either way
 //! every way out of native code finds the frame exactly the interpreter's. A native call (`calls.rs`) pins the
 //! callee's registers in `rbx` and restores the caller's from its frame after.
 //!
