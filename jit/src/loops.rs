@@ -535,8 +535,8 @@ fn counters(f: &Function, types: &Types, pcs: &[usize], views: &[Reg]) -> Vec<bo
 }
 
 /// The steady types of the loop at `pcs` (headed at `first`, where `live` is what is live):
-/// for each register dead at the header, the one type with a tag that every definition of it
-/// in the loop gives, when there is one. Such a register is only read after a definition in
+/// for each register dead at the header, the one type (`nil`, int or float) that every
+/// definition of it in the loop gives, when there is one. Such a register is only read after a definition in
 /// the same iteration; once its entry stub has stored that tag, every definition keeps it, so
 /// its slot carries it everywhere in the loop (the scalar temporaries of an adjoint loop, the
 /// `nil` of a shape not saved, each of which would otherwise store its tag per iteration).
@@ -550,7 +550,9 @@ fn steady_types(f: &Function, types: &Types, pcs: &[usize], live: &[bool], first
         let instr = &f.code[pc];
         let after = (!instr.is_terminator()).then(|| types.before.get(pc + 1).and_then(|t| t.as_ref())).flatten();
         writes(f, instr, |r| {
-            let t = after.map(|t| t[r.index()]).filter(|t| t.tag().is_some());
+            // A number or `nil`: any payload word is valid under its tag, so the tag may sit
+            // over the previous payload until the first definition (a bool's byte may not).
+            let t = after.map(|t| t[r.index()]).filter(|t| matches!(t, Ty::Nil | Ty::Int | Ty::Float));
             let s = &mut steady[r.index()];
             *s = match *s {
                 None => Some(t),
