@@ -1595,19 +1595,6 @@ impl Vm {
                             };
                             if let Some(v) = product {
                                 set!(dst, v);
-                                // A product's other operand adjoint follows (`MulA` then `MulB`
-                                // of the same three registers): in the same dispatch, from the
-                                // registers as they are now, `ip` past it as if dispatched.
-                                // SAFETY: a `Pull` is not a terminator, so another instruction of
-                                // its block follows (verifier: every block ends with one).
-                                if let Instr::Pull { dst: d2, rule: r2, args: a2 } = unsafe { *ip } {
-                                    if let [d, a, b] = *list!(a2) {
-                                        if let Some(x) = rules::product_fast(r2, &reg!(d), &reg!(a), &reg!(b)) {
-                                            ip = unsafe { ip.add(1) };
-                                            set!(d2, Value::Float(x));
-                                        }
-                                    }
-                                }
                                 continue;
                             }
                             let nil = std::mem::ManuallyDrop::new(Value::Nil);
@@ -1664,18 +1651,9 @@ impl Vm {
                         (&Value::Float(x), &Value::Float(y)) => {
                             self.tape.ctl.push(0);
                             // SAFETY: `TapeShape` is not a terminator, so another instruction of
-                            // its block follows (verifier: every block ends with a terminator).
-                            match unsafe { *ip } {
-                                Instr::Add { dst, a: a2, b: b2 } if (a2, b2) == (a, b) => {
-                                    ip = unsafe { ip.add(1) };
-                                    set!(dst, Value::Float(x + y));
-                                }
-                                Instr::Sub { dst, a: a2, b: b2 } if (a2, b2) == (a, b) => {
-                                    ip = unsafe { ip.add(1) };
-                                    set!(dst, Value::Float(x - y));
-                                }
-                                _ => {}
-                            }
+                            // its block follows (verifier: every block ends with a terminator),
+                            // and `regs` is this frame's window (see `reg!`).
+                            ip = unsafe { ip.add(sum_after_shape(regs, (a, b), (x, y), *ip)) };
                         }
                         _ => simple!(Instr::TapeShape { a, b }),
                     },
@@ -1737,6 +1715,29 @@ impl Vm {
         self.scratch = buf;
         r
     }
+}
+
+// A group the dispatch loop runs in one dispatch, out of its body in a debug build: a few
+// lines, inlined into `execute` in an optimised build, but a debug build gives every
+// temporary of `execute` its own stack slot, and a host thread with a small stack runs two
+// `execute`s (a gradient from Rust: `tests/embed.rs`, 96 KB).
+
+/// After a `TapeShape` of the floats `x`, `y` in registers `ab`: the `+` or `-` of the same
+/// operands when it is `next`, its result stored; how many instructions that ran (0 or 1).
+///
+/// # Safety
+/// `regs` is the frame's register window and `next`'s registers lie in it (verifier bounds).
+#[cfg_attr(debug_assertions, inline(never))]
+#[cfg_attr(not(debug_assertions), inline(always))]
+unsafe fn sum_after_shape(regs: *mut Value, ab: (Reg, Reg), (x, y): (f64, f64), next: Instr) -> usize {
+    let (dst, v) = match next {
+        Instr::Add { dst, a, b } if (a, b) == ab => (dst, x + y),
+        Instr::Sub { dst, a, b } if (a, b) == ab => (dst, x - y),
+        _ => return 0,
+    };
+    // SAFETY: the caller's contract: `dst` is a register of this window.
+    store(unsafe { &mut *regs.add(dst.index()) }, Value::Float(v));
+    1
 }
 
 /// `*dst = (*src).clone()`, with numbers copied as one 16-byte move: building the copy field
