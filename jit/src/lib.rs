@@ -136,8 +136,9 @@ fn also_from_entry(
         None => types::entry_seed(f, tags),
     };
     let both = types::infer(program, f, &[hot, (0, at_entry)], unspeculated)?;
+    let live = types::live_before(f);
     let cached = |t: &types::Types| -> Vec<usize> {
-        loops::lowerable(program, f, t, LOOP_REGS, classify).0.iter().map(|l| l.first).collect()
+        loops::lowerable(program, f, t, &live, LOOP_REGS, classify).0.iter().map(|l| l.first).collect()
     };
     let keeps_loops = || {
         let wide = cached(&both);

@@ -233,10 +233,10 @@ pub const MAX_HOISTS: usize = 4;
 pub const MAX_ROWS: usize = 4;
 
 
-/// The cached loops of `f` under `types`: innermost first, never overlapping.
-pub fn find(program: &Program, f: &Function, types: &Types, regs: &LoopRegs) -> Vec<CachedLoop> {
+/// The cached loops of `f` under `types`, whose registers live before each instruction are
+/// `live` (`types::live_before`): innermost first, never overlapping.
+pub fn find(program: &Program, f: &Function, types: &Types, live: &[Vec<bool>], regs: &LoopRegs) -> Vec<CachedLoop> {
     let nb = f.blocks.len();
-    let live = crate::types::live_before(f);
     let end_of = |b: usize| f.blocks.get(b + 1).map_or(f.code.len(), |n| n.start as usize);
     // Edges between reached blocks (each block's terminator is its last instruction).
     let succs: Vec<Vec<usize>> = (0..nb)
@@ -272,7 +272,7 @@ pub fn find(program: &Program, f: &Function, types: &Types, regs: &LoopRegs) -> 
         if pcs.iter().any(|&pc| taken[pc]) {
             continue;
         }
-        if let Some(c) = qualify(program, f, types, regs, &live, f.blocks[h].start as usize, pcs) {
+        if let Some(c) = qualify(program, f, types, regs, live, f.blocks[h].start as usize, pcs) {
             c.pcs.iter().for_each(|&pc| taken[pc] = true);
             found.push(c);
         }
@@ -287,10 +287,11 @@ pub fn lowerable(
     program: &Program,
     f: &Function,
     types: &Types,
+    live: &[Vec<bool>],
     regs: &LoopRegs,
     classify: crate::classify::Classifier,
 ) -> (Vec<CachedLoop>, Vec<Option<usize>>) {
-    let loops: Vec<CachedLoop> = find(program, f, types, regs)
+    let loops: Vec<CachedLoop> = find(program, f, types, live, regs)
         .into_iter()
         .filter(|l| l.pcs.iter().all(|&pc| l.hoisted.contains(&pc) || classify(program, f, types, pc) == crate::classify::Class::Native))
         .collect();
@@ -482,7 +483,11 @@ fn qualify(
     let written: Vec<bool> = written.iter().map(|&n| n > 0).collect();
     let counters = counters(f, types, &pcs, &views);
     let lazy = (0..n)
-        .map(|r| written[r] && (matches!(homes[r], Some(Home::Float(_))) || matches!(homes[r], Some(Home::Int(_))) && counters[r]))
+        .map(|r| match homes[r] {
+            Some(Home::Float(_)) => written[r],
+            Some(Home::Int(_)) => written[r] && counters[r],
+            None => false,
+        })
         .collect();
     let rows = fixed_rows(f, types, &pcs, &views, &written);
     let ctl = ctl_batch(f, &pcs).filter(|_| regs.batches);
@@ -536,9 +541,9 @@ fn counters(f: &Function, types: &Types, pcs: &[usize], views: &[Reg]) -> Vec<bo
 
 /// The steady types of the loop at `pcs` (headed at `first`, where `live` is what is live):
 /// for each register dead at the header, the one type (`nil`, int or float) that every
-/// definition of it in the loop gives, when there is one. Such a register is only read after a definition in
-/// the same iteration; once its entry stub has stored that tag, every definition keeps it, so
-/// its slot carries it everywhere in the loop (the scalar temporaries of an adjoint loop, the
+/// definition of it in the loop gives, when there is one. Such a register is only read after
+/// a definition in the same iteration; once its entry stub has stored that tag, every
+/// definition keeps it, so its slot carries it everywhere in the loop (the scalar temporaries of an adjoint loop, the
 /// `nil` of a shape not saved, each of which would otherwise store its tag per iteration).
 /// A definition by a terminator (a block's parameters, a loop step) makes the register not
 /// steady, as does a header type with another tag (what the entry stubs stored before) or

@@ -1593,14 +1593,12 @@ impl Vm {
                                 [d, a, b] => rules::product_fast(rule, &reg!(d), &reg!(a), &reg!(b)).map(Value::Float),
                                 _ => None,
                             };
-                            if let Some(v) = product {
-                                set!(dst, v);
-                                continue;
-                            }
-                            let nil = std::mem::ManuallyDrop::new(Value::Nil);
-                            let fast = rules::fast(&program, rule, |k| match l.get(k) {
-                                Some(r) => &reg!(r),
-                                None => &*nil,
+                            let fast = product.or_else(|| {
+                                let nil = std::mem::ManuallyDrop::new(Value::Nil);
+                                rules::fast(&program, rule, |k| match l.get(k) {
+                                    Some(r) => &reg!(r),
+                                    None => &*nil,
+                                })
                             });
                             match fast {
                                 Some(v) => set!(dst, v),

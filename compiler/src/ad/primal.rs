@@ -126,6 +126,7 @@ pub fn primal_with_tape(cx: &Context) -> Function {
                 out.push(i, span);
                 continue;
             }
+            let quiet_builtin = matches!(i, Instr::CallBuiltin { .. }) && cx.quiet.is_some_and(|q| q[pc]);
             let transformed = match i {
                 Instr::Call { dst, callee, args } => Instr::CallTape { dst, callee, args },
                 Instr::CallDirect { dst, func, args } => {
@@ -135,6 +136,8 @@ pub fn primal_with_tape(cx: &Context) -> Function {
                         None => i,
                     }
                 }
+                // A quiet built-in call (`quiet.rs`) is called plainly; its records follow it.
+                Instr::CallBuiltin { .. } if quiet_builtin => i,
                 Instr::CallBuiltin { dst, builtin, args } => Instr::CallBuiltinTape { dst, builtin, args },
                 other => other,
             };
@@ -147,22 +150,6 @@ pub fn primal_with_tape(cx: &Context) -> Function {
             // instruction's own result (`saves`: `exp`) after the instruction that makes it
             // (the records stay in `saves` order: a result's record is the last).
             let of_result = |rec: &Record| matches!(*rec, Record::Tape(Save::Snap(r)) if i.def() == Some(r));
-            if let (Instr::CallBuiltin { dst, args, .. }, true) = (i, cx.quiet.is_some_and(|q| q[pc])) {
-                // A quiet built-in call (`quiet.rs`): called plainly, then its arguments and
-                // result pushed by reference, as `Vm::tape_builtin` would push copies.
-                for rec in cx.records[pc].iter().filter(|rec| !of_result(rec)) {
-                    push_record(&mut out, rec, span);
-                }
-                out.push(i, span);
-                for &a in cx.f.list(args) {
-                    out.push(Instr::TapePush { src: a }, span);
-                }
-                out.push(Instr::TapePush { src: dst }, span);
-                for rec in cx.records[pc].iter().filter(|rec| of_result(rec)) {
-                    push_record(&mut out, rec, span);
-                }
-                continue;
-            }
             let call = matches!(i, Instr::Call { .. });
             if call {
                 out.push(transformed, span);
@@ -172,6 +159,13 @@ pub fn primal_with_tape(cx: &Context) -> Function {
             }
             if !call {
                 out.push(transformed, span);
+            }
+            if let (Instr::CallBuiltin { dst, args, .. }, true) = (i, quiet_builtin) {
+                // Its arguments and result by reference, as `Vm::tape_builtin` pushes copies.
+                for &a in cx.f.list(args) {
+                    out.push(Instr::TapePush { src: a }, span);
+                }
+                out.push(Instr::TapePush { src: dst }, span);
             }
             for rec in cx.records[pc].iter().filter(|rec| of_result(rec)) {
                 push_record(&mut out, rec, span);

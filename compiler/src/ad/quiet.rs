@@ -93,11 +93,17 @@ pub fn quiet_calls(f: &Function, builtins: &[Builtin]) -> Vec<bool> {
 mod tests {
     use std::sync::Arc;
     use zygvm_vm::bytecode::Instr;
+    use zygvm_vm::program::Program;
+
+    /// `text` compiled with the standard built-ins and no imports.
+    fn compiled(text: &str, differentiate: crate::Differentiate) -> Program {
+        let loader = |_: &std::path::Path| Err(std::io::Error::other("no imports in tests"));
+        let source = crate::Source { name: "t.zy", text, dir: Default::default(), differentiate };
+        crate::compile(source, Arc::from(zygvm_stdlib::builtins()), vec![], &loader).expect("compiles")
+    }
 
     fn quiet_calls_of(src: &str, name: &str) -> Vec<bool> {
-        let loader = |_: &std::path::Path| Err(std::io::Error::other("no imports in tests"));
-        let source = crate::Source { name: "t.zy", text: src, dir: Default::default(), differentiate: crate::Differentiate::Never };
-        let p = crate::compile(source, Arc::from(zygvm_stdlib::builtins()), vec![], &loader).expect("compiles");
+        let p = compiled(src, crate::Differentiate::Never);
         let i = p.functions.iter().position(|f| f.name == name).unwrap();
         let f = &p.ssa_functions[i];
         let q = super::quiet_calls(f, &p.builtins);
@@ -108,10 +114,7 @@ mod tests {
     /// the quiet routine of a callee in tail position.
     #[test]
     fn the_quiet_routine_records_references() {
-        let loader = |_: &std::path::Path| Err(std::io::Error::other("no imports in tests"));
-        let text = "fn g(w, x) { sum(w * x) }\nfn f(w, x) { let y = g(w, x)\n y * 2.0 }";
-        let source = crate::Source { name: "t.zy", text, dir: Default::default(), differentiate: crate::Differentiate::Always };
-        let p = crate::compile(source, Arc::from(zygvm_stdlib::builtins()), vec![], &loader).expect("compiles");
+        let p = compiled("fn g(w, x) { sum(w * x) }\nfn f(w, x) { let y = g(w, x)\n y * 2.0 }", crate::Differentiate::Always);
         let id = |name: &str| p.functions.iter().position(|f| f.name == name).unwrap();
         let (g, f) = (p.derivatives[id("g")].unwrap(), p.derivatives[id("f")].unwrap());
         let count = |r: zygvm_vm::bytecode::FuncId, want: fn(&Instr) -> bool| p.functions[r.index()].code.iter().filter(|i| want(i)).count();
@@ -129,10 +132,7 @@ mod tests {
     /// arguments and result pushed by reference; elsewhere `CallBuiltinTape` copies them.
     #[test]
     fn a_quiet_builtin_call_pushes_its_operands() {
-        let loader = |_: &std::path::Path| Err(std::io::Error::other("no imports in tests"));
-        let text = "fn f(x) { prod(x) * 2.0 }\nfn g(x) { let p = prod(x)\n x[0] = 1.0\n p }";
-        let source = crate::Source { name: "t.zy", text, dir: Default::default(), differentiate: crate::Differentiate::Always };
-        let p = crate::compile(source, Arc::from(zygvm_stdlib::builtins()), vec![], &loader).expect("compiles");
+        let p = compiled("fn f(x) { prod(x) * 2.0 }\nfn g(x) { let p = prod(x)\n x[0] = 1.0\n p }", crate::Differentiate::Always);
         let id = |name: &str| p.functions.iter().position(|f| f.name == name).unwrap();
         let (f, g) = (p.derivatives[id("f")].unwrap(), p.derivatives[id("g")].unwrap());
         let names = |r: zygvm_vm::bytecode::FuncId| -> Vec<&str> { p.functions[r.index()].code.iter().map(|i| i.name()).collect() };

@@ -601,14 +601,15 @@ pub fn compile(program: &Program, func: FuncId, types: &Types) -> Result<NativeC
         ; ldp x29, x30, [sp], FRAME_BYTES as i32
         ; ret
     );
-    let (loops, loop_of) = crate::loops::lowerable(program, f, types, &LOOP_REGS, class_of);
+    let live = crate::types::live_before(f);
+    let (loops, loop_of) = crate::loops::lowerable(program, f, types, &live, &LOOP_REGS, class_of);
     let mut e = Emitter {
         ops,
         program,
         f,
         func,
         types,
-        live: crate::types::live_before(f),
+        live,
         labels,
         epilogue,
         next_check: native::next_check_offset() as u32,
@@ -629,7 +630,6 @@ pub fn compile(program: &Program, func: FuncId, types: &Types) -> Result<NativeC
     let mut entry_pcs = vec![];
     for (pc, block_start) in crate::types::emission_order(f, types) {
         // A block continues the run of the branch before it when that branch left it open.
-
         if block_start && e.carry.take() != Some(pc) {
             e.run_start = pc;
         }

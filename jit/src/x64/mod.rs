@@ -769,7 +769,7 @@ pub fn compile(program: &Program, func: FuncId, types: &Types) -> Result<NativeC
         ; add rsp, FRAME_BYTES ; ret
     );
     let live = crate::types::live_before(f);
-    let (loops, loop_of) = crate::loops::lowerable(program, f, types, &LOOP_REGS, classify);
+    let (loops, loop_of) = crate::loops::lowerable(program, f, types, &live, &LOOP_REGS, classify);
     let mut e = Emitter {
         ops,
         program,
@@ -798,7 +798,6 @@ pub fn compile(program: &Program, func: FuncId, types: &Types) -> Result<NativeC
     let mut entry_pcs = vec![];
     for (pc, block_start) in crate::types::emission_order(f, types) {
         // A block continues the run of the branch before it when that branch left it open.
-
         if block_start && e.carry.take() != Some(pc) {
             e.run_start = pc;
         }
