@@ -5,7 +5,17 @@
 //! Set `ZY_BLESS=1` to write the `.out` files from the current output.
 
 use std::path::{Path, PathBuf};
+use std::sync::Mutex;
 mod binary;
+
+/// The three tiers' corpora run in parallel threads of this process; a script that writes a
+/// file in its folder (a fixed name, read back) takes this lock so that no other tier's run of
+/// it rewrites the file between its write and its read.
+static FILE_WRITERS: Mutex<()> = Mutex::new(());
+
+fn writes_files(source: &str) -> bool {
+    ["write_file(", "write_csv(", "plot(", "scatter(", "histogram("].iter().any(|w| source.contains(w))
+}
 
 fn collect(dir: &Path, out: &mut Vec<PathBuf>) {
     for e in std::fs::read_dir(dir).unwrap() {
@@ -45,6 +55,7 @@ fn run_corpus(jit: &str) {
     let mut failures = vec![];
     for f in &files {
         let read = |ext: &str| std::fs::read_to_string(f.with_extension(ext)).ok();
+        let _writer = writes_files(&read("zy").unwrap_or_default()).then(|| FILE_WRITERS.lock().unwrap_or_else(|e| e.into_inner()));
         let flags: Vec<String> = read("flags").map(|s| s.split_whitespace().map(String::from).collect()).unwrap_or_default();
         let out = binary::zygvm()
             .args(["--jit", jit])
