@@ -42,6 +42,28 @@ fn budgeted_gradients_are_the_same_bits() {
     }
 }
 
+/// Under a budget the JIT keeps checkpointed loops in registers (their headers count
+/// iterations in a stack slot and leave to the interpreter for a count that may act:
+/// `jit/src/loops.rs`, `QuietCount`), and every tier takes the same checkpoints, recomputes
+/// the same iterations and peaks at the same tape size as the interpreter.
+#[test]
+fn budgeted_loops_in_registers_count_as_the_interpreter_does() {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/zy/ad/budget/registers.zy");
+    let budget_lines = |err: &str| -> Vec<String> {
+        err.lines().filter(|l| l.contains("tape budget:") || l.contains("peak tape bytes")).map(String::from).collect()
+    };
+    for budget in [BUDGET, 60_000] {
+        let (want_out, want_err) = run(&script, "off", Some(budget));
+        assert!(stat(&want_err, "tape budget: ") > 0, "{want_err}");
+        for jit in ["eager", "auto"] {
+            let (out, err) = run(&script, jit, Some(budget));
+            assert_eq!(out, want_out, "--jit {jit} --max-tape {budget}");
+            assert_eq!(budget_lines(&err), budget_lines(&want_err), "--jit {jit} --max-tape {budget}");
+            assert!(stat(&err, "machine code, ") > 0, "--jit {jit}: no loop kept in registers under a budget: {err}");
+        }
+    }
+}
+
 /// Every loop of `ode.zy` can be recomputed: its peak tape is within the budget's half for the
 /// tape and one iteration, where without a budget it holds every iteration (11 MB).
 #[test]

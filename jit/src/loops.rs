@@ -127,13 +127,53 @@ pub struct CachedLoop {
     pub ctl: Option<CtlBatch>,
     /// The bound checks of a counted loop's latch, made once on entry (`clamp.rs`).
     pub clamp: Option<Clamp>,
+    /// The loop's count of a checkpointed loop's iterations (under a tape budget).
+    pub quiet: Option<QuietCount>,
+}
+
+/// A `LoopCkStep` (or, in an adjoint, `LoopCkRefill`) in a cached loop: under a tape budget
+/// the header of each loop the differentiator can recompute counts its iterations, and once
+/// in a while keeps a checkpoint or cuts the tape (`vm/src/ad/loop_checkpoints.rs`). Each
+/// entry stub asks the record how many of the next ones certainly only count
+/// (`native::loop_quiet_count`: from the tape's size now and `per_iteration`, the most an
+/// iteration can push), and the instruction counts that allowance down in a stack slot,
+/// leaving to the interpreter at itself when it is spent; every way out hands the record
+/// the count of those run (`native::loop_take_quiet`). The interpreter then runs the one
+/// that acts, and native code takes the loop up again at its next entry. Without a budget
+/// the register holds `nil` and the allowance is unbounded.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct QuietCount {
+    pub pc: usize,
+    /// The register holding the loop's record.
+    pub reg: Reg,
+    pub refill: bool,
+    /// The most bytes one iteration of the loop can add to the tape (`tape_growth`).
+    pub per_iteration: u64,
+}
+
+/// The most bytes the instruction at `pc` of a cached loop can add to the tape: a value
+/// word and a new run of its kind, a container's reference (`Value`) and a run, a shape
+/// code's run and the shapes a `TapeShape` of other than numbers saves, a decision's run.
+fn tape_growth(f: &Function, types: &Types, pc: usize) -> u64 {
+    let numeric = |r: Reg| types.before[pc].as_ref().is_some_and(|t| t[r.index()].numeric());
+    const WORD: u64 = 8;
+    const RUN: u64 = 8;
+    const VALUE: u64 = std::mem::size_of::<zygvm_vm::value::Value>() as u64;
+    match f.code[pc] {
+        Instr::TapeSave { src } | Instr::TapePush { src } if numeric(src) => WORD + RUN,
+        Instr::TapeSave { .. } | Instr::TapePush { .. } => VALUE + RUN,
+        Instr::TapeShape { a, b } if numeric(a) && numeric(b) => RUN,
+        Instr::TapeShape { .. } => RUN + 2 * (VALUE + RUN),
+        Instr::TapePushCtl { .. } | Instr::BranchCtl { .. } => RUN,
+        _ => 0,
+    }
 }
 
 impl CachedLoop {
     /// Whether leaving the loop has something to do: written-back homes to store, tape
     /// batches to commit (`x64` `settle_loop`).
     pub fn settles_on_exit(&self) -> bool {
-        self.lazy.contains(&true) || self.tape.is_some() || self.ctl.is_some()
+        self.lazy.contains(&true) || self.tape.is_some() || self.ctl.is_some() || self.quiet.is_some()
     }
 
     /// Whether `r`'s slot carries the tag of type `t` everywhere in the loop (a steady type):
@@ -293,7 +333,13 @@ pub fn lowerable(
 ) -> (Vec<CachedLoop>, Vec<Option<usize>>) {
     let loops: Vec<CachedLoop> = find(program, f, types, live, regs)
         .into_iter()
-        .filter(|l| l.pcs.iter().all(|&pc| l.hoisted.contains(&pc) || classify(program, f, types, pc) == crate::classify::Class::Native))
+        .filter(|l| {
+            l.pcs.iter().all(|&pc| {
+                l.hoisted.contains(&pc)
+                    || l.quiet.is_some_and(|q| q.pc == pc)
+                    || classify(program, f, types, pc) == crate::classify::Class::Native
+            })
+        })
         .collect();
     let mut loop_of = vec![None; f.code.len()];
     for (i, l) in loops.iter().enumerate() {
@@ -344,6 +390,7 @@ fn qualify(
         });
     }
     let mut hoisted = vec![];
+    let mut quiet: Option<QuietCount> = None;
     let mut views: Vec<Reg> = vec![];
     // A container read or accumulated into in place: its register keeps its value in the
     // loop, and a view slot is free.
@@ -436,6 +483,13 @@ fn qualify(
             Instr::AddJump { dst, k, .. } | Instr::SubJump { dst, k, .. } => {
                 t[dst.index()] == t[k.index()] && matches!(t[dst.index()], Ty::Int | Ty::Float)
             }
+            // One per loop (its header's), counted in a stack slot.
+            Instr::LoopCkStep { ck } | Instr::LoopCkRefill { ck } if quiet.is_none() => {
+                let refill = matches!(instr, Instr::LoopCkRefill { .. });
+                let per_iteration = pcs.iter().map(|&p| tape_growth(f, types, p)).sum();
+                quiet = Some(QuietCount { pc, reg: ck, refill, per_iteration });
+                true
+            }
             _ => false,
         };
         if !ok {
@@ -493,7 +547,7 @@ fn qualify(
     let ctl = ctl_batch(f, &pcs).filter(|_| regs.batches);
     let steady = steady_types(f, types, &pcs, &live[first], first);
     let mut l =
-        CachedLoop { first, pcs, hoisted, homes, views, written, lazy, steady, view_regs: vec![], rows, tape, ctl, clamp: None };
+        CachedLoop { first, pcs, hoisted, homes, views, written, lazy, steady, view_regs: vec![], rows, tape, ctl, clamp: None, quiet };
     if regs.clamp {
         l.clamp = crate::clamp::find(f, types, &l);
     }

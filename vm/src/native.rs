@@ -1302,6 +1302,46 @@ pub unsafe extern "C" fn tape_push_control(vm: *mut Vm, bit: u32) {
     unsafe { &mut *vm }.tape.ctl.push(bit as u8);
 }
 
+/// On the way into a cached loop whose header counts a checkpointed loop's iterations
+/// (`LoopCkStep`, or with `refill` the adjoint's `LoopCkRefill`; `jit/src/loops.rs`): how many
+/// of those instructions certainly do nothing but count (`LoopRecord::quiet_steps`,
+/// `quiet_refills`), given that the loop's iterations grow the tape by at most
+/// `per_iteration` bytes each. Native code runs that many in registers and leaves the next
+/// to the interpreter. `ck` is register `ck_reg`, the record (`nil` without a budget: no
+/// limit).
+///
+/// # Safety
+/// As for `pop_control`; `ck` is a live register of the running frame.
+pub unsafe extern "C" fn loop_quiet_count(vm: *mut Vm, ck: *const Value, ck_reg: u32, refill: bool, per_iteration: u64) -> u64 {
+    // SAFETY: the caller's contract.
+    let (vm, ck) = unsafe { (&mut *vm, &*ck) };
+    let Value::LoopRecord(rec) = ck else { return u64::MAX };
+    let mut r = rec.borrow_mut();
+    if refill {
+        return r.quiet_refills();
+    }
+    r.set_register(crate::bytecode::Reg(ck_reg));
+    let budget = vm.limits.max_tape.unwrap_or(usize::MAX);
+    r.quiet_steps(vm.tape.bytes(), budget, per_iteration as usize)
+}
+
+/// On every way out of such a loop: the `n` quiet instructions it ran since the last time
+/// (`LoopRecord::take_quiet_steps`, `take_quiet_refills`).
+///
+/// # Safety
+/// As for `loop_quiet_count`.
+pub unsafe extern "C" fn loop_take_quiet(vm: *mut Vm, ck: *const Value, refill: bool, n: u64) {
+    // SAFETY: the caller's contract.
+    let (vm, ck) = unsafe { (&mut *vm, &*ck) };
+    let Value::LoopRecord(rec) = ck else { return };
+    let mut r = rec.borrow_mut();
+    if refill {
+        r.take_quiet_refills(n);
+    } else {
+        r.take_quiet_steps(n, &mut vm.budget.recomputed_iterations);
+    }
+}
+
 /// Byte offsets of the counters native code updates in place.
 pub fn steps_offset() -> usize {
     std::mem::offset_of!(Vm, steps)

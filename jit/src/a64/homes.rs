@@ -65,6 +65,7 @@ impl<'a> Emitter<'a> {
         self.write_back();
         self.tape_commit();
         self.ctl_commit();
+        self.quiet_commit();
     }
 
     /// The label to jump to for instruction `to` from the code being lowered: out of a

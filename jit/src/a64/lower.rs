@@ -28,6 +28,9 @@ impl<'a> Emitter<'a> {
             dynasm!(self.ops ; .arch aarch64 ; ldr D(d), [sp, h]);
             return self.store_float_from(dst, d);
         }
+        if self.cur.and_then(|l| self.loops[l].quiet).is_some_and(|q| q.pc == pc) {
+            return self.quiet_count(pc);
+        }
         let t = self.types.before[pc].clone().expect("reached");
         match class_of(self.program, self.f, self.types, pc) {
             Class::Exit => {

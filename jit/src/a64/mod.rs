@@ -22,11 +22,12 @@
 //! overwrite the link register), then the helpers' scratch word at `[sp + SCRATCH]`, then the
 //! caller's `x19` during a native call (`calls::SAVED_X19`), then the registers of an inlined
 //! float leaf (`inline.rs`, from `INLINE_AT`), then a cached loop's views, hoisted values
-//! and fixed rows (`view_offset`, `hoist_offset`, `row_offset`).
+//! and fixed rows (`view_offset`, `hoist_offset`, `row_offset`), tape batches, clamped
+//! bound and quiet counts.
 //!
 //! Files: this file (the emitter's state, its primitives and `compile`), `homes.rs` (cached
 //! loops: homes, views, the way out), `batch.rs` (their tape batches), `tape.rs` (the tape's pushes and pops inline), `clamp.rs` (their
-//! bounds checked on entry), `lower.rs` (one instruction), `calls.rs` (native calls
+//! bounds checked on entry), `quiet.rs` (their checkpointed loops' counts), `lower.rs` (one instruction), `calls.rs` (native calls
 //! and returns), `inline.rs` (float leaves in place), `ways.rs` (entries, loop stubs and
 //! rare exits).
 
@@ -40,6 +41,7 @@ mod clamp;
 mod homes;
 mod inline;
 mod lower;
+mod quiet;
 mod tape;
 mod ways;
 
@@ -85,11 +87,15 @@ const CTL_START: u32 = CTL_N + 8;
 const CTL_SYM: u32 = CTL_START + 8;
 /// A counted loop's clamped bound `lim` (`clamp.rs`), computed by its entry stubs.
 const CLAMP: u32 = CTL_SYM + 8;
+/// A cached loop's allowance of quiet checkpoint counts (`loops::QuietCount`, `quiet.rs`):
+/// what is left, and what was left when last handed to the record.
+const QUIET_LEFT: u32 = CLAMP + 8;
+const QUIET_START: u32 = QUIET_LEFT + 8;
 
 /// Bytes each activation pushes: the frame record, the scratch word, the caller's `x19`
 /// during a native call, the inline slots, a cached loop's views, hoisted values, rows,
-/// tape batches and clamped bound (rounded up to 16).
-const FRAME_BYTES: u32 = (CLAMP + 8).next_multiple_of(16);
+/// tape batches, clamped bound and quiet counts (rounded up to 16).
+const FRAME_BYTES: u32 = (QUIET_START + 8).next_multiple_of(16);
 const _: () = assert!(FRAME_BYTES.is_multiple_of(16) && FRAME_BYTES <= 504, "stp's pre-index reach");
 
 /// The registers cached loops may use (`loops.rs`). `x0`-`x3`, `x16`, `x17`, `d0`, `d1` are

@@ -183,6 +183,7 @@ impl<'a> Emitter<'a> {
                     self.store_tag(Reg(r as u32), tg);
                 }
             }
+            self.quiet_reserve(l);
             self.cur = Some(l);
             self.load_homes(false);
             self.tape_reserve();

@@ -14,6 +14,9 @@ impl<'a> Emitter<'a> {
             self.store_float(dst);
             return;
         }
+        if self.cur.and_then(|l| self.loops[l].quiet).is_some_and(|q| q.pc == pc) {
+            return self.quiet_count(pc);
+        }
         let t = self.types.before[pc].clone().expect("reached");
         let class = classify(self.program, self.f, self.types, pc);
         match class {

@@ -22,7 +22,8 @@
 //! fixed rows (`view_offset`, `hoist_offset`, `row_offset`), then the caller's `rbx` during a native call, then the
 //! registers of an inlined float leaf (`inline.rs`), then the cached loop's tape batches
 //! (`TAPE_START`, `CTL_N`, `CTL_START`, `CTL_SYM`; `batch.rs`), then a counted loop's clamped
-//! bound (`CLAMP`; `clamp.rs`).
+//! bound (`CLAMP`; `clamp.rs`), then its allowance of quiet checkpoint counts (`QUIET_LEFT`,
+//! `QUIET_START`; `quiet.rs`).
 //!
 //! Each instruction is lowered one of three ways (`Class`): typed machine code; a call of the
 //! VM's `step` (the shared semantics of `semantics.rs`), which may decline or fail and then
@@ -44,6 +45,7 @@ mod calls;
 mod clamp;
 mod inline;
 mod lower;
+mod quiet;
 mod tape;
 mod ways;
 
@@ -83,7 +85,7 @@ const SAVED_RBX: i32 = row_offset(crate::loops::MAX_ROWS);
 /// views, the hoisted values, the saved `rbx` and the registers of an inlined callee
 /// (`inline.rs`), keeping `rsp` 16-byte aligned at calls (entered by a `call`, so the return
 /// address leaves `rsp` at 8 modulo 16).
-const FRAME_BYTES: i32 = CLAMP + 8;
+const FRAME_BYTES: i32 = QUIET_START + 8;
 
 /// Where a cached loop's tape batch began (`loops.rs`: the cursor when last committed).
 const TAPE_START: i32 = SAVED_RBX + 8 + 8 * crate::float_tree::INLINE_SLOTS as i32;
@@ -94,6 +96,10 @@ const CTL_START: i32 = CTL_N + 8;
 const CTL_SYM: i32 = CTL_START + 8;
 /// A counted loop's clamped bound `lim` (`clamp.rs`), computed by its entry stubs.
 const CLAMP: i32 = CTL_SYM + 8;
+/// A cached loop's allowance of quiet checkpoint counts (`loops::QuietCount`): what is left,
+/// and what was left when last handed to the record.
+const QUIET_LEFT: i32 = CLAMP + 8;
+const QUIET_START: i32 = QUIET_LEFT + 8;
 const _: () = assert!(FRAME_BYTES % 16 == 8, "the native frame would misalign calls");
 
 /// The registers cached loops may use (`loops.rs`): `xmm0`/`xmm1` are scratch, so are `rax`,
@@ -320,6 +326,7 @@ impl<'a> Emitter<'a> {
         self.write_back();
         self.tape_commit();
         self.ctl_commit();
+        self.quiet_commit();
     }
 
     /// The current cached loop's control batch.

@@ -50,6 +50,7 @@ impl<'a> Emitter<'a> {
                     dynasm!(self.ops ; .arch x64 ; mov QWORD [rbx + s], tg as i32);
                 }
             }
+            self.quiet_reserve(l);
             self.cur = Some(l);
             self.load_homes(false);
             self.tape_reserve();

@@ -16,7 +16,10 @@
 //! | adjoint | the header's adjoint, before its edge is chosen | `LoopCkRefill` | iteration `i` is reversed; when the records of `i - 1` were cut, the routine is rerun in a fresh frame from the checkpoint before `i`, up to the start of `i`, rebuilding them |
 //!
 //! Native code runs all of this through `native::step` but a recomputation and its end, where
-//! it leaves to the interpreter (once per cut segment).
+//! it leaves to the interpreter (once per cut segment); a loop it keeps in registers counts
+//! its iterations in a stack slot, from an allowance of steps that certainly only count
+//! (`LoopRecord::quiet_steps`, `quiet_refills`), and leaves to the interpreter for the one
+//! that may act (`jit/src/loops.rs`, `QuietCount`).
 //!
 //! A recomputation runs the same primal-with-tape code, so it pushes exactly the records the
 //! first run pushed (the loop's body recomputes only replayable work: its state is its
@@ -171,6 +174,66 @@ impl LoopRecord {
     fn drop_recomputed(&mut self) {
         self.checkpoints.retain(|c| c.first_run);
         self.settle();
+    }
+
+    /// The register of the running frame that holds this record (what `Vm::loop_step` sets).
+    pub(crate) fn set_register(&mut self, ck: Reg) {
+        self.ck = ck;
+    }
+
+    /// How many of the next `LoopCkStep`s certainly do nothing but count the iteration, when
+    /// the tape holds `bytes` now and grows by at most `per_iteration` bytes from one step to
+    /// the next (0: `bytes` is what the next step sees). A step acts when a recomputation
+    /// reaches its end (`stop_at`), or when the tape holds more than the size past which it
+    /// starts keeping checkpoints (a quarter of the budget) or cuts (`limit`); both are
+    /// `Vm::loop_step`'s conditions, which takes its quiet case from here. The count is a
+    /// lower bound (a cut also needs `i > valid_from`): native code runs that many steps in
+    /// registers and leaves the next to the interpreter (`jit/src/loops.rs`).
+    pub(crate) fn quiet_steps(&self, bytes: usize, budget: usize, per_iteration: usize) -> u64 {
+        let before_end = match self.stop_at {
+            Some(s) => s.saturating_sub(self.count),
+            None => u64::MAX,
+        };
+        let acts_past = if self.poisoned {
+            None
+        } else if self.base.is_some() {
+            Some(self.limit)
+        } else if self.stop_at.is_none() {
+            Some(budget / 4)
+        } else {
+            None
+        };
+        let within = match acts_past {
+            None => u64::MAX,
+            Some(t) if bytes > t => 0,
+            Some(_) if per_iteration == 0 => u64::MAX,
+            Some(t) => ((t - bytes) / per_iteration) as u64,
+        };
+        before_end.min(within)
+    }
+
+    /// `n` quiet steps (`quiet_steps`) taken: the iterations counted, as `Vm::loop_step`
+    /// counts each; `recomputed` counts the iterations a recomputation ran.
+    pub(crate) fn take_quiet_steps(&mut self, n: u64, recomputed: &mut u64) {
+        self.count += n;
+        if self.stop_at.is_some() {
+            *recomputed += n;
+        }
+    }
+
+    /// How many of the next `LoopCkRefill`s recompute nothing: each steps the reversal back
+    /// one iteration, until the iteration before the one the tape's records start at (when
+    /// those were cut: `valid_from` after the base) or past the first.
+    pub(crate) fn quiet_refills(&self) -> u64 {
+        match self.base {
+            Some(b) if self.valid_from > b && self.valid_from < self.reversed_to => self.reversed_to - 1 - self.valid_from,
+            _ => self.reversed_to,
+        }
+    }
+
+    /// `n` quiet refills (`quiet_refills`) taken.
+    pub(crate) fn take_quiet_refills(&mut self, n: u64) {
+        self.reversed_to -= n;
     }
 }
 
@@ -338,6 +401,12 @@ impl Vm {
         let mut r = rec.borrow_mut();
         let i = r.count;
         r.ck = ck;
+        let budget = self.limits.max_tape.unwrap_or(usize::MAX);
+        let bytes = self.tape.bytes();
+        if r.quiet_steps(bytes, budget, 0) > 0 {
+            r.take_quiet_steps(1, &mut self.budget.recomputed_iterations);
+            return Ok(Step::Continue);
+        }
         if r.stop_at == Some(i) {
             r.ended_with = Some(frame.to_vec().into_boxed_slice());
             return Ok(Step::Leave);
@@ -347,8 +416,6 @@ impl Vm {
         // budget, or a quarter more than the tape held when it started if that is more (what
         // lies below cannot be cut here). The other half is the checkpoints'. A segment cut by
         // the first run fits again when it is recomputed (the tape below it is the same then).
-        let budget = self.limits.max_tape.unwrap_or(usize::MAX);
-        let bytes = self.tape.bytes();
         let first_run = r.stop_at.is_none();
         let start = r.base.is_none() && first_run && !r.poisoned && bytes > budget / 4;
         if start {
@@ -427,13 +494,11 @@ impl Vm {
     pub(crate) fn loop_refill_without_recomputing(&mut self, rec: &Value) -> bool {
         let Value::LoopRecord(rec) = rec else { return true };
         let mut r = rec.borrow_mut();
-        match r.reversed_to.checked_sub(1) {
-            Some(cur) if !r.base.is_some_and(|b| cur > b) || cur != r.valid_from => {
-                r.reversed_to = cur;
-                true
-            }
-            _ => false,
+        let quiet = r.quiet_refills() > 0;
+        if quiet {
+            r.take_quiet_refills(1);
         }
+        quiet
     }
 
     /// `LoopCkRefill`: the adjoint reached the start of the previous iteration; rebuild the
