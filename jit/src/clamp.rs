@@ -3,7 +3,8 @@
 //! In a cached loop of the shape `for j in 0..k { .. x[j] .. m[i, j] .. }`, that is
 //!
 //! ```text
-//! header:  BranchNotLt j, k, exit          (ints; k not written in the loop)
+//! header:  BranchNotLt j, k, exit          (ints; k not written in the loop; under a tape
+//!                                          budget after the header's LoopCkStep)
 //!          ..
 //! latch:   .. x[j] .. m[i, j] ..           (reads through views; (m, i) a fixed row)
 //!          j = AddJump step, header        (the only write of j in the loop; step not written)
@@ -41,6 +42,9 @@ use zygvm_vm::program::Function;
 /// A counted loop whose latch accesses are checked once on entry (see the module).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Clamp {
+    /// The header's test: its first instruction, or the one after its checkpointed loop's
+    /// count (`loops::QuietCount`, under a tape budget).
+    pub test: usize,
     /// The induction variable, tested at the header and advanced by the latch.
     pub j: Reg,
     /// The bound the header tests `j` against.
@@ -66,10 +70,11 @@ pub enum Bound {
 
 /// The loop's clamp, if it is a counted loop with latch accesses indexed by its variable.
 pub fn find(f: &Function, types: &Types, l: &CachedLoop) -> Option<Clamp> {
-    let Instr::BranchNotLt { a: j, b: k, else_blk } = f.code[l.first] else { return None };
-    let t = types.before[l.first].as_ref()?;
+    let test = if l.quiet.is_some_and(|q| q.pc == l.first) { l.first + 1 } else { l.first };
+    let Instr::BranchNotLt { a: j, b: k, else_blk } = f.code[test] else { return None };
+    let t = types.before[test].as_ref()?;
     let exit = f.blocks[else_blk.index()].start as usize;
-    if t[j.index()] != Ty::Int || t[k.index()] != Ty::Int || l.pcs.contains(&exit) || !l.pcs.contains(&(l.first + 1)) {
+    if t[j.index()] != Ty::Int || t[k.index()] != Ty::Int || l.pcs.contains(&exit) || !l.pcs.contains(&(test + 1)) {
         return None;
     }
     if l.written[k.index()] {
@@ -95,7 +100,7 @@ pub fn find(f: &Function, types: &Types, l: &CachedLoop) -> Option<Clamp> {
             checks.push((pc, b));
         }
     }
-    (!checks.is_empty()).then_some(Clamp { j, k, step, checks, lim_reg: None })
+    (!checks.is_empty()).then_some(Clamp { test, j, k, step, checks, lim_reg: None })
 }
 
 /// The one instruction of the loop that writes `r`, if exactly one does.

@@ -276,7 +276,7 @@ impl<'a> Emitter<'a> {
                     _ => Instr::Ge { dst: a, a, b },
                 };
                 let else_edge = self.cold_edge(pc, else_blk);
-                match self.cur.and_then(|l| self.loops[l].clamp.clone().filter(|_| self.loops[l].first == pc)) {
+                match self.cur.and_then(|l| self.loops[l].clamp.clone().filter(|c| c.test == pc)) {
                     Some(c) => self.clamped_test(pc, c.j, c.k, else_edge),
                     None => self.jump_unless(pc, compare, ty(a), a, b, else_edge),
                 }
