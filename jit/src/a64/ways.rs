@@ -161,6 +161,9 @@ impl<'a> Emitter<'a> {
             };
             self.cur = None;
             dynasm!(self.ops ; .arch aarch64 ; =>label);
+            // First: its helper call clobbers the caller-saved registers, which the clamped
+            // bound and the view registers below may be kept in.
+            self.quiet_reserve(l);
             let first = self.loops[l].first;
             for (i, pc) in self.loops[l].hoisted.clone().into_iter().enumerate() {
                 let Instr::Math1 { src, builtin, .. } = self.f.code[pc] else { unreachable!("only Math1 is hoisted") };
@@ -183,7 +186,6 @@ impl<'a> Emitter<'a> {
                     self.store_tag(Reg(r as u32), tg);
                 }
             }
-            self.quiet_reserve(l);
             self.cur = Some(l);
             self.load_homes(false);
             self.tape_reserve();

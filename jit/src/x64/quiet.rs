@@ -9,8 +9,7 @@ use super::*;
 impl<'a> Emitter<'a> {
     /// On the way into a cached loop with a checkpointed loop's count: its allowance of
     /// quiet counts from the record (`native::loop_quiet_count`) into `QUIET_LEFT` and
-    /// `QUIET_START`. Called before the homes are loaded (it clobbers the caller-saved
-    /// registers).
+    /// `QUIET_START`. Called first (it clobbers the caller-saved registers).
     pub(super) fn quiet_reserve(&mut self, l: usize) {
         let Some(q) = self.loops[l].quiet else { return };
         let s = slot(q.reg);
