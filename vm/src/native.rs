@@ -1326,7 +1326,7 @@ pub unsafe extern "C" fn loop_quiet_count(vm: *mut Vm, ck: *const Value, ck_reg:
 }
 
 /// On every way out of such a loop: the `n` quiet instructions it ran since the last time
-/// (`LoopRecord::take_quiet_steps`, `take_quiet_refills`).
+/// (`LoopRecord::count_steps`, `count_refills`).
 ///
 /// # Safety
 /// As for `loop_quiet_count`.
@@ -1336,9 +1336,9 @@ pub unsafe extern "C" fn loop_take_quiet(vm: *mut Vm, ck: *const Value, refill: 
     let Value::LoopRecord(rec) = ck else { return };
     let mut r = rec.borrow_mut();
     if refill {
-        r.take_quiet_refills(n);
+        r.count_refills(n);
     } else {
-        r.take_quiet_steps(n, &mut vm.budget.recomputed_iterations);
+        r.count_steps(n, &mut vm.budget.recomputed_iterations);
     }
 }
 

@@ -212,9 +212,10 @@ impl LoopRecord {
         before_end.min(within)
     }
 
-    /// `n` quiet steps (`quiet_steps`) taken: the iterations counted, as `Vm::loop_step`
-    /// counts each; `recomputed` counts the iterations a recomputation ran.
-    pub(crate) fn take_quiet_steps(&mut self, n: u64, recomputed: &mut u64) {
+    /// `n` iterations started (by `LoopCkStep`s that did nothing else, `quiet_steps`, or by
+    /// one that also kept a checkpoint): counted; `recomputed` counts the iterations a
+    /// recomputation ran.
+    pub(crate) fn count_steps(&mut self, n: u64, recomputed: &mut u64) {
         self.count += n;
         if self.stop_at.is_some() {
             *recomputed += n;
@@ -231,8 +232,8 @@ impl LoopRecord {
         }
     }
 
-    /// `n` quiet refills (`quiet_refills`) taken.
-    pub(crate) fn take_quiet_refills(&mut self, n: u64) {
+    /// `n` quiet refills (`quiet_refills`) taken: the reversal `n` iterations further back.
+    pub(crate) fn count_refills(&mut self, n: u64) {
         self.reversed_to -= n;
     }
 }
@@ -404,7 +405,7 @@ impl Vm {
         let budget = self.limits.max_tape.unwrap_or(usize::MAX);
         let bytes = self.tape.bytes();
         if r.quiet_steps(bytes, budget, 0) > 0 {
-            r.take_quiet_steps(1, &mut self.budget.recomputed_iterations);
+            r.count_steps(1, &mut self.budget.recomputed_iterations);
             return Ok(Step::Continue);
         }
         if r.stop_at == Some(i) {
@@ -454,10 +455,7 @@ impl Vm {
             }
             self.budget.peak_checkpoint_bytes = self.budget.peak_checkpoint_bytes.max(self.budget.held.get());
         }
-        if r.stop_at.is_some() {
-            self.budget.recomputed_iterations += 1;
-        }
-        r.count = i + 1;
+        r.count_steps(1, &mut self.budget.recomputed_iterations);
         Ok(Step::Continue)
     }
 
@@ -496,7 +494,7 @@ impl Vm {
         let mut r = rec.borrow_mut();
         let quiet = r.quiet_refills() > 0;
         if quiet {
-            r.take_quiet_refills(1);
+            r.count_refills(1);
         }
         quiet
     }
