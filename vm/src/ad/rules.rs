@@ -281,11 +281,28 @@ pub fn fast<'v>(program: &Program, code: u32, arg: impl Fn(usize) -> &'v Value) 
             (F(x), Some(deriv)) => F(times(*d, deriv(*x))),
             _ => return None,
         },
+        (Rule::Index, Value::Nil) => return first_into_shadow(arg(1), |s| index_add(s, arg(2), arg(3))),
+        (Rule::Index2, Value::Nil) => return first_into_shadow(arg(1), |s| index2_add(s, arg(2), arg(3), arg(4))),
         (Rule::Index, acc) => return index_fast(acc, arg(2), arg(3)),
         (Rule::Index2, acc) => return index2_fast(acc, arg(2), arg(3), arg(4)),
         _ => return None,
     };
     Some(v)
+}
+
+/// An element's first contribution to a container's adjoint (the register still `nil`)
+/// within a sweep with shadows: added into the container's shadow, made here if it is not
+/// yet, which is the adjoint (what `apply`'s general path does through `shadows::merged`,
+/// without copying the operands). `None` when no sweep is open, `obj` has no shadow, or `add`
+/// does not apply (a shadow of values rather than floats): the general path then finds the
+/// shadow made.
+#[inline(never)]
+fn first_into_shadow(obj: &Value, add: impl FnOnce(&Value) -> bool) -> Option<Value> {
+    if !shadows::active() {
+        return None;
+    }
+    let shadow = shadows::shadow_of(obj)?;
+    add(&shadow).then_some(shadow)
 }
 
 /// `fast`'s case of `MulA` and `MulB` (`y = a * b`'s operand adjoints) on numbers: the
@@ -353,7 +370,11 @@ pub fn index2_fast(acc: &Value, i: &Value, j: &Value, d: &Value) -> Option<Value
 pub fn index2_add(acc: &Value, i: &Value, j: &Value, d: &Value) -> bool {
     let (Value::Matrix(acc), Value::Int(i), Value::Int(j), Value::Float(d)) = (acc, i, j, d) else { return false };
     let mut m = acc.borrow_mut();
-    let cols = m.cols;
+    let (rows, cols) = (m.rows, m.cols);
+    // Out of range (the general path reports it) rather than another element's slot.
+    if (*i as u64) >= rows as u64 || (*j as u64) >= cols as u64 {
+        return false;
+    }
     m.data[*i as usize * cols + *j as usize] += d;
     true
 }
