@@ -78,6 +78,22 @@ fn a_budget_bounds_the_tape() {
     assert!(held <= BUDGET as u64, "checkpoints held {held} bytes, over the budget {BUDGET}");
 }
 
+/// An inner loop entered once per row freezes the matrix it reads at each entry that cuts;
+/// the entries share one copy while the matrix is unchanged (`vm/src/ad/frozen.rs`), so the
+/// checkpoints hold one copy of the 300 x 40 matrix and less than two (each entry made its
+/// own before: 203,792 bytes). `rewritten_copies.zy` checks the other side: a matrix written
+/// between entries gets a copy per entry, and the gradient stays exact.
+#[test]
+fn frozen_copies_are_shared_between_loop_entries() {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/zy/ad/budget/shared_copies.zy");
+    let matrix = 300 * 40 * 8;
+    for jit in ["off", "eager"] {
+        let (_, err) = run(&script, jit, Some(BUDGET));
+        let held = stat(&err, "at most ");
+        assert!(held > matrix && held < 2 * matrix, "--jit {jit}: checkpoints held {held} bytes: {err}");
+    }
+}
+
 /// The embedding API's limit does the same as the option.
 #[test]
 fn the_embedding_limit_checkpoints_too() {

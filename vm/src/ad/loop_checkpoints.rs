@@ -36,18 +36,19 @@
 //! segments double, and their recomputation checkpoints within itself, nesting as binomial
 //! checkpointing does). Work done beyond a plain gradient is counted (`Stats::recomputed_iterations`).
 
+use super::frozen::{Frozen, SharedCopies};
 use super::Mark;
 use crate::bytecode::{FuncId, Reg};
 use crate::error::{VmError, VmResult};
 use crate::interp::Vm;
-use crate::value::{Array, Closure, Value};
+use crate::value::{Closure, Value};
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 
 /// The frame's registers at the start of one iteration.
 struct Checkpoint {
     iteration: u64,
-    /// Containers in them are frozen copies (`Frozen`) once the loop has been cut.
+    /// Containers in them are frozen copies (`frozen.rs`) once the loop has been cut.
     registers: Box<[Value]>,
     frozen: bool,
     /// Taken by the first run (kept for every reversal: a pullback's `back` may reverse the
@@ -132,7 +133,7 @@ impl LoopRecord {
     /// The same after checkpoints went, first dropping the frozen copies no checkpoint holds
     /// any more.
     fn settle(&mut self) {
-        self.frozen.retain_held_by(&self.checkpoints);
+        self.frozen.retain_held_by(self.checkpoints.iter().map(|c| &*c.registers));
         self.account();
     }
 
@@ -151,7 +152,7 @@ impl LoopRecord {
     /// after it, or its caller, may before the adjoint recomputes from `c`.
     fn freeze(&mut self, c: &mut Checkpoint) {
         for v in c.registers.iter_mut() {
-            *v = self.frozen.copy(v);
+            *v = self.frozen.copy(v, &self.held);
         }
         c.frozen = true;
     }
@@ -238,113 +239,12 @@ impl LoopRecord {
     }
 }
 
-/// The copies of containers a loop's checkpoints hold, one per original (a container reached
-/// from several registers or checkpoints is copied once), with the originals.
-#[derive(Default)]
-struct Frozen {
-    /// Original's address -> (original, copy, the copy's bytes).
-    copies: hashbrown::HashMap<usize, (Value, Value, usize)>,
-    bytes: usize,
-}
-
-impl Frozen {
-    fn any(&self) -> bool {
-        !self.copies.is_empty()
-    }
-
-    /// `v` with each container inside it replaced by its frozen copy.
-    fn copy(&mut self, v: &Value) -> Value {
-        self.copy_at(v, 0)
-    }
-
-    fn copy_at(&mut self, v: &Value, depth: usize) -> Value {
-        // Values nest at most `nesting::MAX_NESTING` deep where they are checked; deeper (a
-        // cycle) is shared rather than copied.
-        if depth > 256 {
-            return v.clone();
-        }
-        match v {
-            Value::Array(_) | Value::Matrix(_) | Value::Dict(_) => {
-                let Some(key) = identity(v) else { return v.clone() };
-                if let Some((_, c, _)) = self.copies.get(&key) {
-                    return c.clone();
-                }
-                let (c, own) = match v {
-                    Value::Array(a) => match &*a.borrow() {
-                        Array::Floats(x) => (Value::float_array(x.clone()), 8 * x.len()),
-                        Array::Values(x) => {
-                            let items = x.iter().map(|e| self.copy_at(e, depth + 1)).collect();
-                            (Value::array(items), 16 * x.len())
-                        }
-                    },
-                    Value::Matrix(m) => {
-                        let m = m.borrow();
-                        (Value::matrix(m.rows, m.cols, m.data.clone()), 8 * m.data.len())
-                    }
-                    _ => (super::adjoints::deep_copy(v), 64),
-                };
-                self.bytes += own;
-                self.copies.insert(key, (v.clone(), c.clone(), own));
-                c
-            }
-            Value::Tuple(t) => Value::tuple_of(t.iter().map(|e| self.copy_at(e, depth + 1)).collect::<Vec<_>>()),
-            Value::Struct(s) => Value::Struct(Rc::new(crate::value::StructObj { def: s.def, fields: s.fields.iter().map(|e| self.copy_at(e, depth + 1)).collect() })),
-            Value::Closure(c) => Value::Closure(Rc::new(Closure { func: c.func, captures: c.captures.iter().map(|e| self.copy_at(e, depth + 1)).collect() })),
-            Value::LoopRecord(_) => Value::Nil,
-            other => other.clone(),
-        }
-    }
-
-    /// Drops the copies that no checkpoint holds (directly or inside another copy).
-    fn retain_held_by(&mut self, checkpoints: &[Checkpoint]) {
-        if self.copies.is_empty() {
-            return;
-        }
-        let mut held = hashbrown::HashSet::new();
-        fn walk(v: &Value, held: &mut hashbrown::HashSet<usize>) {
-            if let Some(p) = identity(v) {
-                if !held.insert(p) {
-                    return;
-                }
-            }
-            match v {
-                Value::Array(a) => {
-                    if let Array::Values(xs) = &*a.borrow() {
-                        xs.iter().for_each(|x| walk(x, held));
-                    }
-                }
-                Value::Tuple(t) => t.iter().for_each(|x| walk(x, held)),
-                Value::Struct(s) => s.fields.iter().for_each(|x| walk(x, held)),
-                Value::Closure(c) => c.captures.iter().for_each(|x| walk(x, held)),
-                _ => {}
-            }
-        }
-        for c in checkpoints {
-            c.registers.iter().for_each(|v| walk(v, &mut held));
-        }
-        let mut freed = 0;
-        self.copies.retain(|_, (_, copy, own)| {
-            let keep = identity(copy).is_some_and(|p| held.contains(&p));
-            if !keep {
-                freed += *own;
-            }
-            keep
-        });
-        self.bytes -= freed;
-    }
-
-    /// Makes each copy share its original's shadow, for a sweep about to recompute from them.
-    fn alias(&self) {
-        for (original, copy, _) in self.copies.values() {
-            alias_containers(copy, original);
-        }
-    }
-}
-
 /// The VM's side of checkpointing: bytes held by checkpoints, and what recomputation cost.
 #[derive(Default)]
 pub struct Budget {
     held: Rc<Cell<usize>>,
+    /// Frozen copies of float arrays and matrices, shared by the records (`frozen.rs`).
+    shared_copies: Rc<RefCell<SharedCopies>>,
     /// Iterations run again by recomputations, and checkpoints taken.
     pub recomputed_iterations: u64,
     pub checkpoints_taken: u64,
@@ -383,7 +283,7 @@ impl Vm {
             ended_with: None,
             reversed_to: 0,
             checkpoints: vec![],
-            frozen: Frozen::default(),
+            frozen: Frozen::new(self.budget.shared_copies.clone()),
             bytes: 0,
             held: self.budget.held.clone(),
         })))
@@ -571,7 +471,7 @@ impl Vm {
 }
 
 /// The address of a heap value that has an identity (a container, tuple, struct or closure).
-fn identity(v: &Value) -> Option<usize> {
+pub(super) fn identity(v: &Value) -> Option<usize> {
     match v {
         Value::Array(a) => Some(Rc::as_ptr(a) as *const u8 as usize),
         Value::Matrix(m) => Some(Rc::as_ptr(m) as *const u8 as usize),
@@ -582,7 +482,7 @@ fn identity(v: &Value) -> Option<usize> {
 
 /// Makes each container inside `made` share the shadow of the container at the same place in
 /// `used` (a recomputation's containers standing for the first run's).
-fn alias_containers(made: &Value, used: &Value) {
+pub(super) fn alias_containers(made: &Value, used: &Value) {
     if !super::shadows::active() {
         return;
     }

@@ -41,6 +41,7 @@ pub mod calls;
 pub mod chain;
 pub mod driver;
 pub mod forward;
+mod frozen;
 pub mod inputs;
 pub mod loop_checkpoints;
 pub mod nested;
