@@ -286,6 +286,11 @@ impl Plan {
             // A function that is its own derivative is recorded (once, when invariant), not run
             // again: over an array, a second `exp` costs more than copying its result.
             Some(Instr::Math1 { builtin, .. }) if self.is_own_derivative(builtin) => false,
+            // One-argument math computed once (in the entry block) is recorded once too: a
+            // call of `sin` costs more than a record and its pop (the `sincos` gradient: one
+            // libm call of five). In a loop it is recomputed, once, at the adjoint's entry
+            // (`r * sin(x)` in a loop would otherwise record `sin(x)` every iteration).
+            Some(Instr::Math1 { .. }) if self.inv_snap[r.index()] => false,
             Some(Instr::Math1 { src, .. } | Instr::Neg { src, .. }) => self.available(src, depth),
             Some(Instr::Index { obj, idx, .. }) => self.inv_snap[obj.index()] && self.available(idx, depth),
             Some(Instr::GetField { obj, .. } | Instr::TupleGet { src: obj, .. }) => self.inv_snap[obj.index()],
