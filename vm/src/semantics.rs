@@ -446,6 +446,13 @@ impl Vm {
             Some(r) => unsafe { &*regs.add(r.index()) },
             None => &*nil,
         });
+        // SAFETY (both closures): as above.
+        let fast = fast.or_else(|| {
+            crate::ad::rules::first_contribution(rule, |k| match list.get(k) {
+                Some(r) => unsafe { &*regs.add(r.index()) },
+                None => &*nil,
+            })
+        });
         match fast {
             Some(v) => Ok(v),
             None => {

@@ -281,8 +281,6 @@ pub fn fast<'v>(program: &Program, code: u32, arg: impl Fn(usize) -> &'v Value) 
             (F(x), Some(deriv)) => F(times(*d, deriv(*x))),
             _ => return None,
         },
-        (Rule::Index, Value::Nil) => return first_into_shadow(arg(1), |s| index_add(s, arg(2), arg(3))),
-        (Rule::Index2, Value::Nil) => return first_into_shadow(arg(1), |s| index2_add(s, arg(2), arg(3), arg(4))),
         (Rule::Index, acc) => return index_fast(acc, arg(2), arg(3)),
         (Rule::Index2, acc) => return index2_fast(acc, arg(2), arg(3), arg(4)),
         _ => return None,
@@ -290,19 +288,25 @@ pub fn fast<'v>(program: &Program, code: u32, arg: impl Fn(usize) -> &'v Value) 
     Some(v)
 }
 
-/// An element's first contribution to a container's adjoint (the register still `nil`)
-/// within a sweep with shadows: added into the container's shadow, made here if it is not
-/// yet, which is the adjoint (what `apply`'s general path does through `shadows::merged`,
-/// without copying the operands). `None` when no sweep is open, `obj` has no shadow, or `add`
-/// does not apply (a shadow of values rather than floats): the general path then finds the
-/// shadow made.
-#[inline(never)]
-fn first_into_shadow(obj: &Value, add: impl FnOnce(&Value) -> bool) -> Option<Value> {
-    if !shadows::active() {
+/// `Index`'s and `Index2`'s rule for an element's first contribution to a container's adjoint
+/// (the register still `nil`) within a sweep with shadows: the contribution added into the
+/// container's shadow, made here if it is not yet, which is the adjoint; what `apply`'s
+/// general path does through `shadows::merged`, without copying the operands. Once per
+/// container and sweep, so not in `fast` (whose code sits in the interpreter's `Pull` arm:
+/// the extra case there cost the interpreted `_loops` gradients 7%); the shared semantics
+/// try it before the general path. `None` for any other rule, when no sweep is open, `obj`
+/// has no shadow, or the shadow is not of floats (the general path then finds it made).
+pub fn first_contribution<'v>(code: u32, arg: impl Fn(usize) -> &'v Value) -> Option<Value> {
+    let (rule, _) = Rule::decode(code);
+    if !matches!(rule, Rule::Index | Rule::Index2) || !matches!(arg(0), Value::Nil) || !shadows::active() {
         return None;
     }
-    let shadow = shadows::shadow_of(obj)?;
-    add(&shadow).then_some(shadow)
+    let shadow = shadows::shadow_of(arg(1))?;
+    let added = match rule {
+        Rule::Index => index_add(&shadow, arg(2), arg(3)),
+        _ => index2_add(&shadow, arg(2), arg(3), arg(4)),
+    };
+    added.then_some(shadow)
 }
 
 /// `fast`'s case of `MulA` and `MulB` (`y = a * b`'s operand adjoints) on numbers: the
