@@ -82,26 +82,22 @@ impl SharedCopies {
         if let Some(s) = self.by_copy.get(&key).and_then(Weak::upgrade) {
             return Some(s);
         }
+        // The copy made last, if its contents are still the original's.
+        let last = self.latest.get(&key).and_then(Weak::upgrade);
         let (copy, bytes) = match v {
             Value::Array(a) => match &*a.borrow() {
-                Array::Floats(x) => {
-                    if let Some(s) = self.latest.get(&key).and_then(Weak::upgrade) {
-                        if same_floats(&s.copy, x, None) {
-                            return Some(s);
-                        }
-                    }
-                    (Value::float_array(x.clone()), 8 * x.len())
-                }
+                Array::Floats(x) => match last.filter(|s| same_floats(&s.copy, x, None)) {
+                    Some(s) => return Some(s),
+                    None => (Value::float_array(x.clone()), 8 * x.len()),
+                },
                 Array::Values(_) => return None,
             },
             Value::Matrix(m) => {
                 let m = m.borrow();
-                if let Some(s) = self.latest.get(&key).and_then(Weak::upgrade) {
-                    if same_floats(&s.copy, &m.data, Some((m.rows, m.cols))) {
-                        return Some(s);
-                    }
+                match last.filter(|s| same_floats(&s.copy, &m.data, Some((m.rows, m.cols)))) {
+                    Some(s) => return Some(s),
+                    None => (Value::matrix(m.rows, m.cols, m.data.clone()), 8 * m.data.len()),
                 }
-                (Value::matrix(m.rows, m.cols, m.data.clone()), 8 * m.data.len())
             }
             _ => return None,
         };

@@ -294,8 +294,9 @@ pub fn fast<'v>(program: &Program, code: u32, arg: impl Fn(usize) -> &'v Value) 
 /// general path does through `shadows::merged`, without copying the operands. Once per
 /// container and sweep, so not in `fast` (whose code sits in the interpreter's `Pull` arm:
 /// the extra case there cost the interpreted `_loops` gradients 7%); the shared semantics
-/// try it before the general path (`Vm::pull_slowly`). `None` for any other rule, when no sweep is open, `obj`
-/// has no shadow, or the shadow is not of floats (the general path then finds it made).
+/// try it before the general path (`Vm::pull_slowly`). `None` for any other rule, when no
+/// sweep is open, `obj` has no shadow, or the shadow is not of floats (the general path then
+/// finds it made).
 pub fn first_contribution<'v>(code: u32, arg: impl Fn(usize) -> &'v Value) -> Option<Value> {
     let (rule, _) = Rule::decode(code);
     if !matches!(rule, Rule::Index | Rule::Index2) || !matches!(arg(0), Value::Nil) || !shadows::active() {
