@@ -21,8 +21,7 @@ pub fn gradient(vm: &mut Vm, a: &[Value]) -> VmResult<Value> {
 /// `value_and_gradient(f, x1, ..., xn)`: `(y, gradient tuple)`.
 pub fn value_and_gradient(vm: &mut Vm, a: &[Value]) -> VmResult<Value> {
     walkable(&a[1..])?;
-    let (y, g) = driver::value_and_gradient(vm, &a[0], &a[1..])?;
-    Ok(Value::tuple_of([y, Value::Tuple(g)]))
+    driver::value_and_gradient_tuple(vm, &a[0], &a[1..])
 }
 
 /// `grad(f)`: a function of the same arguments giving the gradient w.r.t. the first.

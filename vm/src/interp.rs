@@ -101,7 +101,12 @@ pub struct Stats {
 /// send::<zygvm_vm::Vm>();
 /// ```
 pub struct Vm {
-    pub(crate) program: Arc<Program>,
+    /// The program, shared with its `VerifiedProgram` (and other VMs) until a routine made
+    /// while running changes this VM's copy (`program_mut`). The `Rc` layer is what a
+    /// dispatch loop clones to keep the program it reads alive across calls that may change
+    /// it: a non-atomic count, where an `Arc` clone and drop per run of `execute` (two per
+    /// gradient driver call) cost a tenth of a scalar gradient.
+    pub(crate) program: Rc<Arc<Program>>,
     pub(crate) consts: Vec<Value>,
     pub(crate) globals: Vec<Option<Value>>,
     modules_run: Vec<bool>,
@@ -194,7 +199,7 @@ impl Vm {
             globals: vec![None; program.global_names.len()],
             modules_run: vec![false; program.functions.len()],
             consts,
-            program,
+            program: Rc::new(program),
             stack: Stack::with_capacity(1024),
             frames: Stack::with_capacity(64),
             out: Box::new(std::io::stdout()),
@@ -228,7 +233,7 @@ impl Vm {
     pub fn enable_profiling(&mut self) -> VmResult<()> {
         let instrumented: Vec<Arc<crate::program::Function>> =
             self.program.functions.iter().map(|f| Arc::new(crate::profile::instrument(&self.program, f))).collect();
-        let p = Arc::make_mut(&mut self.program);
+        let p = self.program_mut();
         p.functions = instrumented;
         if let Err(e) = p.functions.iter().try_for_each(|f| crate::verify::verify_function(p, f, false)) {
             return Err(VmError::new(format!("internal error: an instrumented function does not verify: {e}")));
@@ -303,6 +308,13 @@ impl Vm {
         &self.program
     }
 
+    /// This VM's program, to change: its own copy once anything else shares it (a dispatch
+    /// loop that runs, which goes on reading the copy it holds until its next frame switch
+    /// after `functions_changed`; the `VerifiedProgram`; other VMs).
+    pub(crate) fn program_mut(&mut self) -> &mut Program {
+        Arc::make_mut(Rc::make_mut(&mut self.program))
+    }
+
     /// Appends a function made at run time (a tangent routine, `ad/towers.rs`), after checking
     /// it with the verifier like every compiled function; returns its id.
     pub(crate) fn add_function(&mut self, ssa: crate::program::Function, exec: crate::program::Function) -> VmResult<FuncId> {
@@ -323,7 +335,7 @@ impl Vm {
             }).collect(),
             None => made,
         };
-        let p = Arc::make_mut(&mut self.program);
+        let p = self.program_mut();
         let before = p.functions.len();
         p.append_functions(made);
         if let Err(e) = p.functions[before..].iter().try_for_each(|f| crate::verify::verify_function(p, f, false)) {
@@ -333,7 +345,8 @@ impl Vm {
             p.budgeted.truncate(before);
             return Err(VmError::new(format!("internal differentiation error: {e}")));
         }
-        for f in &p.functions[before..] {
+        let program = self.program.clone();
+        for f in &program.functions[before..] {
             self.calls.push(0);
             self.modules_run.push(false);
             self.loop_base.push(self.back_edges.len() as u32);
@@ -900,11 +913,19 @@ impl Vm {
     /// The dispatch loop: runs until the frame pushed at `depth` returns.
     #[allow(unused_assignments)] // `run_start` is reset by `account!` even where unread
     fn execute(&mut self, depth: usize) -> VmResult<Value> {
-        let mut program = self.program.clone();
+        // The program this loop reads, kept alive by `held` (a change while it runs makes
+        // the VM a new copy, `program_mut`) and re-read at a frame switch after one.
+        let mut held = self.program.clone();
+        // SAFETY: `held` owns a count of the `Arc` whose program this points to, and is only
+        // replaced together with `program` (just below); the program is never changed in
+        // place while `held` shares it (`Rc::make_mut`, then `Arc::make_mut`, copy).
+        let mut program: &Program = unsafe { &*Arc::as_ptr(&held) };
         let mut version = self.program_version;
         'frames: loop {
             if version != self.program_version {
-                program = self.program.clone();
+                held = self.program.clone();
+                // SAFETY: as above, for the new `held`.
+                program = unsafe { &*Arc::as_ptr(&held) };
                 version = self.program_version;
             }
             // The running frame's state, held in locals. A call or return re-reads it

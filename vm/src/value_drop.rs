@@ -89,10 +89,34 @@ fn drop_contents(items: impl IntoIterator<Item = Value>) {
     })
 }
 
+/// Whether a container being dropped may drop its elements in place, recursively: then the
+/// depth is counted until [`leave_shallow`]. Else its elements go to [`drop_elements`].
+fn enter_shallow() -> bool {
+    DROP_DEPTH.with(|depth| {
+        let n = depth.get();
+        if n < MAX_RECURSIVE_DROP {
+            depth.set(n + 1);
+        }
+        n < MAX_RECURSIVE_DROP
+    })
+}
+
+fn leave_shallow() {
+    DROP_DEPTH.with(|depth| depth.set(depth.get() - 1));
+}
+
+// A tuple or array of values clears its elements where they are when shallow (a result pair,
+// an array of rows): moving the storage out first to hand it over copies the whole inline
+// buffer of a tuple.
 impl Drop for Tuple {
     fn drop(&mut self) {
         if any_nested(&self.0) {
-            drop_contents(std::mem::take(&mut self.0));
+            if enter_shallow() {
+                self.0.clear();
+                leave_shallow();
+            } else {
+                drop_elements(std::mem::take(&mut self.0));
+            }
         }
     }
 }
@@ -101,7 +125,12 @@ impl Drop for Array {
     fn drop(&mut self) {
         if let Array::Values(items) = self {
             if any_nested(items) {
-                drop_contents(std::mem::take(items));
+                if enter_shallow() {
+                    items.clear();
+                    leave_shallow();
+                } else {
+                    drop_elements(std::mem::take(items));
+                }
             }
         }
     }

@@ -62,9 +62,9 @@ impl Vm {
         };
         self.add_functions(made.functions)?;
         if !made.replayable.is_empty() {
-            std::sync::Arc::make_mut(&mut self.program).replayable = made.replayable;
+            self.program_mut().replayable = made.replayable;
         }
-        std::sync::Arc::make_mut(&mut self.program).record_derivatives(&made.derivatives, family);
+        self.program_mut().record_derivatives(&made.derivatives, family);
         self.program().derivative_in(f, family).ok_or_else(|| cannot(self.program()))
     }
 

@@ -122,11 +122,48 @@ pub fn value_and_gradient(vm: &mut Vm, f: &Value, args: &[Value]) -> VmResult<(V
     })
 }
 
+/// `value_and_gradient(f, args...)` as the language returns it: the tuple `(y, gradients)`.
+/// At number arguments the adjoint's own tuple becomes the outer one, in place.
+pub fn value_and_gradient_tuple(vm: &mut Vm, f: &Value, args: &[Value]) -> VmResult<Value> {
+    if let Value::Func(id) = f {
+        if args.iter().all(|a| matches!(a, Value::Float(_) | Value::Int(_))) {
+            return with_tape_mark(vm, |vm| {
+                let (y, mut t) = adjoint_of_numbers(vm, *id, args)?;
+                let program = vm.program();
+                let grads: TupleItems =
+                    (0..args.len()).map(|k| to_gradient(t.0.get(k + 1).unwrap_or(&Value::Nil), &args[k], program)).collect();
+                let grads = Value::Tuple(Rc::new(Tuple(grads)));
+                Ok(match Rc::get_mut(&mut t) {
+                    Some(own) => {
+                        own.0.clear();
+                        own.0.push(y);
+                        own.0.push(grads);
+                        Value::Tuple(t)
+                    }
+                    None => Value::tuple_of([y, grads]),
+                })
+            });
+        }
+    }
+    let (y, g) = value_and_gradient(vm, f, args)?;
+    Ok(Value::tuple_of([y, Value::Tuple(g)]))
+}
+
 /// `value_and_gradient` of a function without captures at number arguments, the common case
 /// (a training step, a scalar model): the general path less what cannot apply. No argument
 /// is a container, so none has a shadow or a length to keep; the callee is known, so its
 /// record is not taped only to be popped at once (the routines are the general path's).
 fn of_numbers(vm: &mut Vm, id: crate::bytecode::FuncId, args: &[Value]) -> VmResult<(Value, Rc<Tuple>)> {
+    let (y, t) = adjoint_of_numbers(vm, id, args)?;
+    // The adjoint's tuple `(d closure, d_1 .. d_n)` becomes the gradient tuple, in place when
+    // it is ours alone (the routine built it): one allocation fewer per gradient.
+    let program = vm.program();
+    let grads = map_in_place(arguments_of(t, args.len()), |k, d| Ok(to_gradient(d, &args[k], program)))?;
+    Ok((y, grads))
+}
+
+/// `of_numbers`' two runs: the value and the adjoint's tuple `(d closure, d_1 .. d_n)`.
+fn adjoint_of_numbers(vm: &mut Vm, id: crate::bytecode::FuncId, args: &[Value]) -> VmResult<(Value, Rc<Tuple>)> {
     let _scope = shadows::enter(&[]);
     let d = vm.derivative_of(id)?;
     // No argument is a container, but the function may read module variables' (`forward`).
@@ -136,19 +173,19 @@ fn of_numbers(vm: &mut Vm, id: crate::bytecode::FuncId, args: &[Value]) -> VmRes
     }
     vm.tape.note_peak();
     let t = run_adjoint(vm, d.adjoint, Value::Float(1.0), args.len())?;
-    // The adjoint's tuple `(d closure, d_1 .. d_n)` becomes the gradient tuple, in place when
-    // it is ours alone (the routine built it): one allocation fewer per gradient.
-    let program = vm.program();
-    let grads = map_in_place(arguments_of(t, args.len()), |k, d| Ok(to_gradient(d, &args[k], program)))?;
-    Ok((y, grads))
+    Ok((y, t))
 }
 
 /// Runs an adjoint routine with cotangent `dy` and no incoming adjoints for its `nargs`
 /// arguments: `(dy, nil..)`; its tuple `(d closure, d_1 .. d_n)`.
 fn run_adjoint(vm: &mut Vm, adjoint: crate::bytecode::FuncId, dy: Value, nargs: usize) -> VmResult<Rc<Tuple>> {
-    let mut a: SmallVec<[Value; 4]> = SmallVec::new();
-    a.push(dy);
-    a.extend((0..nargs).map(|_| Value::Nil));
+    if nargs < 4 {
+        let mut a = [Value::Nil, Value::Nil, Value::Nil, Value::Nil];
+        a[0] = dy;
+        return adjoint_tuple(vm.run_function(adjoint, None, &a[..=nargs])?);
+    }
+    let mut a = vec![Value::Nil; nargs + 1];
+    a[0] = dy;
     adjoint_tuple(vm.run_function(adjoint, None, &a)?)
 }
 

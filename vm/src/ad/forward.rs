@@ -279,8 +279,7 @@ pub fn derivative(vm: &mut Vm, f: &Value, x: &Value) -> VmResult<Value> {
             y.type_name()
         )));
     }
-    let program = vm.program().clone();
-    Ok(to_gradient(&ty, &y, &program))
+    Ok(to_gradient(&ty, &y, vm.program()))
 }
 
 /// Whether a result can carry a derivative (numbers and containers of them).
@@ -306,8 +305,7 @@ pub fn jvp(vm: &mut Vm, f: &Value, xs: &[Value], ts: &[Value]) -> VmResult<(Valu
     if !differentiable_result(&y) {
         return Err(VmError::new(format!("jvp needs a function returning a differentiable value, but it returned {}", y.type_name())));
     }
-    let program = vm.program().clone();
-    let ty = to_gradient(&ty, &y, &program);
+    let ty = to_gradient(&ty, &y, vm.program());
     Ok((y, ty))
 }
 
