@@ -106,6 +106,7 @@ pub struct Vm {
     /// dispatch loop clones to keep the program it reads alive across calls that may change
     /// it: a non-atomic count, where an `Arc` clone and drop per run of `execute` (two per
     /// gradient driver call) cost a tenth of a scalar gradient.
+    #[allow(clippy::redundant_allocation)] // the two counts are the point (see above)
     pub(crate) program: Rc<Arc<Program>>,
     pub(crate) consts: Vec<Value>,
     pub(crate) globals: Vec<Option<Value>>,
@@ -913,19 +914,14 @@ impl Vm {
     /// The dispatch loop: runs until the frame pushed at `depth` returns.
     #[allow(unused_assignments)] // `run_start` is reset by `account!` even where unread
     fn execute(&mut self, depth: usize) -> VmResult<Value> {
-        // The program this loop reads, kept alive by `held` (a change while it runs makes
-        // the VM a new copy, `program_mut`) and re-read at a frame switch after one.
-        let mut held = self.program.clone();
-        // SAFETY: `held` owns a count of the `Arc` whose program this points to, and is only
-        // replaced together with `program` (just below); the program is never changed in
-        // place while `held` shares it (`Rc::make_mut`, then `Arc::make_mut`, copy).
-        let mut program: &Program = unsafe { &*Arc::as_ptr(&held) };
+        // The program this loop reads, kept alive across calls that may change the VM's
+        // (`program_mut` then copies it) and re-read at the next frame switch after one: an
+        // `Rc` count, not an atomic one (see `Vm::program`).
+        let mut program = self.program.clone();
         let mut version = self.program_version;
         'frames: loop {
             if version != self.program_version {
-                held = self.program.clone();
-                // SAFETY: as above, for the new `held`.
-                program = unsafe { &*Arc::as_ptr(&held) };
+                program = self.program.clone();
                 version = self.program_version;
             }
             // The running frame's state, held in locals. A call or return re-reads it
