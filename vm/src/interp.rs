@@ -102,12 +102,8 @@ pub struct Stats {
 /// ```
 pub struct Vm {
     /// The program, shared with its `VerifiedProgram` (and other VMs) until a routine made
-    /// while running changes this VM's copy (`program_mut`). The `Rc` layer is what a
-    /// dispatch loop clones to keep the program it reads alive across calls that may change
-    /// it: a non-atomic count, where an `Arc` clone and drop per run of `execute` (two per
-    /// gradient driver call) cost a tenth of a scalar gradient.
-    #[allow(clippy::redundant_allocation)] // the two counts are the point (see above)
-    pub(crate) program: Rc<Arc<Program>>,
+    /// while running changes this VM's copy (`program_mut`).
+    pub(crate) program: Arc<Program>,
     pub(crate) consts: Vec<Value>,
     pub(crate) globals: Vec<Option<Value>>,
     modules_run: Vec<bool>,
@@ -200,7 +196,7 @@ impl Vm {
             globals: vec![None; program.global_names.len()],
             modules_run: vec![false; program.functions.len()],
             consts,
-            program: Rc::new(program),
+            program,
             stack: Stack::with_capacity(1024),
             frames: Stack::with_capacity(64),
             out: Box::new(std::io::stdout()),
@@ -313,7 +309,7 @@ impl Vm {
     /// loop that runs, which goes on reading the copy it holds until its next frame switch
     /// after `functions_changed`; the `VerifiedProgram`; other VMs).
     pub(crate) fn program_mut(&mut self) -> &mut Program {
-        Arc::make_mut(Rc::make_mut(&mut self.program))
+        Arc::make_mut(&mut self.program)
     }
 
     /// Appends a function made at run time (a tangent routine, `ad/towers.rs`), after checking
@@ -915,8 +911,7 @@ impl Vm {
     #[allow(unused_assignments)] // `run_start` is reset by `account!` even where unread
     fn execute(&mut self, depth: usize) -> VmResult<Value> {
         // The program this loop reads, kept alive across calls that may change the VM's
-        // (`program_mut` then copies it) and re-read at the next frame switch after one: an
-        // `Rc` count, not an atomic one (see `Vm::program`).
+        // (`program_mut` then copies it) and re-read at the next frame switch after one.
         let mut program = self.program.clone();
         let mut version = self.program_version;
         'frames: loop {
