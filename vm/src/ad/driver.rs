@@ -130,17 +130,20 @@ pub fn value_and_gradient_tuple(vm: &mut Vm, f: &Value, args: &[Value]) -> VmRes
             return with_tape_mark(vm, |vm| {
                 let (y, mut t) = adjoint_of_numbers(vm, *id, args)?;
                 let program = vm.program();
-                let grads: TupleItems =
-                    (0..args.len()).map(|k| to_gradient(t.0.get(k + 1).unwrap_or(&Value::Nil), &args[k], program)).collect();
+                let mut grads = TupleItems::new();
+                for (k, x) in args.iter().enumerate() {
+                    grads.push(to_gradient(t.0.get(k + 1).unwrap_or(&Value::Nil), x, program));
+                }
                 let grads = Value::Tuple(Rc::new(Tuple(grads)));
                 Ok(match Rc::get_mut(&mut t) {
-                    Some(own) => {
-                        own.0.clear();
-                        own.0.push(y);
-                        own.0.push(grads);
+                    // `(d closure, d_1 ..)`, at least two long: one argument at least.
+                    Some(own) if own.0.len() >= 2 => {
+                        own.0.truncate(2);
+                        own.0[0] = y;
+                        own.0[1] = grads;
                         Value::Tuple(t)
                     }
-                    None => Value::tuple_of([y, grads]),
+                    _ => Value::tuple_of([y, grads]),
                 })
             });
         }
