@@ -651,6 +651,18 @@ fn adjoint_items(d: &Value) -> Vec<Value> {
     }
 }
 
+/// The array's adjoint when it is the array's shadow (the adjoint every alias sees, which
+/// `with_shadows` hands these rules): then a rule changes it where it is, which is what
+/// replacing its contents with a new outgoing adjoint would leave, at the cost of the
+/// forward call (one element), not a copy of the adjoint per call (a loop of `push`es was
+/// quadratic). Elsewhere a rule builds a new adjoint from `adjoint_items`.
+fn shadow_array(d: &Value) -> Option<&std::cell::RefCell<zygvm_vm::value::Array>> {
+    match d {
+        Value::Array(a) if zygvm_vm::ad::shadows::is_shadow(d) => Some(a),
+        _ => None,
+    }
+}
+
 /// `push(a, v)`: tape holds the length after the push. Adjoint: `dv = da[n-1]`, `da` shrinks.
 fn push_tape(vm: &mut Vm, a: &[Value]) -> VmResult<Value> {
     crate::arrays::push(vm, a)?;
@@ -660,6 +672,17 @@ fn push_tape(vm: &mut Vm, a: &[Value]) -> VmResult<Value> {
 }
 pub(crate) fn push_adjoint(vm: &mut Vm, _: Value, d: &mut [Value]) -> VmResult<()> {
     let n = pop_int(vm)?;
+    if let (Some(a), Some(last)) = (shadow_array(&d[0]), n.checked_sub(1)) {
+        let dv = {
+            let mut a = a.borrow_mut();
+            let dv = if a.len() >= n { a.remove(last) } else { Value::Nil };
+            if a.len() > last || a.is_empty() {
+                a.truncate(last);
+            }
+            dv
+        };
+        return add_into(&mut d[1], dv);
+    }
     let mut items = adjoint_items(&d[0]);
     let dv = if items.len() >= n { items.remove(n - 1) } else { Value::Nil };
     items.truncate(n - 1);
@@ -681,6 +704,20 @@ pub(crate) fn pop_adjoint(vm: &mut Vm, dy: Value, d: &mut [Value]) -> VmResult<(
     if matches!(dy, Value::Nil) {
         return Ok(());
     }
+    if let Some(a) = shadow_array(&d[0]) {
+        let mut a = a.borrow_mut();
+        let v = accumulate(if a.len() > n { a.get(n) } else { Value::Nil }, dy)?;
+        if a.len() > n {
+            a.truncate(n + 1);
+            a.set(n, v);
+        } else {
+            while a.len() < n {
+                a.push(Value::Nil);
+            }
+            a.push(v);
+        }
+        return Ok(());
+    }
     let mut items = adjoint_items(&d[0]);
     items.resize(n + 1, Value::Nil);
     items[n] = accumulate(std::mem::take(&mut items[n]), dy)?;
@@ -696,6 +733,17 @@ fn insert_tape(vm: &mut Vm, a: &[Value]) -> VmResult<Value> {
 }
 pub(crate) fn insert_adjoint(vm: &mut Vm, _: Value, d: &mut [Value]) -> VmResult<()> {
     let i = pop_int(vm)?;
+    if let Some(a) = shadow_array(&d[0]) {
+        let dv = {
+            let mut a = a.borrow_mut();
+            let dv = if i < a.len() { a.remove(i) } else { Value::Nil };
+            if a.is_empty() {
+                a.truncate(0);
+            }
+            dv
+        };
+        return add_into(&mut d[2], dv);
+    }
     let mut items = adjoint_items(&d[0]);
     let dv = if i < items.len() { items.remove(i) } else { Value::Nil };
     if !matches!(d[0], Value::Nil) {
@@ -713,6 +761,14 @@ fn remove_tape(vm: &mut Vm, a: &[Value]) -> VmResult<Value> {
 pub(crate) fn remove_adjoint(vm: &mut Vm, dy: Value, d: &mut [Value]) -> VmResult<()> {
     let i = pop_int(vm)?;
     if matches!(d[0], Value::Nil) && matches!(dy, Value::Nil) {
+        return Ok(());
+    }
+    if let Some(a) = shadow_array(&d[0]) {
+        let mut a = a.borrow_mut();
+        while a.len() < i {
+            a.push(Value::Nil);
+        }
+        a.insert(i, dy);
         return Ok(());
     }
     let mut items = adjoint_items(&d[0]);

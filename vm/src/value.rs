@@ -389,6 +389,18 @@ impl Array {
         }
     }
 
+    /// Keeps the first `n` elements (an empty array takes the representation `from_values`
+    /// gives one: `Values`).
+    pub fn truncate(&mut self, n: usize) {
+        match self {
+            Array::Floats(v) => v.truncate(n),
+            Array::Values(v) => v.truncate(n),
+        }
+        if self.is_empty() {
+            *self = Array::Values(vec![]);
+        }
+    }
+
     pub fn remove(&mut self, i: usize) -> Value {
         match self {
             Array::Floats(v) => Value::Float(v.remove(i)),
