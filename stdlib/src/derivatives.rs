@@ -292,11 +292,45 @@ pub(crate) fn elements(dy: &Value, n: usize) -> Vec<Value> {
 fn slice(dy: &Value, a: &[Value]) -> VmResult<Vec<Value>> {
     let n = zygvm_vm::access::length(&a[0])?;
     let lo = int("slice", &a[1])?.clamp(0, n as i64) as usize;
+    if let Some(shadow) = slice_into_shadow(dy, &a[0], lo) {
+        return Ok(vec![shadow, Value::Nil, Value::Nil]);
+    }
     let mut out = vec![Value::Nil; n];
     for (k, slot) in out.iter_mut().enumerate().skip(lo) {
         *slot = element(dy, k - lo);
     }
     Ok(vec![Value::array(out), Value::Nil, Value::Nil])
+}
+/// Under shadows, a float cotangent of `slice(x, lo, ..)` added into `x`'s shadow at `lo..`
+/// where it is, one element per element of the slice, and the shadow returned as `x`'s
+/// contribution (depositing a container's own shadow adds nothing more, and the adjoint
+/// register then holds the shadow, as after an indexing's first contribution): element for
+/// element what depositing the whole-length contribution below would add, without making
+/// and adding an array of `x`'s length per call (a loop of one-element slices was
+/// quadratic). `None` (nothing added) when the cotangent or the shadow is not a float array
+/// covering the range.
+fn slice_into_shadow(dy: &Value, x: &Value, lo: usize) -> Option<Value> {
+    use zygvm_vm::ad::shadows;
+    use zygvm_vm::value::Array;
+    let (Value::Array(d), Value::Array(_)) = (dy, x) else { return None };
+    if !shadows::active() {
+        return None;
+    }
+    let d = d.borrow();
+    let Array::Floats(g) = &*d else { return None };
+    let shadow = shadows::shadow_of(x)?;
+    {
+        let Value::Array(s) = &shadow else { return None };
+        let Ok(mut s) = s.try_borrow_mut() else { return None };
+        let Array::Floats(acc) = &mut *s else { return None };
+        if acc.len() < lo + g.len() {
+            return None;
+        }
+        for (a, g) in acc[lo..lo + g.len()].iter_mut().zip(g) {
+            *a += g;
+        }
+    }
+    Some(shadow)
 }
 fn concat(dy: &Value, a: &[Value]) -> VmResult<Vec<Value>> {
     let n = zygvm_vm::access::length(&a[0])?;
