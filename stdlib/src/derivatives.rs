@@ -418,22 +418,59 @@ fn transpose(dy: &Value, _: &[Value]) -> VmResult<Vec<Value>> {
     Ok(vec![mval(transpose_of(&mat(dy)?))])
 }
 fn row(dy: &Value, a: &[Value]) -> VmResult<Vec<Value>> {
-    let m = mat(&a[0])?;
     let i = int("row", &a[1])? as usize;
+    // Row `i`'s elements: `i * cols + k`.
+    if let Some(shadow) = matrix_part_into_shadow(dy, &a[0], |rows, cols, n| (i < rows && n == cols).then_some((i * cols, 1))) {
+        return Ok(vec![shadow, Value::Nil]);
+    }
+    let m = mat(&a[0])?;
     let d = flat(dy)?;
     let mut out = vec![0.0; m.data.len()];
     out[i * m.cols..(i + 1) * m.cols].copy_from_slice(&d);
     Ok(vec![Value::matrix(m.rows, m.cols, out), Value::Nil])
 }
 fn col(dy: &Value, a: &[Value]) -> VmResult<Vec<Value>> {
-    let m = mat(&a[0])?;
     let j = int("col", &a[1])? as usize;
+    // Column `j`'s elements: `k * cols + j`.
+    if let Some(shadow) = matrix_part_into_shadow(dy, &a[0], |rows, cols, n| (j < cols && n == rows).then_some((j, cols))) {
+        return Ok(vec![shadow, Value::Nil]);
+    }
+    let m = mat(&a[0])?;
     let d = flat(dy)?;
     let mut out = vec![0.0; m.data.len()];
     for i in 0..m.rows {
         out[i * m.cols + j] = d[i];
     }
     Ok(vec![Value::matrix(m.rows, m.cols, out), Value::Nil])
+}
+/// `slice_into_shadow` for a part of a matrix `x` (a row, a column): a float cotangent of
+/// `n` elements added into `x`'s shadow where it is, element `k` at `start + k * step` of
+/// the row-major data, where `part(rows, cols, n)` gives `(start, step)` (`None`: the part
+/// and the cotangent do not fit). The same additions as adding the whole-matrix contribution
+/// (zeros elsewhere, which leave a `-0.0` entry `0.0` there and here `-0.0`), without making
+/// a matrix of `x`'s size per call (a loop over rows was quadratic).
+fn matrix_part_into_shadow(dy: &Value, x: &Value, part: impl Fn(usize, usize, usize) -> Option<(usize, usize)>) -> Option<Value> {
+    use zygvm_vm::ad::shadows;
+    use zygvm_vm::value::Array;
+    let (Value::Array(d), Value::Matrix(_)) = (dy, x) else { return None };
+    if !shadows::active() {
+        return None;
+    }
+    let d = d.borrow();
+    let Array::Floats(g) = &*d else { return None };
+    let shadow = shadows::shadow_of(x)?;
+    {
+        let Value::Matrix(s) = &shadow else { return None };
+        let Ok(mut s) = s.try_borrow_mut() else { return None };
+        let (start, step) = part(s.rows, s.cols, g.len())?;
+        if s.data.len() != s.rows * s.cols {
+            return None;
+        }
+        for (k, g) in g.iter().enumerate() {
+            s.data[start + k * step] += g;
+        }
+    }
+    Some(shadow)
 }
 fn reshape(dy: &Value, a: &[Value]) -> VmResult<Vec<Value>> {
     Ok(vec![shaped_like(&a[0], flat(dy)?), Value::Nil, Value::Nil])
