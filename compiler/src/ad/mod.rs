@@ -186,7 +186,7 @@ fn differentiate<F: Borrow<Function>>(
             })
         };
         let tape = primal_routine(None);
-        let quiet_tape = primal_routine(Some(&quiet::quiet_calls(f, builtins)));
+        let quiet_tape = primal_routine(Some(&quiet::quiet_calls(f, builtins, &globals.pure)));
         let mut adj = adjoint::adjoint(&adjoint::Context {
             f,
             varied: &varied,

@@ -34,11 +34,13 @@ use zygvm_vm::bytecode::*;
 use zygvm_vm::program::Function;
 
 /// Whether an instruction of a function's source can write a container or a module variable,
-/// or run code that could.
-fn may_write(i: &Instr, builtins: &[Builtin]) -> bool {
+/// or run code that could. A direct call can unless its callee leaves containers alone
+/// (`pure`: `activity::Globals::pure`, by function id): a helper that reads an array,
+/// called in a loop, would otherwise make every call before it copy what it records.
+fn may_write(i: &Instr, builtins: &[Builtin], pure: &[bool]) -> bool {
     match *i {
         _ if writes_or_runs_unseen(i) => true,
-        Instr::CallDirect { .. } => true,
+        Instr::CallDirect { func, .. } => !pure.get(func.index()).copied().unwrap_or(false),
         Instr::CallBuiltin { builtin, .. } => !builtin_changes_nothing(builtins, builtin),
         _ => false,
     }
@@ -54,9 +56,9 @@ pub fn records_operands(builtins: &[Builtin], b: BuiltinId) -> bool {
 /// nothing can write (see the module comment): a direct call, where a quiet routine calls its
 /// callee's quiet routine, or a call of a built-in that `records_operands`, whose records a
 /// quiet routine pushes by reference.
-pub fn quiet_calls(f: &Function, builtins: &[Builtin]) -> Vec<bool> {
+pub fn quiet_calls(f: &Function, builtins: &[Builtin], pure: &[bool]) -> Vec<bool> {
     let n = f.blocks.len();
-    let writes_in = |b: usize| (f.blocks[b].start as usize..block_end(f, b)).any(|pc| may_write(&f.code[pc], builtins));
+    let writes_in = |b: usize| (f.blocks[b].start as usize..block_end(f, b)).any(|pc| may_write(&f.code[pc], builtins, pure));
     // `clean[b]`: nothing that may write is reachable from the top of block `b`. The greatest
     // solution: a loop of clean blocks is clean.
     let mut clean: Vec<bool> = (0..n).map(|b| !writes_in(b)).collect();
@@ -83,7 +85,7 @@ pub fn quiet_calls(f: &Function, builtins: &[Builtin]) -> Vec<bool> {
                 Instr::CallBuiltin { builtin, .. } if records_operands(builtins, builtin) => quiet[pc] = rest_clean,
                 _ => {}
             }
-            rest_clean &= !may_write(&f.code[pc], builtins);
+            rest_clean &= !may_write(&f.code[pc], builtins, pure);
         }
     }
     quiet
@@ -106,7 +108,8 @@ mod tests {
         let p = compiled(src, crate::Differentiate::Never);
         let i = p.functions.iter().position(|f| f.name == name).unwrap();
         let f = &p.ssa_functions[i];
-        let q = super::quiet_calls(f, &p.builtins);
+        let pure = super::super::activity::program_globals(&p.ssa_functions[..p.source_functions], &p.builtins).pure;
+        let q = super::quiet_calls(f, &p.builtins, &pure);
         f.code.iter().zip(q).filter(|(i, _)| matches!(i, Instr::CallDirect { .. })).map(|(_, q)| q).collect()
     }
 
@@ -158,11 +161,23 @@ mod tests {
             quiet_calls_of(&format!("{g}fn f(w, x, c) {{ let y = g(w, x)\n if c {{ x[0] = 2.0 }}\n y }}"), "f"),
             [false]
         );
-        // The first call is followed by the second: not quiet; the second is.
-        assert_eq!(quiet_calls_of(&format!("{g}fn f(w, x) {{ g(w, x) + g(x, w) }}"), "f"), [false, true]);
-        // In a loop, a call comes after itself.
+        // The first call is followed by the second, which leaves containers alone: both
+        // quiet. Followed by a call of a function that writes: not quiet; that one is.
+        assert_eq!(quiet_calls_of(&format!("{g}fn f(w, x) {{ g(w, x) + g(x, w) }}"), "f"), [true, true]);
+        let h = "fn h(w, x) { w[0] = x[0]\n sum(w) }\n";
+        assert_eq!(quiet_calls_of(&format!("{g}{h}fn f(w, x) {{ g(w, x) + h(x, w) }}"), "f"), [false, true]);
+        // In a loop, a call comes after itself: quiet when the callee writes nothing.
         assert_eq!(
             quiet_calls_of(&format!("{g}fn f(w, x, n) {{ let s = 0.0\n for i in 0..n {{ s += g(w, x) }}\n s }}"), "f"),
+            [true]
+        );
+        assert_eq!(
+            quiet_calls_of(&format!("{h}fn f(w, x, n) {{ let s = 0.0\n for i in 0..n {{ s += h(w, x) }}\n s }}"), "f"),
+            [false]
+        );
+        // A callee that calls a writer writes.
+        assert_eq!(
+            quiet_calls_of(&format!("{h}fn k(w, x) {{ h(w, x) }}\nfn f(w, x, n) {{ let s = 0.0\n for i in 0..n {{ s += k(w, x) }}\n s }}"), "f"),
             [false]
         );
         // A write before the call does not matter.
