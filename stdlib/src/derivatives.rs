@@ -447,8 +447,8 @@ fn col(dy: &Value, a: &[Value]) -> VmResult<Vec<Value>> {
 /// `n` elements added into `x`'s shadow where it is, element `k` at `start + k * step` of
 /// the row-major data, where `part(rows, cols, n)` gives `(start, step)` (`None`: the part
 /// and the cotangent do not fit). The same additions as adding the whole-matrix contribution
-/// (zeros elsewhere, which leave a `-0.0` entry `0.0` there and here `-0.0`), without making
-/// a matrix of `x`'s size per call (a loop over rows was quadratic).
+/// (which also adds zeros elsewhere: a `-0.0` entry became `0.0` there and stays `-0.0`
+/// here), without making a matrix of `x`'s size per call (a loop over rows was quadratic).
 fn matrix_part_into_shadow(dy: &Value, x: &Value, part: impl Fn(usize, usize, usize) -> Option<(usize, usize)>) -> Option<Value> {
     use zygvm_vm::ad::shadows;
     use zygvm_vm::value::Array;
