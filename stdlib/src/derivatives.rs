@@ -292,7 +292,8 @@ pub(crate) fn elements(dy: &Value, n: usize) -> Vec<Value> {
 fn slice(dy: &Value, a: &[Value]) -> VmResult<Vec<Value>> {
     let n = zygvm_vm::access::length(&a[0])?;
     let lo = int("slice", &a[1])?.clamp(0, n as i64) as usize;
-    if let Some(shadow) = slice_into_shadow(dy, &a[0], lo) {
+    // Elements `lo..` of the array.
+    if let Some(shadow) = part_into_shadow(dy, &a[0], |len, _, n| (lo + n <= len).then_some((lo, 1))) {
         return Ok(vec![shadow, Value::Nil, Value::Nil]);
     }
     let mut out = vec![Value::Nil; n];
@@ -301,34 +302,51 @@ fn slice(dy: &Value, a: &[Value]) -> VmResult<Vec<Value>> {
     }
     Ok(vec![Value::array(out), Value::Nil, Value::Nil])
 }
-/// Under shadows, a float cotangent of `slice(x, lo, ..)` added into `x`'s shadow at `lo..`
-/// where it is, one element per element of the slice, and the shadow returned as `x`'s
-/// contribution (depositing a container's own shadow adds nothing more, and the adjoint
-/// register then holds the shadow, as after an indexing's first contribution): element for
-/// element what depositing the whole-length contribution below would add, without making
-/// and adding an array of `x`'s length per call (a loop of one-element slices was
-/// quadratic). `None` (nothing added) when the cotangent or the shadow is not a float array
-/// covering the range.
-fn slice_into_shadow(dy: &Value, x: &Value, lo: usize) -> Option<Value> {
+/// Under shadows, a float cotangent of a part of `x` (a slice of an array, a row or column of
+/// a matrix) added into `x`'s shadow where it is, element `k` at `start + k * step` of the
+/// shadow's floats, where `part(rows, cols, n)` gives `(start, step)` for a shadow of that
+/// shape (an array's is `(len, 1)`) and a cotangent of `n` elements (`None`: they do not
+/// fit). The shadow is returned as `x`'s contribution: depositing a container's own shadow
+/// adds nothing more, and the adjoint register then holds the shadow, as after an
+/// indexing's first contribution. The same additions, in the same order, as depositing the
+/// whole-size contribution the rules make otherwise (which also adds zeros elsewhere: a
+/// `-0.0` entry became `0.0` there and stays `-0.0` here), without making and adding a
+/// container of `x`'s size per call (a loop over the parts was quadratic). `None` (nothing
+/// added) when the cotangent or the shadow is not of floats.
+fn part_into_shadow(dy: &Value, x: &Value, part: impl Fn(usize, usize, usize) -> Option<(usize, usize)>) -> Option<Value> {
     use zygvm_vm::ad::shadows;
     use zygvm_vm::value::Array;
-    let (Value::Array(d), Value::Array(_)) = (dy, x) else { return None };
+    let Value::Array(d) = dy else { return None };
     if !shadows::active() {
         return None;
     }
     let d = d.borrow();
     let Array::Floats(g) = &*d else { return None };
     let shadow = shadows::shadow_of(x)?;
-    {
-        let Value::Array(s) = &shadow else { return None };
-        let Ok(mut s) = s.try_borrow_mut() else { return None };
-        let Array::Floats(acc) = &mut *s else { return None };
-        if acc.len() < lo + g.len() {
+    let add = |acc: &mut [f64], rows: usize, cols: usize| -> Option<()> {
+        let (start, step) = part(rows, cols, g.len())?;
+        if acc.len() != rows * cols || (!g.is_empty() && start + (g.len() - 1) * step >= acc.len()) {
             return None;
         }
-        for (a, g) in acc[lo..lo + g.len()].iter_mut().zip(g) {
-            *a += g;
+        for (k, g) in g.iter().enumerate() {
+            acc[start + k * step] += g;
         }
+        Some(())
+    };
+    match (&shadow, x) {
+        (Value::Array(s), Value::Array(_)) => match &mut *s.try_borrow_mut().ok()? {
+            Array::Floats(acc) => {
+                let len = acc.len();
+                add(acc, len, 1)?
+            }
+            Array::Values(_) => return None,
+        },
+        (Value::Matrix(s), Value::Matrix(_)) => {
+            let mut s = s.try_borrow_mut().ok()?;
+            let (rows, cols) = (s.rows, s.cols);
+            add(&mut s.data, rows, cols)?
+        }
+        _ => return None,
     }
     Some(shadow)
 }
@@ -420,7 +438,7 @@ fn transpose(dy: &Value, _: &[Value]) -> VmResult<Vec<Value>> {
 fn row(dy: &Value, a: &[Value]) -> VmResult<Vec<Value>> {
     let i = int("row", &a[1])? as usize;
     // Row `i`'s elements: `i * cols + k`.
-    if let Some(shadow) = matrix_part_into_shadow(dy, &a[0], |rows, cols, n| (i < rows && n == cols).then_some((i * cols, 1))) {
+    if let Some(shadow) = part_into_shadow(dy, &a[0], |rows, cols, n| (i < rows && n == cols).then_some((i * cols, 1))) {
         return Ok(vec![shadow, Value::Nil]);
     }
     let m = mat(&a[0])?;
@@ -432,7 +450,7 @@ fn row(dy: &Value, a: &[Value]) -> VmResult<Vec<Value>> {
 fn col(dy: &Value, a: &[Value]) -> VmResult<Vec<Value>> {
     let j = int("col", &a[1])? as usize;
     // Column `j`'s elements: `k * cols + j`.
-    if let Some(shadow) = matrix_part_into_shadow(dy, &a[0], |rows, cols, n| (j < cols && n == rows).then_some((j, cols))) {
+    if let Some(shadow) = part_into_shadow(dy, &a[0], |rows, cols, n| (j < cols && n == rows).then_some((j, cols))) {
         return Ok(vec![shadow, Value::Nil]);
     }
     let m = mat(&a[0])?;
@@ -442,35 +460,6 @@ fn col(dy: &Value, a: &[Value]) -> VmResult<Vec<Value>> {
         out[i * m.cols + j] = d[i];
     }
     Ok(vec![Value::matrix(m.rows, m.cols, out), Value::Nil])
-}
-/// `slice_into_shadow` for a part of a matrix `x` (a row, a column): a float cotangent of
-/// `n` elements added into `x`'s shadow where it is, element `k` at `start + k * step` of
-/// the row-major data, where `part(rows, cols, n)` gives `(start, step)` (`None`: the part
-/// and the cotangent do not fit). The same additions as adding the whole-matrix contribution
-/// (which also adds zeros elsewhere: a `-0.0` entry became `0.0` there and stays `-0.0`
-/// here), without making a matrix of `x`'s size per call (a loop over rows was quadratic).
-fn matrix_part_into_shadow(dy: &Value, x: &Value, part: impl Fn(usize, usize, usize) -> Option<(usize, usize)>) -> Option<Value> {
-    use zygvm_vm::ad::shadows;
-    use zygvm_vm::value::Array;
-    let (Value::Array(d), Value::Matrix(_)) = (dy, x) else { return None };
-    if !shadows::active() {
-        return None;
-    }
-    let d = d.borrow();
-    let Array::Floats(g) = &*d else { return None };
-    let shadow = shadows::shadow_of(x)?;
-    {
-        let Value::Matrix(s) = &shadow else { return None };
-        let Ok(mut s) = s.try_borrow_mut() else { return None };
-        let (start, step) = part(s.rows, s.cols, g.len())?;
-        if s.data.len() != s.rows * s.cols {
-            return None;
-        }
-        for (k, g) in g.iter().enumerate() {
-            s.data[start + k * step] += g;
-        }
-    }
-    Some(shadow)
 }
 fn reshape(dy: &Value, a: &[Value]) -> VmResult<Vec<Value>> {
     Ok(vec![shaped_like(&a[0], flat(dy)?), Value::Nil, Value::Nil])
@@ -757,9 +746,7 @@ pub(crate) fn push_adjoint(vm: &mut Vm, _: Value, d: &mut [Value]) -> VmResult<(
         let dv = {
             let mut a = a.borrow_mut();
             let dv = if a.len() >= n { a.remove(last) } else { Value::Nil };
-            if a.len() > last || a.is_empty() {
-                a.truncate(last);
-            }
+            a.truncate(last);
             dv
         };
         return add_into(&mut d[1], dv);

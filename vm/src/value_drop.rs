@@ -77,16 +77,12 @@ thread_local! {
 
 /// Drops the elements a container held: recursively while shallow, else by worklist.
 fn drop_contents(items: impl IntoIterator<Item = Value>) {
-    DROP_DEPTH.with(|depth| {
-        let n = depth.get();
-        if n < MAX_RECURSIVE_DROP {
-            depth.set(n + 1);
-            items.into_iter().for_each(drop);
-            depth.set(n);
-        } else {
-            drop_elements(items);
-        }
-    })
+    if enter_shallow() {
+        items.into_iter().for_each(drop);
+        leave_shallow();
+    } else {
+        drop_elements(items);
+    }
 }
 
 /// Whether a container being dropped may drop its elements in place, recursively: then the
