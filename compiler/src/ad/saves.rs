@@ -292,6 +292,10 @@ impl Plan {
             // (`r * sin(x)` in a loop would otherwise record `sin(x)` every iteration).
             Some(Instr::Math1 { .. }) if self.inv_snap[r.index()] => false,
             Some(Instr::Math1 { src, .. } | Instr::Neg { src, .. }) => self.available(src, depth),
+            // A read made once (in the entry block) is recorded once, like math: recomputing it
+            // needs the whole container recorded, which the ordinary routine copies (a closure
+            // `fn(i) { a[i] * x }` called n times through `map` copied `a` n times).
+            Some(Instr::Index { .. }) if self.inv_snap[r.index()] => false,
             Some(Instr::Index { obj, idx, .. }) => self.inv_snap[obj.index()] && self.available(idx, depth),
             Some(Instr::GetField { obj, .. } | Instr::TupleGet { src: obj, .. }) => self.inv_snap[obj.index()],
             _ => false,
@@ -313,7 +317,9 @@ impl Plan {
             .map(|s| match s {
                 Save::Snap(r) | Save::Ref(r) if self.recompute[r.index()] => Record::Recompute(r),
                 Save::Snap(r) if self.inv_snap[r.index()] => self.once(r, true),
-                Save::Ref(r) if self.inv_ref[r.index()] => self.once(r, self.inv_snap[r.index()]),
+                // A reference (identity, shape, an index): the contents are recorded only if
+                // another use reads them (`once` then makes the record a snapshot).
+                Save::Ref(r) if self.inv_ref[r.index()] => self.once(r, false),
                 Save::Snap(r) | Save::Ref(r) if self.available_at(f, r, block, 0) => {
                     self.note_value(f, r);
                     Record::Induced(r)
@@ -323,9 +329,11 @@ impl Plan {
             .collect()
     }
 
+    /// Records `r` once per call; a snapshot if any use reads its contents.
     fn once(&mut self, r: Reg, snap: bool) -> Record {
-        if !self.once.iter().any(|(q, _)| *q == r) {
-            self.once.push((r, snap));
+        match self.once.iter_mut().find(|(q, _)| *q == r) {
+            Some(entry) => entry.1 |= snap,
+            None => self.once.push((r, snap)),
         }
         Record::Once(r)
     }
