@@ -108,6 +108,7 @@ fn differentiate<F: Borrow<Function>>(
     consts: &[Const],
     family: Routines,
 ) -> Vec<Function> {
+    let globals = activity::program_globals(ssa, builtins);
     for (k, g) in todo.iter().enumerate() {
         let next = first + ROUTINES_PER_FUNCTION * k as u32;
         derivatives[g.index()] = Some(Derivative {
@@ -117,6 +118,7 @@ fn differentiate<F: Borrow<Function>>(
             tangent_tape: FuncId(next + 3),
             tangent_adjoint: FuncId(next + 4),
             quiet_tape: FuncId(next + 5),
+            leaves_containers_alone: globals.pure[g.index()],
         });
     }
     let derivatives: &[Option<Derivative>] = derivatives;
@@ -134,7 +136,6 @@ fn differentiate<F: Borrow<Function>>(
         .flat_map(|d| [(d.tape, d.tangent_tape), (d.adjoint, d.tangent_adjoint), (d.quiet_tape, d.tangent_tape)])
         .collect();
     let routine_tangent = |g: FuncId| routine_tangents.get(&g).copied();
-    let globals = activity::program_globals(ssa, builtins);
     let replayable = match family {
         Routines::Plain => vec![],
         Routines::Budgeted => checkpoints::replayable_functions(ssa, builtins),

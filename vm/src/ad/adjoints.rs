@@ -204,17 +204,21 @@ pub fn element_pairs(copy: &Value, original: &Value) -> Vec<(Value, Value)> {
 }
 
 /// What `TapeSave` records: the mutable containers copied one level deep (their contents as
-/// they are now), everything else by reference.
+/// they are now), everything else by reference. Within a `shared_snapshots` scope, one copy
+/// per container.
 pub fn snapshot(v: &Value) -> Value {
-    let copy = match v {
-        Value::Array(a) => Value::Array(Rc::new(RefCell::new(a.borrow().clone()))),
-        Value::Matrix(m) => Value::Matrix(Rc::new(RefCell::new(m.borrow().clone()))),
-        Value::Dict(d) => Value::Dict(Rc::new(RefCell::new(d.borrow().clone()))),
-        other => return other.clone(),
-    };
-    // The copy's contributions belong to the original's shadow (`shadows.rs`).
-    super::shadows::note_snapshot(&copy, v);
-    copy
+    let Some(address) = super::shadows::address(v) else { return v.clone() };
+    super::shared_snapshots::copy_of(v, address, || {
+        let copy = match v {
+            Value::Array(a) => Value::Array(Rc::new(RefCell::new(a.borrow().clone()))),
+            Value::Matrix(m) => Value::Matrix(Rc::new(RefCell::new(m.borrow().clone()))),
+            Value::Dict(d) => Value::Dict(Rc::new(RefCell::new(d.borrow().clone()))),
+            other => other.clone(),
+        };
+        // The copy's contributions belong to the original's shadow (`shadows.rs`).
+        super::shadows::note_snapshot(&copy, v);
+        copy
+    })
 }
 
 /// Element `k` of an adjoint container (`nil` when absent): the adjoint of the `k`-th item of

@@ -68,6 +68,19 @@ impl Vm {
         self.program().derivative_in(f, family).ok_or_else(|| cannot(self.program()))
     }
 
+    /// A scope in which the records of calls of `f` made back to back share their copies of
+    /// each container (`shared_snapshots.rs`), when `f` is a function that leaves containers
+    /// alone; `None` otherwise (built-ins, struct constructors, functions that may write).
+    pub fn share_snapshots_across_calls(&mut self, f: &Value) -> VmResult<Option<super::shared_snapshots::Scope>> {
+        let func = match f {
+            Value::Func(id) => *id,
+            Value::Closure(c) => c.func,
+            _ => return Ok(None),
+        };
+        let pure = self.derivative_of(func)?.leaves_containers_alone;
+        Ok(pure.then(super::shared_snapshots::open))
+    }
+
     /// Runs the primal-with-tape version of any callable value.
     pub fn call_tape(&mut self, f: &Value, args: &[Value]) -> VmResult<Value> {
         match f {

@@ -48,6 +48,7 @@ pub mod nested;
 pub mod rules;
 pub mod second_order;
 pub mod shadows;
+pub mod shared_snapshots;
 pub mod sweeps;
 pub mod tangents;
 pub mod tower_calls;

@@ -159,7 +159,7 @@ fn with_scope<T>(f: impl FnOnce(&mut Scope) -> T) -> Option<T> {
 }
 
 /// The address that identifies a mutable container.
-fn address(v: &Value) -> Option<usize> {
+pub(super) fn address(v: &Value) -> Option<usize> {
     match v {
         Value::Array(a) => Some(Rc::as_ptr(a) as *const u8 as usize),
         Value::Matrix(m) => Some(Rc::as_ptr(m) as *const u8 as usize),
