@@ -226,10 +226,11 @@ pub struct Derivative {
     /// position of such a routine: `compiler/src/ad/quiet.rs`): the same as `tape`, but the
     /// invariant containers it records are references, not copies. Same adjoint.
     pub quiet_tape: FuncId,
-    /// The function writes no container or module variable, makes no closure, and calls only
-    /// built-ins that change nothing and functions of its kind (`Globals::pure` of the
-    /// differentiator): while calls of it run back to back (`map`, `reduce`), no container
-    /// changes, so their records may share one copy of each container (`adjoints::snapshot`).
+    /// The function writes no container (not even one it made) or module variable, makes no
+    /// closure, and calls only built-ins that change nothing and functions of its kind
+    /// (`Globals::leaves_all_alone` of the differentiator): while calls of it run back to back
+    /// (`map`, `reduce`), no container changes, so their records may share one copy of each
+    /// container (`shared_snapshots.rs`).
     pub leaves_containers_alone: bool,
 }
 

@@ -51,17 +51,21 @@ pub fn builtin_is_differentiable(b: &Builtin) -> bool {
 /// by one function and read back by another flows through both (`shadows.rs` follows the
 /// container's identity at run time).
 ///
-/// And the functions that leave containers alone (`pure[f]`): they write no container and no
-/// module variable, make no closure, and call only built-ins that change nothing
+/// And the functions that leave their callers' containers alone (`pure[f]`): they write no
+/// container but those they make themselves during the call (an array from a literal or a
+/// built-in that returns a new one, written by index or by `push`/`pop`/`insert`/`remove`),
+/// write no module variable, make no closure, and call only built-ins that change nothing
 /// (`Builtin::replayable`) and functions of the same kind. A call of one neither writes its
 /// arguments nor keeps them anywhere but in its result, so its arguments need not count as
 /// written into (a model's data passed beside its varied weights stays constant); its result
-/// is in their alias class instead.
+/// is in their alias class instead. `leaves_all_alone[f]` is the stricter kind that writes no
+/// container at all, its own included (`Derivative::leaves_containers_alone`).
 #[derive(Default, Clone)]
 pub struct Globals {
     pub written: Vec<bool>,
     pub varies_alone: Vec<bool>,
     pub pure: Vec<bool>,
+    pub leaves_all_alone: Vec<bool>,
 }
 
 impl Globals {
@@ -95,21 +99,47 @@ pub(crate) fn builtin_changes_nothing(builtins: &[Builtin], b: BuiltinId) -> boo
     builtins.get(b.index()).is_some_and(|b| b.replayable && matches!(b.deriv, Deriv::Constant | Deriv::Pullback(_)))
 }
 
-/// `Globals::pure` of every function of `ssa`: the greatest solution (recursion among such
-/// functions leaves containers alone too).
-fn pure_functions<F: Borrow<Function>>(ssa: &[F], builtins: &[Builtin]) -> Vec<bool> {
-    let leaves_alone = |i: &Instr, pure: &[bool]| match *i {
+/// Built-ins that change their first argument and nothing else.
+const CHANGE_FIRST_ARGUMENT: &[&str] = &["push", "pop", "insert", "remove"];
+
+/// `Globals::pure` of every function of `ssa` (`own_writes`: writes into containers the
+/// function made are allowed) or `Globals::leaves_all_alone` (not): the greatest solution
+/// (recursion among such functions leaves containers alone too).
+fn pure_functions<F: Borrow<Function>>(ssa: &[F], builtins: &[Builtin], own_writes: bool) -> Vec<bool> {
+    let name = |b: BuiltinId| builtins.get(b.index()).map_or("", |b| b.name.as_str());
+    let leaves_alone = |f: &Function, made_here: &dyn Fn(Reg) -> bool, i: &Instr, pure: &[bool]| match *i {
+        Instr::SetIndex { obj, .. } | Instr::SetIndex2 { obj, .. } if own_writes => made_here(obj),
         _ if writes_or_runs_unseen(i) => false,
         Instr::MakeClosure { .. } => false,
+        Instr::CallBuiltin { builtin, args, .. } if own_writes && CHANGE_FIRST_ARGUMENT.contains(&name(builtin)) => {
+            f.list(args).first().is_some_and(|&a| made_here(a))
+        }
         Instr::CallBuiltin { builtin, .. } => builtin_changes_nothing(builtins, builtin),
         Instr::CallDirect { func, .. } => pure.get(func.index()).copied().unwrap_or(false),
         _ => true,
     };
+    // A register the function defines as a container nobody else holds: its array literals
+    // and the results of built-ins that return new containers. Only SSA definitions count (a
+    // block parameter may merge a container from elsewhere).
+    let made_by = |f: &Function| -> Vec<bool> {
+        let mut made = vec![false; f.num_regs as usize];
+        for i in &f.code {
+            match *i {
+                Instr::NewArray { dst, .. } => made[dst.index()] = true,
+                Instr::CallBuiltin { dst, builtin, .. } if super::saves::FRESH.contains(&name(builtin)) => made[dst.index()] = true,
+                _ => {}
+            }
+        }
+        made
+    };
+    let made: Vec<Vec<bool>> = ssa.iter().map(|f| made_by(f.borrow())).collect();
     let mut pure = vec![true; ssa.len()];
     loop {
         let mut changed = false;
         for g in 0..ssa.len() {
-            if pure[g] && !ssa[g].borrow().code.iter().all(|i| leaves_alone(i, &pure)) {
+            let f: &Function = ssa[g].borrow();
+            let made_here = |r: Reg| made[g].get(r.index()).copied().unwrap_or(false);
+            if pure[g] && !f.code.iter().all(|i| leaves_alone(f, &made_here, i, &pure)) {
                 pure[g] = false;
                 changed = true;
             }
@@ -133,7 +163,12 @@ pub fn program_globals<F: Borrow<Function>>(ssa: &[F], builtins: &[Builtin]) -> 
         _ => None,
     });
     let nslots = slots.max().unwrap_or(0);
-    let mut g = Globals { written: vec![false; nslots], varies_alone: vec![false; ssa.len()], pure: pure_functions(ssa, builtins) };
+    let mut g = Globals {
+        written: vec![false; nslots],
+        varies_alone: vec![false; ssa.len()],
+        pure: pure_functions(ssa, builtins, true),
+        leaves_all_alone: pure_functions(ssa, builtins, false),
+    };
     loop {
         let mut next = g.clone();
         for (k, f) in ssa.iter().map(Borrow::borrow).enumerate() {

@@ -182,5 +182,17 @@ mod tests {
         );
         // A write before the call does not matter.
         assert_eq!(quiet_calls_of(&format!("{g}fn f(w, x) {{ x[0] = 1.0\n g(w, x) }}"), "f"), [true]);
+        // A callee that writes only arrays it made (by index, by `push`) leaves the caller's
+        // alone; one that writes an array made elsewhere and handed on does not.
+        let own = "fn own(w) { let o = zeros(2)\n o[0] = w[0]\n let p = []\n push(p, w[1])\n o[1] + p[0] }\n";
+        let loop_of = |callee: &str| format!("fn f(w, n) {{ let s = 0.0\n for i in 0..n {{ s += {callee}(w) }}\n s }}");
+        assert_eq!(quiet_calls_of(&format!("{own}{}", loop_of("own")), "f"), [true]);
+        let passed = "fn set(a) { a[0] = 1.0\n a[0] }\nfn passed(w) { let o = zeros(2)\n set(o) + w[0] }\n";
+        assert_eq!(quiet_calls_of(&format!("{passed}{}", loop_of("passed")), "f"), [false]);
+        let merged = "fn merged(w, c) { let o = if c { zeros(2) } else { w }\n o[0] = 1.0\n o[1] }\n";
+        assert_eq!(
+            quiet_calls_of(&format!("{merged}fn f(w, n) {{ let s = 0.0\n for i in 0..n {{ s += merged(w, true) }}\n s }}"), "f"),
+            [false]
+        );
     }
 }

@@ -151,7 +151,7 @@ pub struct Plan {
 }
 
 /// Built-ins that return a container nobody else holds.
-const FRESH: &[&str] = &[
+pub(crate) const FRESH: &[&str] = &[
     "zeros", "ones", "fill", "copy", "range", "linspace", "rand", "randn", "eye", "matrix", "dict",
     "transpose", "reshape", "flatten", "outer", "inv", "concat", "slice", "reverse", "sort", "zip",
     "enumerate", "keys", "values", "cumsum", "softmax", "row", "col", "map", "filter",
