@@ -102,52 +102,66 @@ pub(crate) fn builtin_changes_nothing(builtins: &[Builtin], b: BuiltinId) -> boo
 /// Built-ins that change their first argument and nothing else.
 const CHANGE_FIRST_ARGUMENT: &[&str] = &["push", "pop", "insert", "remove"];
 
-/// `Globals::pure` of every function of `ssa` (`own_writes`: writes into containers the
-/// function made are allowed) or `Globals::leaves_all_alone` (not): the greatest solution
-/// (recursion among such functions leaves containers alone too).
-fn pure_functions<F: Borrow<Function>>(ssa: &[F], builtins: &[Builtin], own_writes: bool) -> Vec<bool> {
+/// `(Globals::pure, Globals::leaves_all_alone)` of every function of `ssa`: the greatest
+/// solutions (recursion among such functions leaves containers alone too). One scan of each
+/// function, then a fixpoint over the direct calls: this runs whenever routines are made, over
+/// the whole program (a 5,000-function script's first gradient).
+fn pure_functions<F: Borrow<Function>>(ssa: &[F], builtins: &[Builtin]) -> (Vec<bool>, Vec<bool>) {
     let name = |b: BuiltinId| builtins.get(b.index()).map_or("", |b| b.name.as_str());
-    let leaves_alone = |f: &Function, made_here: &dyn Fn(Reg) -> bool, i: &Instr, pure: &[bool]| match *i {
-        Instr::SetIndex { obj, .. } | Instr::SetIndex2 { obj, .. } if own_writes => made_here(obj),
-        _ if writes_or_runs_unseen(i) => false,
-        Instr::MakeClosure { .. } => false,
-        Instr::CallBuiltin { builtin, args, .. } if own_writes && CHANGE_FIRST_ARGUMENT.contains(&name(builtin)) => {
-            f.list(args).first().is_some_and(|&a| made_here(a))
-        }
-        Instr::CallBuiltin { builtin, .. } => builtin_changes_nothing(builtins, builtin),
-        Instr::CallDirect { func, .. } => pure.get(func.index()).copied().unwrap_or(false),
-        _ => true,
-    };
-    // A register the function defines as a container nobody else holds: its array literals
-    // and the results of built-ins that return new containers. Only SSA definitions count (a
-    // block parameter may merge a container from elsewhere).
-    let made_by = |f: &Function| -> Vec<bool> {
-        let mut made = vec![false; f.num_regs as usize];
+    let (mut own, mut strict) = (vec![true; ssa.len()], vec![true; ssa.len()]);
+    let mut calls: Vec<(usize, usize)> = vec![];
+    for (g, f) in ssa.iter().enumerate() {
+        let f: &Function = f.borrow();
+        // Registers holding a container nobody else holds, made on the first write seen.
+        let mut made: Option<Vec<bool>> = None;
+        let mut made_here = |r: Reg| made.get_or_insert_with(|| made_by(f, &name))[r.index()];
         for i in &f.code {
             match *i {
-                Instr::NewArray { dst, .. } => made[dst.index()] = true,
-                Instr::CallBuiltin { dst, builtin, .. } if super::saves::FRESH.contains(&name(builtin)) => made[dst.index()] = true,
+                Instr::SetIndex { obj, .. } | Instr::SetIndex2 { obj, .. } => {
+                    strict[g] = false;
+                    own[g] &= made_here(obj);
+                }
+                _ if writes_or_runs_unseen(i) => (own[g], strict[g]) = (false, false),
+                Instr::MakeClosure { .. } => (own[g], strict[g]) = (false, false),
+                Instr::CallBuiltin { builtin, args, .. } if !builtin_changes_nothing(builtins, builtin) => {
+                    strict[g] = false;
+                    let first = f.list(args).first().copied();
+                    own[g] &= CHANGE_FIRST_ARGUMENT.contains(&name(builtin)) && first.is_some_and(&mut made_here);
+                }
+                Instr::CallDirect { func, .. } => calls.push((g, func.index())),
                 _ => {}
             }
         }
-        made
-    };
-    let made: Vec<Vec<bool>> = ssa.iter().map(|f| made_by(f.borrow())).collect();
-    let mut pure = vec![true; ssa.len()];
+    }
     loop {
         let mut changed = false;
-        for g in 0..ssa.len() {
-            let f: &Function = ssa[g].borrow();
-            let made_here = |r: Reg| made[g].get(r.index()).copied().unwrap_or(false);
-            if pure[g] && !f.code.iter().all(|i| leaves_alone(f, &made_here, i, &pure)) {
-                pure[g] = false;
-                changed = true;
+        for &(g, callee) in &calls {
+            for kind in [&mut own, &mut strict] {
+                if kind[g] && !kind.get(callee).copied().unwrap_or(false) {
+                    kind[g] = false;
+                    changed = true;
+                }
             }
         }
         if !changed {
-            return pure;
+            return (own, strict);
         }
     }
+}
+
+/// `made[r]`: `f` defines `r` as a container nobody else holds (an array literal, a built-in
+/// that returns a new container). Only SSA definitions count: a block parameter may merge a
+/// container from elsewhere.
+fn made_by<'a>(f: &Function, name: &impl Fn(BuiltinId) -> &'a str) -> Vec<bool> {
+    let mut made = vec![false; f.num_regs as usize];
+    for i in &f.code {
+        match *i {
+            Instr::NewArray { dst, .. } => made[dst.index()] = true,
+            Instr::CallBuiltin { dst, builtin, .. } if super::saves::FRESH.contains(&name(builtin)) => made[dst.index()] = true,
+            _ => {}
+        }
+    }
+    made
 }
 
 /// Whether a built-in has its own tape protocol (`map`, `filter`, `reduce`, `custom_gradient`,
@@ -166,9 +180,10 @@ pub fn program_globals<F: Borrow<Function>>(ssa: &[F], builtins: &[Builtin]) -> 
     let mut g = Globals {
         written: vec![false; nslots],
         varies_alone: vec![false; ssa.len()],
-        pure: pure_functions(ssa, builtins, true),
-        leaves_all_alone: pure_functions(ssa, builtins, false),
+        pure: vec![],
+        leaves_all_alone: vec![],
     };
+    (g.pure, g.leaves_all_alone) = pure_functions(ssa, builtins);
     loop {
         let mut next = g.clone();
         for (k, f) in ssa.iter().map(Borrow::borrow).enumerate() {
