@@ -9,7 +9,7 @@
 //! where native code leaves to the interpreter, the interpreter may produce other types, and
 //! every entry back into native code checks the tags it relies on (`lower`'s entry guards).
 
-use zygvm_vm::bytecode::{Instr, Operand, Reg};
+use zygvm_vm::bytecode::{Instr, Reg};
 use zygvm_vm::native::{tag, POPPED_INT};
 use crate::returns::Returns;
 use zygvm_vm::program::{Const, Function, Program};
@@ -357,32 +357,7 @@ pub fn entry_seed(f: &Function, tags: &[u64]) -> Vec<Ty> {
         .collect()
 }
 
-/// The registers an instruction reads (a `Jump` reads its arguments; an accumulator `Acc`
-/// is read and written).
-pub(crate) fn reads(f: &Function, instr: &Instr, mut each: impl FnMut(Reg)) {
-    instr.for_each_operand(|o| match o {
-        Operand::Use(r) | Operand::Acc(r) => each(r),
-        Operand::List(l) => f.list(l).iter().for_each(|&r| each(r)),
-        _ => {}
-    });
-}
-
-/// The registers an instruction writes (a `Jump` writes those of its target's parameters
-/// that it copies another register into: a jump whose copies are all identities carries no
-/// arguments in executable form and writes nothing, so the parameters stay live across it).
-pub(crate) fn writes(f: &Function, instr: &Instr, mut each: impl FnMut(Reg)) {
-    if let Instr::Jump { target, args } | Instr::JumpPar { target, args } = instr {
-        let params = f.list(f.blocks[target.index()].params);
-        for (&p, &a) in params.iter().zip(f.list(*args)) {
-            if p != a {
-                each(p);
-            }
-        }
-    }
-    if let Some(d) = instr.def() {
-        each(d);
-    }
-}
+pub(crate) use zygvm_vm::liveness::{reads, writes};
 
 /// The order every emitter lays code out in: each reached block's reached instructions
 /// (a block stops at its first unreached one), blocks in order, as `(pc, block_start)`.
@@ -431,47 +406,7 @@ pub fn entered_by_fall_through_only(f: &Function) -> Vec<bool> {
     at
 }
 
-/// The registers each instruction's code may read before writing (live before it), by
-/// backward dataflow over the executable form. Entry guards check exact tags only for these;
-/// a dead register need only hold no heap value (native code stores over it without a drop).
-pub fn live_before(f: &Function) -> Vec<Vec<bool>> {
-    let n = f.num_regs as usize;
-    let nb = f.blocks.len();
-    let end_of = |b: usize| f.blocks.get(b + 1).map_or(f.code.len(), |n| n.start as usize);
-    let mut live_in: Vec<Vec<bool>> = vec![vec![false; n]; nb];
-    let mut before: Vec<Vec<bool>> = vec![vec![false; n]; f.code.len()];
-    // One instruction, backwards: kill what it writes, then add what it reads.
-    let transfer = |instr: &Instr, live: &mut Vec<bool>| {
-        writes(f, instr, |r| live[r.index()] = false);
-        reads(f, instr, |r| live[r.index()] = true);
-    };
-    let mut changed = true;
-    while changed {
-        changed = false;
-        for b in (0..nb).rev() {
-            let end = end_of(b);
-            if end == f.blocks[b].start as usize {
-                continue;
-            }
-            let last = f.code[end - 1];
-            let mut live = vec![false; n];
-            for s in successors(f, &last, b) {
-                for (l, &x) in live.iter_mut().zip(&live_in[s]) {
-                    *l |= x;
-                }
-            }
-            for pc in (f.blocks[b].start as usize..end).rev() {
-                transfer(&f.code[pc], &mut live);
-                before[pc].clone_from(&live);
-            }
-            if live != live_in[b] {
-                live_in[b] = live;
-                changed = true;
-            }
-        }
-    }
-    before
-}
+pub use zygvm_vm::liveness::live_before;
 
 #[cfg(test)]
 mod tests {

@@ -16,6 +16,7 @@ pub(crate) mod frame_image;
 pub mod host;
 pub mod interp;
 pub mod kernels;
+pub mod liveness;
 pub mod nesting;
 pub mod native;
 pub mod ops;

@@ -9,7 +9,7 @@
 //! | routine | where | instruction | what happens here |
 //! | --- | --- | --- | --- |
 //! | primal-with-tape | the loop's entry edge | `LoopCkBegin` | a record: this frame's routine, the header, the tape's top (`mark`) |
-//! | primal-with-tape | the header's top | `LoopCkStep` | iteration `i` starts; the first time the tape holds a quarter of the budget here, the frame's registers are kept (a *checkpoint* at `i`, the loop's *base*: earlier iterations' records stay); whenever the tape then passes the loop's limit, another, and the records since the last one are cut back to `mark` |
+//! | primal-with-tape | the header's top | `LoopCkStep` | iteration `i` starts; the first time the tape holds a quarter of the budget here, the registers live there are kept (a *checkpoint* at `i`, the loop's *base*: earlier iterations' records stay); whenever the tape then passes the loop's limit, another, and the records since the last one are cut back to `mark` |
 //! | primal-with-tape | before a call through a value in the loop | `LoopCkCallee` | a callee that is not replayable stops the loop's cuts |
 //! | primal-with-tape | each exit edge | `TapePush` | the record goes on the tape |
 //! | adjoint | each reversed exit | `TapePop`, `LoopCkRewind` | reversal starts at the last iteration |
@@ -45,10 +45,11 @@ use crate::value::{Closure, Value};
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 
-/// The frame's registers at the start of one iteration.
+/// The frame's registers live at the loop's header, at the start of one iteration.
 struct Checkpoint {
     iteration: u64,
-    /// Containers in them are frozen copies (`frozen.rs`) once the loop has been cut.
+    /// The values of `LoopRecord::live`'s registers, in that order. Containers in them are
+    /// frozen copies (`frozen.rs`) once the loop has been cut.
     registers: Box<[Value]>,
     frozen: bool,
     /// Taken by the first run (kept for every reversal: a pullback's `back` may reverse the
@@ -69,6 +70,10 @@ pub struct LoopRecord {
     func: FuncId,
     closure: Option<Rc<Closure>>,
     header_pc: u32,
+    /// The registers live there (`liveness::live_before`): all a recomputation reads before
+    /// writing, so all a checkpoint keeps. A dead register may still hold a container of an
+    /// earlier iteration (a temporary), which a checkpoint of the whole frame froze too.
+    live: Rc<[u32]>,
     /// The register holding the record in that routine's frame (set by its first `LoopCkStep`).
     ck: Reg,
     /// The tape's top when the base iteration started: the records that may be cut lie above it.
@@ -242,6 +247,9 @@ impl LoopRecord {
 /// The VM's side of checkpointing: bytes held by checkpoints, and what recomputation cost.
 #[derive(Default)]
 pub struct Budget {
+    /// (routine, header's pc) -> the registers live there: computed once per loop, not per
+    /// entry (an inner loop is entered once per iteration of the loop around it).
+    live_at: hashbrown::HashMap<(u32, u32), Rc<[u32]>>,
     held: Rc<Cell<usize>>,
     /// Frozen copies of float arrays and matrices, shared by the records (`frozen.rs`).
     shared_copies: Rc<RefCell<SharedCopies>>,
@@ -267,10 +275,23 @@ impl Vm {
             return Value::Nil;
         }
         let frame = self.frames.last().expect("a running frame");
+        let (func, closure) = (frame.func, frame.closure.clone());
+        let program = &self.program;
+        let live = self
+            .budget
+            .live_at
+            .entry((func.0, header_pc))
+            .or_insert_with(|| {
+                let f = &program.functions[func.index()];
+                let live = crate::liveness::live_before(f).swap_remove(header_pc as usize);
+                (0..f.num_regs).filter(|&r| live[r as usize]).collect()
+            })
+            .clone();
         Value::LoopRecord(Rc::new(RefCell::new(LoopRecord {
-            func: frame.func,
-            closure: frame.closure.clone(),
+            func,
+            closure,
             header_pc,
+            live,
             ck: Reg(0),
             mark: self.tape.mark(),
             count: 0,
@@ -335,9 +356,13 @@ impl Vm {
             }
             // Loop records (this one included: a recomputation puts it back) are not kept: no
             // cycle through a record, and an inner loop's starts anew when recomputed.
-            let registers: Box<[Value]> = frame
+            let registers: Box<[Value]> = r
+                .live
                 .iter()
-                .map(|v| if matches!(v, Value::LoopRecord(_)) { Value::Nil } else { v.clone() })
+                .map(|&k| match &frame[k as usize] {
+                    Value::LoopRecord(_) => Value::Nil,
+                    v => v.clone(),
+                })
                 .collect();
             let mut c = Checkpoint { iteration: i, registers, frozen: false, first_run };
             if cut || r.frozen.any() {
@@ -419,7 +444,7 @@ impl Vm {
             let Some(start) = at.checked_sub(1).map(|k| &r.checkpoints[k]) else {
                 return Err(VmError::new("internal differentiation error: no checkpoint before a cut iteration"));
             };
-            let start = (start.iteration, start.registers.clone());
+            let start = (start.iteration, start.registers.clone(), r.live.clone());
             r.stop_at = Some(cur);
             r.valid_from = start.0;
             (r.func, r.closure.clone(), r.header_pc, r.ck, start, cur)
@@ -427,7 +452,7 @@ impl Vm {
         // The frozen copies stand for their originals (`shadows.rs`).
         rec.borrow().frozen.alias();
         let saved_count = std::mem::replace(&mut rec.borrow_mut().count, start.0);
-        let run = self.recompute(func, closure, &start.1, ck, rec_value, header_pc);
+        let run = self.recompute(func, closure, (&start.2, &start.1), ck, rec_value, header_pc);
         let ended = {
             let mut r = rec.borrow_mut();
             r.count = saved_count;
@@ -441,8 +466,10 @@ impl Vm {
         let mut r = rec.borrow_mut();
         let at = r.checkpoints.partition_point(|c| c.iteration < cur);
         if let Some(end) = r.checkpoints.get(at).filter(|c| c.iteration == cur) {
-            for (made, used) in ended.iter().zip(end.registers.iter()) {
-                alias_containers(made, used);
+            for (&k, used) in r.live.iter().zip(end.registers.iter()) {
+                if let Some(made) = ended.get(k as usize) {
+                    alias_containers(made, used);
+                }
             }
             if !end.first_run {
                 r.checkpoints.remove(at);
@@ -452,17 +479,26 @@ impl Vm {
         Ok(())
     }
 
-    /// Runs `func` in a fresh boundary frame holding `registers` (the record put back in `ck`)
+    /// Runs `func` in a fresh boundary frame holding a checkpoint's `(live registers, their
+    /// values)` (the record put back in `ck`; the other registers as a new frame has them)
     /// from `pc` until its `LoopCkStep` leaves.
-    fn recompute(&mut self, func: FuncId, closure: Option<Rc<Closure>>, registers: &[Value], ck: Reg, rec: &Value, pc: u32) -> VmResult<()> {
+    fn recompute(&mut self, func: FuncId, closure: Option<Rc<Closure>>, (live, values): (&[u32], &[Value]), ck: Reg, rec: &Value, pc: u32) -> VmResult<()> {
         let f = &self.program.functions[func.index()];
-        if registers.len() != f.num_regs as usize {
+        let (arity, n) = (f.arity as usize, f.num_regs as usize);
+        if live.len() != values.len() || live.iter().any(|&k| k as usize >= n) || ck.index() >= n {
             return Err(VmError::new("internal differentiation error: a checkpoint's registers do not fit its routine"));
         }
-        let arity = f.arity as usize;
-        self.run_frame_from(func, closure, pc, &registers[..arity], |regs| {
-            for (k, v) in registers.iter().enumerate().skip(arity) {
-                regs[k] = v.clone();
+        let mut args = vec![Value::Nil; arity];
+        for (&k, v) in live.iter().zip(values) {
+            if let Some(a) = args.get_mut(k as usize) {
+                *a = v.clone();
+            }
+        }
+        self.run_frame_from(func, closure, pc, &args, |regs| {
+            for (&k, v) in live.iter().zip(values) {
+                if k as usize >= arity {
+                    regs[k as usize] = v.clone();
+                }
             }
             regs[ck.index()] = rec.clone();
         })
