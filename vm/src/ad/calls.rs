@@ -69,16 +69,18 @@ impl Vm {
     }
 
     /// A scope in which the records of calls of `f` made back to back share their copies of
-    /// each container (`shared_snapshots.rs`), when `f` is a function that leaves containers
-    /// alone; `None` otherwise (built-ins, struct constructors, functions that may write).
-    pub fn share_snapshots_across_calls(&mut self, f: &Value) -> VmResult<Option<super::shared_snapshots::Scope>> {
+    /// each container (`shared_snapshots.rs`), when `f` is a function that writes no
+    /// container; `None` otherwise (built-ins, struct constructors, functions that may write,
+    /// and a function that cannot be differentiated: its first call reports that, and a `map`
+    /// over nothing calls it never).
+    pub fn share_snapshots_across_calls(&mut self, f: &Value) -> Option<super::shared_snapshots::Scope> {
         let func = match f {
             Value::Func(id) => *id,
             Value::Closure(c) => c.func,
-            _ => return Ok(None),
+            _ => return None,
         };
-        let pure = self.derivative_of(func)?.leaves_containers_alone;
-        Ok(pure.then(super::shared_snapshots::open))
+        let pure = self.derivative_of(func).is_ok_and(|d| d.leaves_containers_alone);
+        pure.then(super::shared_snapshots::open)
     }
 
     /// Runs the primal-with-tape version of any callable value.
