@@ -228,10 +228,10 @@ pub struct Derivative {
     pub quiet_tape: FuncId,
     /// The function writes no container (not even one it made) or module variable, makes no
     /// closure, and calls only built-ins that change nothing and functions of its kind
-    /// (`Globals::leaves_all_alone` of the differentiator): while calls of it run back to back
+    /// (`Globals::writes_no_container` of the differentiator): while calls of it run back to back
     /// (`map`, `reduce`), no container changes, so their records may share one copy of each
     /// container (`shared_snapshots.rs`).
-    pub leaves_containers_alone: bool,
+    pub writes_no_container: bool,
 }
 
 /// A struct declaration.

@@ -58,14 +58,14 @@ pub fn builtin_is_differentiable(b: &Builtin) -> bool {
 /// (`Builtin::replayable`) and functions of the same kind. A call of one neither writes its
 /// arguments nor keeps them anywhere but in its result, so its arguments need not count as
 /// written into (a model's data passed beside its varied weights stays constant); its result
-/// is in their alias class instead. `leaves_all_alone[f]` is the stricter kind that writes no
-/// container at all, its own included (`Derivative::leaves_containers_alone`).
+/// is in their alias class instead. `writes_no_container[f]` is the stricter kind that writes no
+/// container at all, its own included (`Derivative::writes_no_container`).
 #[derive(Default, Clone)]
 pub struct Globals {
     pub written: Vec<bool>,
     pub varies_alone: Vec<bool>,
     pub pure: Vec<bool>,
-    pub leaves_all_alone: Vec<bool>,
+    pub writes_no_container: Vec<bool>,
 }
 
 impl Globals {
@@ -102,7 +102,7 @@ pub(crate) fn builtin_changes_nothing(builtins: &[Builtin], b: BuiltinId) -> boo
 /// Built-ins that change their first argument and nothing else.
 const CHANGE_FIRST_ARGUMENT: &[&str] = &["push", "pop", "insert", "remove"];
 
-/// `(Globals::pure, Globals::leaves_all_alone)` of every function of `ssa`: the greatest
+/// `(Globals::pure, Globals::writes_no_container)` of every function of `ssa`: the greatest
 /// solutions (recursion among such functions leaves containers alone too). One scan of each
 /// function, then a fixpoint over the direct calls: this runs whenever routines are made, over
 /// the whole program (a 5,000-function script's first gradient).
@@ -114,7 +114,7 @@ fn pure_functions<F: Borrow<Function>>(ssa: &[F], builtins: &[Builtin]) -> (Vec<
         let f: &Function = f.borrow();
         // Registers holding a container nobody else holds, made on the first write seen.
         let mut made: Option<Vec<bool>> = None;
-        let mut made_here = |r: Reg| made.get_or_insert_with(|| made_by(f, &name))[r.index()];
+        let mut made_here = |r: Reg| made.get_or_insert_with(|| made_by(f, builtins))[r.index()];
         for i in &f.code {
             match *i {
                 Instr::SetIndex { obj, .. } | Instr::SetIndex2 { obj, .. } => {
@@ -149,16 +149,13 @@ fn pure_functions<F: Borrow<Function>>(ssa: &[F], builtins: &[Builtin]) -> (Vec<
     }
 }
 
-/// `made[r]`: `f` defines `r` as a container nobody else holds (an array literal, a built-in
-/// that returns a new container). Only SSA definitions count: a block parameter may merge a
-/// container from elsewhere.
-fn made_by<'a>(f: &Function, name: &impl Fn(BuiltinId) -> &'a str) -> Vec<bool> {
+/// `made[r]`: `f` defines `r` as a container nobody else holds (`saves::defines_fresh_container`).
+/// Only SSA definitions count: a block parameter may merge a container from elsewhere.
+fn made_by(f: &Function, builtins: &[Builtin]) -> Vec<bool> {
     let mut made = vec![false; f.num_regs as usize];
     for i in &f.code {
-        match *i {
-            Instr::NewArray { dst, .. } => made[dst.index()] = true,
-            Instr::CallBuiltin { dst, builtin, .. } if super::saves::FRESH.contains(&name(builtin)) => made[dst.index()] = true,
-            _ => {}
+        if let Some(d) = i.def().filter(|_| super::saves::defines_fresh_container(i, builtins)) {
+            made[d.index()] = true;
         }
     }
     made
@@ -181,9 +178,9 @@ pub fn program_globals<F: Borrow<Function>>(ssa: &[F], builtins: &[Builtin]) -> 
         written: vec![false; nslots],
         varies_alone: vec![false; ssa.len()],
         pure: vec![],
-        leaves_all_alone: vec![],
+        writes_no_container: vec![],
     };
-    (g.pure, g.leaves_all_alone) = pure_functions(ssa, builtins);
+    (g.pure, g.writes_no_container) = pure_functions(ssa, builtins);
     loop {
         let mut next = g.clone();
         for (k, f) in ssa.iter().map(Borrow::borrow).enumerate() {

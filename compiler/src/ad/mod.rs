@@ -118,7 +118,7 @@ fn differentiate<F: Borrow<Function>>(
             tangent_tape: FuncId(next + 3),
             tangent_adjoint: FuncId(next + 4),
             quiet_tape: FuncId(next + 5),
-            leaves_containers_alone: globals.leaves_all_alone[g.index()],
+            writes_no_container: globals.writes_no_container[g.index()],
         });
     }
     let derivatives: &[Option<Derivative>] = derivatives;

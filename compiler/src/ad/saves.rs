@@ -151,11 +151,21 @@ pub struct Plan {
 }
 
 /// Built-ins that return a container nobody else holds.
-pub(crate) const FRESH: &[&str] = &[
+const FRESH: &[&str] = &[
     "zeros", "ones", "fill", "copy", "range", "linspace", "rand", "randn", "eye", "matrix", "dict",
     "transpose", "reshape", "flatten", "outer", "inv", "concat", "slice", "reverse", "sort", "zip",
     "enumerate", "keys", "values", "cumsum", "softmax", "row", "col", "map", "filter",
 ];
+
+/// Whether `i` defines a container nobody else holds: a literal, or the result of a built-in
+/// that returns a new one.
+pub(crate) fn defines_fresh_container(i: &Instr, builtins: &[zygvm_vm::builtin::Builtin]) -> bool {
+    match *i {
+        Instr::NewArray { .. } | Instr::NewTuple { .. } => true,
+        Instr::CallBuiltin { builtin, .. } => builtins.get(builtin.index()).is_some_and(|b| FRESH.contains(&b.name.as_str())),
+        _ => false,
+    }
+}
 
 impl Plan {
     pub fn new(f: &Function, builtins: &[zygvm_vm::builtin::Builtin], consts: &[Const]) -> Plan {
@@ -176,11 +186,7 @@ impl Plan {
         }
         // Snapshots are safe to share only if every write goes to a container this function
         // allocated itself and no call can write anywhere.
-        let fresh = |r: Reg| match def_of[r.index()] {
-            Some(Instr::NewArray { .. }) | Some(Instr::NewTuple { .. }) => true,
-            Some(Instr::CallBuiltin { builtin, .. }) => FRESH.contains(&builtins[builtin.index()].name.as_str()),
-            _ => false,
-        };
+        let fresh = |r: Reg| def_of[r.index()].is_some_and(|i| defines_fresh_container(&i, builtins));
         let writes_only_fresh = f.code.iter().all(|i| match *i {
             Instr::SetIndex { obj, .. } | Instr::SetIndex2 { obj, .. } => fresh(obj),
             Instr::Call { .. } | Instr::CallDirect { .. } => false,

@@ -79,7 +79,7 @@ impl Vm {
             Value::Closure(c) => c.func,
             _ => return None,
         };
-        let pure = self.derivative_of(func).is_ok_and(|d| d.leaves_containers_alone);
+        let pure = self.derivative_of(func).is_ok_and(|d| d.writes_no_container);
         pure.then(super::shared_snapshots::open)
     }
 

@@ -2,8 +2,8 @@
 //!
 //! A record of a container's contents (`TapeSave`, a built-in's operands: `adjoints::snapshot`)
 //! is a copy, because code after the record may write the container before the adjoint reads
-//! it. `map(f, xs)` and `reduce(f, xs, init)` call `f` back to back; when `f` leaves
-//! containers alone (`Derivative::leaves_containers_alone`: it writes none, makes no closure
+//! it. `map(f, xs)` and `reduce(f, xs, init)` call `f` back to back; when `f` writes
+//! no container (`Derivative::writes_no_container`: not even one it made, and it makes no closure
 //! and calls only built-ins that change nothing and functions of its kind), nothing writes a
 //! container from the first call to the last, so every call's record of the same container
 //! would be a copy of the same contents. Within such a scope the first copy of a container
