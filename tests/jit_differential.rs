@@ -274,6 +274,50 @@ fn builtins_calling_back_agree_on_every_tier() {
     ]);
 }
 
+/// `value_and_gradient` of a function with a gradient routine, which native code calls
+/// directly (`jit/src/gradient_call.rs`): values, errors raised inside the routine (an int
+/// overflow at the 251st gradient), the depth limit reached at the call, instruction counts,
+/// call counts and fuel running out at each of 60 consecutive instructions agree with the
+/// interpreter, which runs the routine through the built-in; and native code compiled at the
+/// first call did call it directly (through the built-in it is entered once per gradient).
+#[test]
+fn gradient_routines_called_directly_agree() {
+    let hot = "fn sc(x) { sin(cos(x)) * x }\nfn f(x, y) { let s = 0.0\n for i in 0..300 { let (v, g) = value_and_gradient(sc, x + i * 0.01)\n s += v * g[0] + y }\n s }\n";
+    assert_each_agrees("", &[
+        hot,
+        "fn ov(k, x) { k * 4611686018427387904 * 2 + x }\nfn f(x, y) { let s = 0.0\n for i in 0..300 { let k = if i == 250 { 1 } else { 0 }\n s += value_and_gradient(ov, k, x)[0] }\n s }\n",
+        "fn two(a, b) { a * exp(b) - b / a }\nfn f(x, y) { let s = 0.0\n for i in 0..300 { let (v, g) = value_and_gradient(two, x + i, y)\n s += g[0] * g[1] + v }\n s }\n",
+    ]);
+    let program = zygvm::Program::compile("grad.zy", hot).unwrap();
+    let args = || vec![zygvm::Value::Float(0.5), zygvm::Value::Float(0.25)];
+    let (want, steps, calls, _) = limited_call(&program, zygvm::JitMode::Off, with_fuel(None), "f", args());
+    for mode in [zygvm::JitMode::Eager, zygvm::JitMode::Auto] {
+        let (got, got_steps, got_calls, stats) = limited_call(&program, mode, with_fuel(None), "f", args());
+        assert_eq!((&want, steps, &calls), (&got, got_steps, &got_calls), "--jit {mode:?}");
+        // (`auto` leaves this loop to the interpreter: mostly helper calls.)
+        let eager = mode == zygvm::JitMode::Eager;
+        assert!(!zygvm::jit_available() || !eager || stats.entries < 50, "the gradient routine was entered from Rust: {stats:?}");
+    }
+    // The depth limit reached at the call (a frame more than the caller's), once native code
+    // calls directly.
+    let deep = "fn sc(x) { sin(x) * x }\nfn r(n, x) { if n == 0 { value_and_gradient(sc, x)[1][0] } else { r(n - 1, x) } }\nfn f(x, y) { let s = 0.0\n for i in 0..300 { s += r(i % 50 + (i / 280) * 60, x) }\n s }\n";
+    let deep = zygvm::Program::compile("deep.zy", deep).unwrap();
+    let limits = || zygvm::Limits { max_depth: 100, ..zygvm::Limits::default() };
+    let want = limited_call(&deep, zygvm::JitMode::Off, limits(), "f", args());
+    assert!(want.0.contains("stack overflow"), "{}", want.0);
+    for mode in [zygvm::JitMode::Eager, zygvm::JitMode::Auto] {
+        let got = limited_call(&deep, mode, limits(), "f", args());
+        assert_eq!((&want.0, want.1, &want.2), (&got.0, got.1, &got.2), "--jit {mode:?}");
+    }
+    for fuel in 3000..3060 {
+        let (want, ..) = limited_call(&program, zygvm::JitMode::Off, with_fuel(Some(fuel)), "f", args());
+        for mode in [zygvm::JitMode::Eager, zygvm::JitMode::Auto] {
+            let (got, ..) = limited_call(&program, mode, with_fuel(Some(fuel)), "f", args());
+            assert_eq!(want, got, "--jit {mode:?} with fuel {fuel}");
+        }
+    }
+}
+
 /// A function whose code is dropped (its entry guard failing too often) while one of its
 /// activations waits below a built-in it called: the code must outlive the activation
 /// (`NativeState::retired`), and every tier computes the same.

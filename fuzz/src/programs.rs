@@ -181,6 +181,12 @@ impl Render {
                     format!("{} = tanh(sum(map(fn(t) {{ t * {va} }}, [{va}, {vb}])))", self.var(*k))
                 } else if *a % 2 == 0 {
                     format!("{} = tanh(reduce(fn(s, t) {{ s * 0.5 + t * {vb} }}, [{va}, {vb}], 0.0))", self.var(*k))
+                } else if *a % 4 == 1 {
+                    // A gradient inside the program: native code calls `helper`'s gradient
+                    // routine directly (`jit/src/gradient_call.rs`); differentiating `f`
+                    // nests it.
+                    let g = format!("value_and_gradient(helper, {va}, {vb})");
+                    format!("{} = tanh({g}[0] + {g}[1][0] * 0.5 - {g}[1][1])", self.var(*k))
                 } else {
                     // A top-level function as a value (`LoadFunc`).
                     format!("{} = tanh(reduce(helper, [{va}, {vb}], 0.5))", self.var(*k))

@@ -108,6 +108,8 @@ pub fn classify(program: &Program, f: &Function, types: &Types, pc: usize) -> Cl
             Class::Native
         }
         Instr::CallBuiltin { builtin, .. } if program.builtins[builtin.index()].leaf => Class::Step,
+        // A gradient as a direct call of the function's gradient routine (`gradient_call.rs`).
+        Instr::CallBuiltin { .. } if types.gradient_call(pc).is_some() => Class::Native,
         // Any other built-in runs where the interpreter would run it, Zy callbacks included.
         Instr::CallBuiltin { .. } => Class::CallOut,
         // What the shared semantics run without calling out.
@@ -151,6 +153,8 @@ pub fn classify(program: &Program, f: &Function, types: &Types, pc: usize) -> Cl
         | Instr::TapePopIf { .. }
         | Instr::Pull { .. }
         | Instr::Gate { .. }
+        | Instr::GradSeed { .. }
+        | Instr::GradOut { .. }
         | Instr::PullAdd { .. }
         | Instr::MulAdd { .. }
         // A checkpointed loop's bookkeeping (`zygvm_vm::ad::loop_checkpoints`); `step` leaves

@@ -17,6 +17,7 @@ pub mod disasm;
 pub mod clamp;
 pub mod classify;
 pub mod float_tree;
+pub mod gradient_call;
 pub mod loops;
 pub mod returns;
 pub mod types;
@@ -25,7 +26,7 @@ pub mod x64;
 
 use zygvm_vm::bytecode::FuncId;
 use zygvm_vm::native::{NativeCode, Tier};
-use zygvm_vm::program::Program;
+use zygvm_vm::program::{Program, Routines};
 
 /// What the backend of this machine lowers each instruction to.
 #[cfg(target_arch = "x86_64")]
@@ -67,6 +68,7 @@ impl Tier for Jit {
         unspeculated: &[u32],
         profitable_only: bool,
         entry: Option<&[u64]>,
+        routines: Routines,
     ) -> Result<NativeCode, String> {
         let f = program.functions.get(func.index()).ok_or("no such function")?;
         if tags.len() != f.num_regs as usize {
@@ -77,7 +79,8 @@ impl Tier for Jit {
         let types = types::infer(program, f, std::slice::from_ref(&hot), unspeculated)?;
         #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
         {
-            let types = also_from_entry(CLASSIFY, program, f, types, hot, tags, entry, unspeculated)?;
+            let mut types = also_from_entry(CLASSIFY, program, f, types, hot, tags, entry, unspeculated)?;
+            types.gradient_calls = gradient_call::find(program, f, &types, routines);
             if profitable_only {
                 match seed {
                     0 => classify::check_profitable_entry(CLASSIFY, program, f, &types)?,
@@ -91,7 +94,7 @@ impl Tier for Jit {
         }
         #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
         {
-            let _ = (types, profitable_only, entry);
+            let _ = (types, profitable_only, entry, routines);
             Err("no native backend for this architecture".into())
         }
     }

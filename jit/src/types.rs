@@ -74,9 +74,17 @@ pub struct Types {
     pub before: Vec<Option<Vec<Ty>>>,
     /// Instructions not to speculate at (earlier code's speculation failed there).
     pub unspeculated: Vec<u32>,
+    /// Calls of `value_and_gradient` made direct calls of a gradient routine
+    /// (`gradient_call.rs`): instruction index and routine.
+    pub gradient_calls: Vec<(u32, zygvm_vm::bytecode::FuncId)>,
 }
 
 impl Types {
+    /// The gradient routine the `CallBuiltin` at `pc` calls directly, if it does.
+    pub fn gradient_call(&self, pc: usize) -> Option<zygvm_vm::bytecode::FuncId> {
+        self.gradient_calls.iter().find(|c| c.0 == pc as u32).map(|c| c.1)
+    }
+
     /// Whether native code may speculate on the result of the instruction at `pc`.
     pub fn speculates(&self, pc: usize) -> bool {
         !self.unspeculated.contains(&(pc as u32))
@@ -191,6 +199,8 @@ pub fn result_type(program: &Program, f: &Function, instr: &Instr, t: &[Ty]) -> 
         Instr::Math1 { src, .. } if ty(src).numeric() => Ty::Float,
         Instr::MulAdd { dst, a, b } if [ty(dst), ty(a), ty(b)] == [Ty::Float; 3] => Ty::Float,
         Instr::Len { .. } | Instr::TapePopCtl { .. } => Ty::Int,
+        // Run by `step`, which stores the float `1.0` or fails.
+        Instr::GradSeed { .. } => Ty::Float,
         Instr::CallBuiltin { builtin, args, .. } if is_len(program, *builtin, f.list(*args)) => Ty::Int,
         // Speculated: native code reads floats only and leaves to the interpreter otherwise.
         Instr::Index { idx, .. } if ty(idx) == Ty::Int => Ty::Float,
@@ -335,7 +345,7 @@ pub fn infer_with(
             }
         }
     }
-    Ok(Types { before, unspeculated: unspeculated.clone() })
+    Ok(Types { before, unspeculated: unspeculated.clone(), gradient_calls: vec![] })
 }
 
 /// The types at a function's first instruction, guessed while it runs elsewhere (`tags` are

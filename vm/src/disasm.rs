@@ -137,6 +137,10 @@ pub fn adjoint_listing(p: &Program, only: Option<&str>, family: crate::program::
         out.push_str(&function_listing(p, &p.ssa_functions[d.adjoint.index()]));
         out.push_str("-- tangent routine (forward mode): (ḟ closure, x.., ẋ..) -> (y, ẏ)\n");
         out.push_str(&function_listing(p, &p.ssa_functions[d.tangent.index()]));
+        if let Some(g) = d.gradient {
+            out.push_str("-- gradient routine (the quiet primal-with-tape routine and the adjoint in one): (x..) -> (y, gradients)\n");
+            out.push_str(&function_listing(p, &p.ssa_functions[g.index()]));
+        }
         out.push('\n');
     }
     out

@@ -1620,6 +1620,8 @@ impl Vm {
                     }
                     Instr::PullAdd { dst, rule, args } => simple!(Instr::PullAdd { dst, rule, args }),
                     Instr::Gate { dst, src, cond } => simple!(Instr::Gate { dst, src, cond }),
+                    Instr::GradSeed { dst, src } => simple!(Instr::GradSeed { dst, src }),
+                    Instr::GradOut { dst, items } => simple!(Instr::GradOut { dst, items }),
                     Instr::TapePopIf { dst, code, mask } => simple!(Instr::TapePopIf { dst, code, mask }),
                     // The adjoint of `+` and `-`: the broadcast decision, the shapes it says
                     // were saved, then each operand's pullback, which with a scalar cotangent

@@ -316,7 +316,8 @@ pub trait Tier: Send {
     /// tags of the registers (arguments and captures; the rest `nil`) at an entry into the
     /// function seen since code compiled at that header left it with no entry at its start
     /// (`Vm::compile_entry`); the tier then makes the code enterable there too where that
-    /// costs the loop nothing.
+    /// costs the loop nothing. `routines`: the family of derivative routines this VM's
+    /// gradients run (a call of `value_and_gradient` may call its gradient routine directly).
     #[allow(clippy::too_many_arguments)]
     fn compile(
         &mut self,
@@ -327,6 +328,7 @@ pub trait Tier: Send {
         unspeculated: &[u32],
         profitable_only: bool,
         entry: Option<&[u64]>,
+        routines: crate::program::Routines,
     ) -> Result<NativeCode, String>;
 
     /// The machine code of `code` (compiled by this tier for `func`) beside the bytecode it
@@ -548,6 +550,7 @@ impl Vm {
         {
             return;
         }
+        self.make_gradient_routines(func);
         let Some(result) = self.compile_with(func, seed, tags, None) else { return };
         *NativeState::slot(&mut self.native.attempts, func) += 1;
         match result {
@@ -632,7 +635,8 @@ impl Vm {
         let started = std::time::Instant::now();
         let unspeculated = NativeState::slot(&mut self.native.unspeculated, func).clone();
         let auto = self.native.mode == JitMode::Auto;
-        let result = tier.compile(&self.program, func, seed, tags, &unspeculated, auto, entry);
+        let routines = self.routines();
+        let result = tier.compile(&self.program, func, seed, tags, &unspeculated, auto, entry, routines);
         self.native.stats.compile_time += started.elapsed();
         self.native.tier = Some(tier);
         Some(result)
@@ -773,17 +777,51 @@ impl Vm {
         }
     }
 
+    /// Makes the derivative routines of each function that a `value_and_gradient` call of
+    /// `func` names (`Function::function_loaded`), so that native code of `func` can call
+    /// its gradient routine directly (`jit/src/gradient_call.rs`) even when compiled before
+    /// the first gradient (`--jit eager`). A function that cannot be differentiated is left
+    /// to the call, which reports it.
+    fn make_gradient_routines(&mut self, func: FuncId) {
+        use crate::bytecode::Instr;
+        let f = self.program.functions[func.index()].clone();
+        for (pc, i) in f.code.iter().enumerate() {
+            let Instr::CallBuiltin { builtin, args, .. } = *i else { continue };
+            if !crate::program::Function::is_value_and_gradient(&self.program.builtins[builtin.index()]) {
+                continue;
+            }
+            if let Some(g) = f.list(args).first().and_then(|&r| f.function_loaded(pc, r)) {
+                let _ = self.derivative_of(g);
+            }
+        }
+    }
+
     /// Compiles the callee of the direct call at `pc` of `caller` (the caller's frame on top,
-    /// the call not run), specialised on the arguments' tags; whether it has code now.
+    /// the call not run), specialised on the arguments' tags; whether it has code now. A
+    /// direct call is a `CallDirect`, or a `value_and_gradient` of a function with a gradient
+    /// routine, which native code calls directly (`jit/src/gradient_call.rs`).
     fn compile_callee(&mut self, caller: FuncId, pc: u32) -> bool {
+        use crate::bytecode::Instr;
         let f = &self.program.functions[caller.index()];
-        let Some(crate::bytecode::Instr::CallDirect { func, args, .. }) = f.code.get(pc as usize).copied() else {
-            return false;
-        };
         let base = self.frames.last().map_or(0, |fr| fr.base as usize);
+        let (func, args) = match f.code.get(pc as usize).copied() {
+            Some(Instr::CallDirect { func, args, .. }) => (func, f.list(args)),
+            Some(Instr::CallBuiltin { args, .. }) => {
+                let list = f.list(args);
+                let routine = match list.first().map(|r| &self.stack[base + r.index()]) {
+                    Some(Value::Func(g)) => self.program.derivative_in(*g, self.routines()).and_then(|d| d.gradient),
+                    _ => None,
+                };
+                match routine {
+                    Some(routine) => (routine, &list[1..]),
+                    None => return false,
+                }
+            }
+            _ => return false,
+        };
         let callee = &self.program.functions[func.index()];
         let mut tags = vec![tag::NIL; callee.num_regs as usize];
-        for (t, r) in tags.iter_mut().zip(f.list(args)) {
+        for (t, r) in tags.iter_mut().zip(args) {
             *t = tag_of(&self.stack[base + r.index()]);
         }
         self.compile_now(func, 0, &tags);

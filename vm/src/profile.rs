@@ -367,6 +367,9 @@ fn routine_names(program: &Program) -> Vec<String> {
                 *slot = format!("{base} ({role})");
             }
         }
+        if let Some(slot) = d.gradient.and_then(|g| names.get_mut(g.index())) {
+            *slot = format!("{base} (gradient)");
+        }
     }
     names
 }

@@ -194,6 +194,22 @@ impl Function {
         self.spans.push(span);
     }
 
+    /// The function register `r` holds before instruction `pc`, when its last definition is a
+    /// `LoadFunc` in `pc`'s block (what a `value_and_gradient` call is known to differentiate).
+    pub fn function_loaded(&self, pc: usize, r: Reg) -> Option<FuncId> {
+        let start = self.blocks[self.block_of(pc).index()].start as usize;
+        match self.code[start..pc].iter().rev().find(|i| i.def() == Some(r))? {
+            crate::bytecode::Instr::LoadFunc { func, .. } => Some(*func),
+            _ => None,
+        }
+    }
+
+    /// Whether built-in `b` is the standard `value_and_gradient` (a host function of that name
+    /// replaces it in the table as a `Host` built-in).
+    pub fn is_value_and_gradient(builtin: &crate::builtin::Builtin) -> bool {
+        builtin.name == "value_and_gradient" && matches!(builtin.imp, crate::builtin::BuiltinImpl::Native(_))
+    }
+
     /// The block an instruction index belongs to.
     pub fn block_of(&self, pc: usize) -> BlockId {
         let i = self.blocks.partition_point(|b| (b.start as usize) <= pc);
@@ -232,6 +248,10 @@ pub struct Derivative {
     /// (`map`, `reduce`), no container changes, so their records may share one copy of each
     /// container (`shared_snapshots.rs`).
     pub writes_no_container: bool,
+    /// The gradient routine (`compiler/src/ad/fused.rs`): `quiet_tape` and `adjoint` joined,
+    /// `(x_1 .. x_n) -> (y, (d_1 .. d_n))` at number arguments, for a function simple enough
+    /// that this is all a first-order driver does between them; `None` otherwise.
+    pub gradient: Option<FuncId>,
 }
 
 /// A struct declaration.

@@ -368,6 +368,20 @@ impl Vm {
                 let v = if matches!(reg!(cond), Value::Bool(false)) { Value::Nil } else { reg!(src).clone() };
                 set!(dst, v);
             }
+            Instr::GradSeed { dst, src } => {
+                if !matches!(reg!(src), Value::Float(_) | Value::Int(_)) {
+                    return Err(crate::ad::driver::not_a_number(&reg!(src)));
+                }
+                self.tape.note_peak();
+                set!(dst, Value::Float(1.0));
+            }
+            Instr::GradOut { dst, items } => {
+                let list = func.list(items);
+                let n = list.len() / 2;
+                let grads = (0..n).map(|k| crate::ad::adjoints::to_gradient(&reg!(list[1 + n + k]), &reg!(list[1 + k]), program));
+                let grads = Value::tuple_of(grads);
+                set!(dst, Value::tuple_of([reg!(list[0]).clone(), grads]));
+            }
             Instr::PullAdd { dst, rule, args } => {
                 let v = self.pull(program, func, regs, rule, args)?;
                 let sum = match (std::mem::take(&mut reg_mut!(dst)), v) {

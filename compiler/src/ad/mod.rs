@@ -23,6 +23,7 @@ pub mod activity;
 pub mod adjoint;
 pub mod cfg;
 pub mod checkpoints;
+pub mod fused;
 pub mod induction;
 pub mod primal;
 pub mod quiet;
@@ -119,9 +120,12 @@ fn differentiate<F: Borrow<Function>>(
             tangent_adjoint: FuncId(next + 4),
             quiet_tape: FuncId(next + 5),
             writes_no_container: globals.writes_no_container[g.index()],
+            gradient: None,
         });
     }
-    let derivatives: &[Option<Derivative>] = derivatives;
+    let gradient_routines_from = first + ROUTINES_PER_FUNCTION * todo.len() as u32;
+    let derivatives_mut = derivatives;
+    let derivatives: &[Option<Derivative>] = derivatives_mut;
     let tape_of = |g: FuncId| derivatives.get(g.index()).copied().flatten().map(|d| d.tape);
     let quiet_tape_of = |g: FuncId| derivatives.get(g.index()).copied().flatten().map(|d| d.quiet_tape);
     let adjoint_of = |g: FuncId| derivatives.get(g.index()).copied().flatten().map(|d| d.adjoint);
@@ -141,6 +145,7 @@ fn differentiate<F: Borrow<Function>>(
         Routines::Budgeted => checkpoints::replayable_functions(ssa, builtins),
     };
     let mut routines = vec![];
+    let mut gradients = vec![];
     for &g in todo {
         let f: &Function = ssa[g.index()].borrow();
         let varied = activity::varied_registers(f, builtins, &globals);
@@ -214,7 +219,17 @@ fn differentiate<F: Borrow<Function>>(
         // The loops' records carry no derivative.
         let tape_varied: Vec<bool> = varied.iter().copied().chain(records_in.iter().map(|_| false)).collect();
         let (tan_tape, tan_adj) = (of_routine(&tape, &tape_varied), of_routine(&adj, &adj_varied));
+        gradients.push(fused::gradient_routine(&quiet_tape, &adj, builtins, consts));
         routines.extend([tape, adj, tan, tan_tape, tan_adj, quiet_tape]);
+    }
+    // The gradient routines, where there are any, after all the others.
+    let mut next = gradient_routines_from;
+    for (&g, routine) in todo.iter().zip(gradients) {
+        if let Some(routine) = routine {
+            derivatives_mut[g.index()].as_mut().expect("given above").gradient = Some(FuncId(next));
+            routines.push(routine);
+            next += 1;
+        }
     }
     routines
 }

@@ -78,13 +78,21 @@ impl<'a> Emitter<'a> {
 
     /// `dst = g(args)` for a function `g` without captures called with its arity.
     pub(super) fn call_direct(&mut self, pc: usize, dst: Reg, g: FuncId, args: ListId) {
-        let l = native::layout();
         let callee = &self.program.functions[g.index()];
         let floats = self.f.list(args).iter().all(|&a| self.ty(pc, a) == Ty::Float);
         let float_after = self.types.before.get(pc + 1).cloned().flatten().is_some_and(|t| t[dst.index()] == Ty::Float);
         if let (true, true, Some(tree)) = (floats, float_after, crate::float_tree::float_tree(self.program, callee)) {
             return self.call_inline(pc, dst, g, args, tree);
         }
+        let args = self.f.list(args).to_vec();
+        self.call_direct_with(pc, dst, g, &args)
+    }
+
+    /// `dst = g(args)` as a native call (no inlining): `g` has no captures and takes as many
+    /// arguments as `args` holds.
+    pub(super) fn call_direct_with(&mut self, pc: usize, dst: Reg, g: FuncId, args: &[Reg]) {
+        let l = native::layout();
+        let callee = &self.program.functions[g.index()];
         let (n, arity) = (callee.num_regs, callee.arity);
         let (s_ptr, s_len, s_cap) = stack_fields(l.stack);
         let (_, f_len, f_cap) = stack_fields(l.frames);
@@ -114,7 +122,7 @@ impl<'a> Emitter<'a> {
         self.load_vm(16, s_ptr);
         dynasm!(self.ops ; .arch aarch64 ; mov x21, x0 ; add x22, x16, x22, LSL 4);
         let t = self.types.before[pc].clone().expect("reached");
-        for (k, a) in self.f.list(args).to_vec().into_iter().enumerate() {
+        for (k, &a) in args.iter().enumerate() {
             let (d, s) = (16 * k as u32, slot(a));
             let (pd, ps) = (d + 8, s + 8);
             if t[a.index()].plain() {

@@ -26,13 +26,21 @@ use super::*;
 impl<'a> Emitter<'a> {
     /// `dst = g(args)` for a function `g` without captures called with its arity.
     pub(super) fn call_direct(&mut self, pc: usize, dst: Reg, g: FuncId, args: ListId) {
-        let l = native::layout();
         let callee = &self.program.functions[g.index()];
         let floats = self.f.list(args).iter().all(|&a| self.ty(pc, a) == Ty::Float);
         let float_after = self.types.before.get(pc + 1).cloned().flatten().is_some_and(|t| t[dst.index()] == Ty::Float);
         if let (true, true, Some(tree)) = (floats, float_after, crate::float_tree::float_tree(self.program, callee)) {
             return self.call_inline(pc, dst, g, args, tree);
         }
+        let args = self.f.list(args).to_vec();
+        self.call_direct_with(pc, dst, g, &args)
+    }
+
+    /// `dst = g(args)` as a native call (no inlining): `g` has no captures and takes as many
+    /// arguments as `args` holds.
+    pub(super) fn call_direct_with(&mut self, pc: usize, dst: Reg, g: FuncId, args: &[Reg]) {
+        let l = native::layout();
+        let callee = &self.program.functions[g.index()];
         let n = callee.num_regs as i32;
         let arity = callee.arity as i32;
         let next = self.next_check;
@@ -72,7 +80,7 @@ impl<'a> Emitter<'a> {
             ; add r13, QWORD [r12 + s_ptr]
         );
         let t = self.types.before[pc].clone().expect("reached");
-        for (k, a) in self.f.list(args).to_vec().into_iter().enumerate() {
+        for (k, &a) in args.iter().enumerate() {
             let (d, s) = (16 * k as i32, slot(a));
             if t[a.index()].plain() {
                 dynasm!(self.ops ; .arch x64

@@ -106,6 +106,12 @@ impl<'a> Emitter<'a> {
                 self.store_bool(dst);
             }
             Instr::Len { dst, src } => self.length(pc, dst, src),
+            // A gradient (`gradient_call.rs`): a direct call of the gradient routine.
+            Instr::CallBuiltin { dst, args, .. } if self.types.gradient_call(pc).is_some() => {
+                let g = self.types.gradient_call(pc).expect("just checked");
+                let xs = self.f.list(args)[1..].to_vec();
+                self.call_direct_with(pc, dst, g, &xs)
+            }
             // Classified native only when it is the standard `len` (`types::is_len`).
             Instr::CallBuiltin { dst, args, .. } => {
                 let src = self.f.list(args)[0];

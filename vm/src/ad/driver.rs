@@ -127,6 +127,9 @@ pub fn value_and_gradient(vm: &mut Vm, f: &Value, args: &[Value]) -> VmResult<(V
 pub fn value_and_gradient_tuple(vm: &mut Vm, f: &Value, args: &[Value]) -> VmResult<Value> {
     if let Value::Func(id) = f {
         if args.iter().all(|a| matches!(a, Value::Float(_) | Value::Int(_))) {
+            if let Some(g) = gradient_routine(vm, *id)? {
+                return with_tape_mark(vm, |vm| vm.run_function(g, None, args));
+            }
             return with_tape_mark(vm, |vm| {
                 let (y, mut t) = adjoint_of_numbers(vm, *id, args)?;
                 let program = vm.program();
@@ -157,12 +160,27 @@ pub fn value_and_gradient_tuple(vm: &mut Vm, f: &Value, args: &[Value]) -> VmRes
 /// is a container, so none has a shadow or a length to keep; the callee is known, so its
 /// record is not taped only to be popped at once (the routines are the general path's).
 fn of_numbers(vm: &mut Vm, id: crate::bytecode::FuncId, args: &[Value]) -> VmResult<(Value, Rc<Tuple>)> {
+    if let Some(g) = gradient_routine(vm, id)? {
+        if let Value::Tuple(t) = vm.run_function(g, None, args)? {
+            if let [y, Value::Tuple(grads)] = &t[..] {
+                return Ok((y.clone(), grads.clone()));
+            }
+        }
+        return Err(VmError::new("internal differentiation error: a gradient routine returned no (value, gradients) pair"));
+    }
     let (y, t) = adjoint_of_numbers(vm, id, args)?;
     // The adjoint's tuple `(d closure, d_1 .. d_n)` becomes the gradient tuple, in place when
     // it is ours alone (the routine built it): one allocation fewer per gradient.
     let program = vm.program();
     let grads = map_in_place(arguments_of(t, args.len()), |k, d| Ok(to_gradient(d, &args[k], program)))?;
     Ok((y, grads))
+}
+
+/// The routine that computes `value_and_gradient(f, args..)` of a function without captures
+/// at number arguments in one run (`Derivative::gradient`), if `f` has one; the error of a
+/// function that cannot be differentiated.
+fn gradient_routine(vm: &mut Vm, f: crate::bytecode::FuncId) -> VmResult<Option<crate::bytecode::FuncId>> {
+    Ok(vm.derivative_of(f)?.gradient)
 }
 
 /// `of_numbers`' two runs: the value and the adjoint's tuple `(d closure, d_1 .. d_n)`.
@@ -199,7 +217,7 @@ fn adjoint_tuple(out: Value) -> VmResult<Rc<Tuple>> {
     }
 }
 
-fn not_a_number(y: &Value) -> VmError {
+pub(crate) fn not_a_number(y: &Value) -> VmError {
     VmError::new(format!("gradient needs a function that returns a number, but it returned {}", y.type_name()))
 }
 

@@ -1,0 +1,181 @@
+//! The *gradient routine* (`Derivative::gradient`): a function's quiet primal-with-tape
+//! routine and its adjoint joined into one routine that `value_and_gradient` runs at number
+//! arguments: `(x_1 .. x_n) -> (y, (d_1 .. d_n))`.
+//!
+//! A first-order driver runs the two routines back to back (`zygvm_vm::ad::driver`): two
+//! frames, two returns to Rust, the adjoint's tuple reshaped into the result. For a small
+//! scalar function (`fn f(x) { sin(cos(x)) }`) that fixed cost is most of a gradient. Joined,
+//! the routine is one frame, and native code can call it directly (`jit/src/gradient_call.rs`).
+//! The tape protocol is unchanged: the joined routine pushes what the quiet routine pushes and
+//! pops it in the same order.
+//!
+//! The join, in SSA form:
+//! 1. the quiet routine's code, its `Return y` replaced by `dy = GradSeed y` (the seed 1.0,
+//!    and the tape's peak noted, as the driver does between the two runs);
+//! 2. the adjoint's parameters defined: `dy` is the seed, each incoming adjoint `nil`;
+//! 3. the adjoint's code on registers after the quiet routine's, its final `NewTuple (d
+//!    closure, d_1 .. d_n)` and `Return` replaced by `GradOut (y, x_1 .. x_n, d_1 .. d_n)`,
+//!    which makes each adjoint a gradient of its argument's shape (`nil` at a float is 0.0).
+//!
+//! Only where that is all the driver does: both routines one block (no control flow to
+//! join), every register of the quiet routine a number given number arguments (so `y` is one:
+//! the driver's "returns a number" check cannot fail, and nothing reads a container, so no
+//! shadow is touched), and the adjoint made of number instructions only. Anything else keeps
+//! the two runs.
+
+use zygvm_vm::builtin::Builtin;
+use zygvm_vm::bytecode::*;
+use zygvm_vm::program::{Const, Function};
+
+/// The gradient routine of a function whose quiet primal-with-tape routine is `quiet` and
+/// adjoint `adj` (SSA forms), or `None` where the two runs must stay (module comment).
+pub fn gradient_routine(quiet: &Function, adj: &Function, builtins: &[Builtin], consts: &[Const]) -> Option<Function> {
+    let n = quiet.arity as usize;
+    if quiet.blocks.len() != 1 || adj.blocks.len() != 1 || quiet.num_captures != 0 || adj.arity as usize != n + 1 {
+        return None;
+    }
+    let y = numbers_returned(quiet, builtins, consts)?;
+    let (tuple_at, grads) = adjoint_result(adj, n)?;
+
+    let q = quiet.num_regs;
+    let moved = |r: Reg| Reg(q + r.0);
+    let mut g = quiet.empty_like();
+    g.num_regs = q + adj.num_regs + 1;
+    let out = Reg(q + adj.num_regs);
+    let entry_params = g.add_list(&[]);
+    g.blocks.push(zygvm_vm::program::BlockInfo { start: 0, params: entry_params });
+    // 1. The quiet routine, up to its `Return`.
+    let ret_at = quiet.code.len() - 1;
+    for pc in 0..ret_at {
+        let mut i = quiet.code[pc];
+        i.map_operands(|o| match o {
+            Operand::List(l) => Operand::List(g.add_list(quiet.list(l))),
+            o => o,
+        });
+        g.push(i, quiet.spans[pc]);
+    }
+    // 2. The turn: the seed, and no incoming adjoints.
+    let turn = quiet.spans[ret_at];
+    g.push(Instr::GradSeed { dst: moved(Reg(0)), src: y }, turn);
+    for k in 1..=n {
+        g.push(Instr::LoadNil { dst: moved(Reg(k as u32)) }, turn);
+    }
+    // 3. The adjoint on its own registers, up to its result tuple.
+    for pc in 0..tuple_at {
+        let mut i = adj.code[pc];
+        i.map_operands(|o| match o {
+            Operand::Def(r) => Operand::Def(moved(r)),
+            Operand::Use(r) => Operand::Use(moved(r)),
+            Operand::Acc(r) => Operand::Acc(moved(r)),
+            Operand::List(l) => {
+                let regs: Vec<Reg> = adj.list(l).iter().map(|&r| moved(r)).collect();
+                Operand::List(g.add_list(&regs))
+            }
+            o => o,
+        });
+        g.push(i, adj.spans[pc]);
+    }
+    let items: Vec<Reg> = std::iter::once(y).chain((0..n as u32).map(Reg)).chain(grads.iter().map(|&r| moved(r))).collect();
+    let items = g.add_list(&items);
+    g.push(Instr::GradOut { dst: out, items }, adj.spans[tuple_at]);
+    g.push(Instr::Return { src: out }, adj.spans[tuple_at]);
+    drop_unused_loads(&mut g);
+    Some(g)
+}
+
+/// The register `quiet` returns, if every register it defines is a number whenever its
+/// arguments are, and it uses the tape only to record (one block, ending in `Return`).
+fn numbers_returned(quiet: &Function, builtins: &[Builtin], consts: &[Const]) -> Option<Reg> {
+    let mut number = vec![false; quiet.num_regs as usize];
+    number[..quiet.arity as usize].iter_mut().for_each(|x| *x = true);
+    let is = |number: &[bool], r: Reg| number.get(r.index()).copied().unwrap_or(false);
+    let (last, body) = quiet.code.split_last()?;
+    for i in body {
+        let dst = match *i {
+            Instr::LoadK { dst, k } if matches!(consts.get(k.index()), Some(Const::Int(_) | Const::Float(_))) => dst,
+            Instr::Add { dst, a, b }
+            | Instr::Sub { dst, a, b }
+            | Instr::Mul { dst, a, b }
+            | Instr::Div { dst, a, b }
+            | Instr::Mod { dst, a, b }
+            | Instr::Pow { dst, a, b }
+                if is(&number, a) && is(&number, b) =>
+            {
+                dst
+            }
+            Instr::Neg { dst, src } if is(&number, src) => dst,
+            Instr::Math1 { dst, src, builtin } if is(&number, src) && builtins.get(builtin.index())?.scalar.is_some() => dst,
+            Instr::TapeSave { src } | Instr::TapePush { src } if is(&number, src) => continue,
+            Instr::TapeShape { a, b } if is(&number, a) && is(&number, b) => continue,
+            Instr::TapePushCtl { .. } => continue,
+            _ => return None,
+        };
+        *number.get_mut(dst.index())? = true;
+    }
+    match *last {
+        Instr::Return { src } if is(&number, src) => Some(src),
+        _ => None,
+    }
+}
+
+/// Where `adj`'s result tuple `(d closure, d_1 .. d_n)` is made (it is returned at once and
+/// used nowhere else) and its `d_k`, if every instruction before it works on numbers and
+/// the tape only (what the adjoint of `numbers_returned`'s kind of routine is made of).
+fn adjoint_result(adj: &Function, n: usize) -> Option<(usize, Vec<Reg>)> {
+    let [.., Instr::NewTuple { dst, items }, Instr::Return { src }] = adj.code[..] else { return None };
+    let list = adj.list(items);
+    if src != dst || list.len() != n + 1 {
+        return None;
+    }
+    let tuple_at = adj.code.len() - 2;
+    for i in &adj.code[..tuple_at] {
+        let plain = matches!(
+            i,
+            Instr::LoadNil { .. }
+                | Instr::LoadK { .. }
+                | Instr::LoadBool { .. }
+                | Instr::TapePop { .. }
+                | Instr::TapePopCtl { .. }
+                | Instr::TapePopIf { .. }
+                | Instr::Pull { .. }
+                | Instr::AdjAdd { .. }
+                | Instr::Gate { .. }
+                | Instr::Neg { .. }
+                | Instr::Add { .. }
+                | Instr::Sub { .. }
+                | Instr::Mul { .. }
+                | Instr::Div { .. }
+        );
+        let mut reads_tuple = false;
+        i.for_each_operand(|o| reads_tuple |= o == Operand::Use(dst));
+        if !plain || reads_tuple {
+            return None;
+        }
+    }
+    Some((tuple_at, list[1..].to_vec()))
+}
+
+/// Removes `nil` and constant loads whose register nothing reads (the adjoint's `d closure`,
+/// an incoming adjoint no accumulation reads).
+fn drop_unused_loads(g: &mut Function) {
+    let mut read = vec![false; g.num_regs as usize];
+    for i in &g.code {
+        i.for_each_operand(|o| match o {
+            Operand::Use(r) | Operand::Acc(r) => read[r.index()] = true,
+            Operand::List(l) => g.list(l).iter().for_each(|r| read[r.index()] = true),
+            _ => {}
+        });
+    }
+    let keep: Vec<bool> = g
+        .code
+        .iter()
+        .map(|i| match *i {
+            Instr::LoadNil { dst } | Instr::LoadK { dst, .. } => read[dst.index()],
+            _ => true,
+        })
+        .collect();
+    let mut k = keep.iter();
+    g.code.retain(|_| *k.next().unwrap());
+    let mut k = keep.iter();
+    g.spans.retain(|_| *k.next().unwrap());
+}
