@@ -63,6 +63,8 @@ pub fn classify(program: &Program, f: &Function, types: &Types, pc: usize) -> Cl
         // Anything else by reference: a helper (`native::tape_push_value`).
         Instr::TapePush { .. } => Class::Native,
         Instr::TapePushCtl { .. } => Class::Native,
+        // A gradient routine's seed at a number: the tape's peak noted, `1.0` stored.
+        Instr::GradSeed { src, .. } if ty(src).numeric() => Class::Native,
         // Two numbers: shape code 0, nothing else recorded (`rules::shape_code`).
         Instr::TapeShape { a, b } if ty(a).numeric() && ty(b).numeric() => Class::Native,
         Instr::AdjAdd { a, b, .. } => match (ty(a), ty(b)) {

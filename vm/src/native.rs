@@ -1262,6 +1262,16 @@ pub unsafe extern "C" fn tape_push_float(vm: *mut Vm, x: f64) {
     unsafe { &mut *vm }.tape.push_float(x);
 }
 
+/// `GradSeed` of a number: notes the tape's peak (`Tape::note_peak`); native code stores the
+/// seed `1.0` itself. Infallible.
+///
+/// # Safety
+/// `vm` is the running VM.
+pub unsafe extern "C" fn note_tape_peak(vm: *mut Vm) {
+    // SAFETY: the caller's contract.
+    unsafe { &mut *vm }.tape.note_peak();
+}
+
 /// `TapePush` of a register that may hold anything (a container by reference: the value
 /// cloned onto the tape, as the interpreter does). Infallible.
 ///

@@ -377,10 +377,7 @@ impl Vm {
             }
             Instr::GradOut { dst, items } => {
                 let list = func.list(items);
-                let n = list.len() / 2;
-                let grads = (0..n).map(|k| crate::ad::adjoints::to_gradient(&reg!(list[1 + n + k]), &reg!(list[1 + k]), program));
-                let grads = Value::tuple_of(grads);
-                set!(dst, Value::tuple_of([reg!(list[0]).clone(), grads]));
+                set!(dst, crate::ad::driver::gradient_pair(program, list, |r| &reg!(r)));
             }
             Instr::PullAdd { dst, rule, args } => {
                 let v = self.pull(program, func, regs, rule, args)?;

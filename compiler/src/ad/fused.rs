@@ -6,8 +6,6 @@
 //! frames, two returns to Rust, the adjoint's tuple reshaped into the result. For a small
 //! scalar function (`fn f(x) { sin(cos(x)) }`) that fixed cost is most of a gradient. Joined,
 //! the routine is one frame, and native code can call it directly (`jit/src/gradient_call.rs`).
-//! The tape protocol is unchanged: the joined routine pushes what the quiet routine pushes and
-//! pops it in the same order.
 //!
 //! The join, in SSA form:
 //! 1. the quiet routine's code, its `Return y` replaced by `dy = GradSeed y` (the seed 1.0,
@@ -15,7 +13,11 @@
 //! 2. the adjoint's parameters defined: `dy` is the seed, each incoming adjoint `nil`;
 //! 3. the adjoint's code on registers after the quiet routine's, its final `NewTuple (d
 //!    closure, d_1 .. d_n)` and `Return` replaced by `GradOut (y, x_1 .. x_n, d_1 .. d_n)`,
-//!    which makes each adjoint a gradient of its argument's shape (`nil` at a float is 0.0).
+//!    which makes each adjoint a gradient of its argument's shape (`nil` at a float is 0.0);
+//! 4. what the join makes plain, simplified: each value pushed for the adjoint is the
+//!    register it was pushed from, since every pop is paired with its push (`pair_records`;
+//!    control decisions still go through the tape), and an accumulation onto an incoming
+//!    `nil` is the value accumulated (`skip_sums_with_nil`).
 //!
 //! Only where that is all the driver does: both routines one block (no control flow to
 //! join), every register of the quiet routine a number given number arguments (so `y` is one:
@@ -79,8 +81,51 @@ pub fn gradient_routine(quiet: &Function, adj: &Function, builtins: &[Builtin], 
     let items = g.add_list(&items);
     g.push(Instr::GradOut { dst: out, items }, adj.spans[tuple_at]);
     g.push(Instr::Return { src: out }, adj.spans[tuple_at]);
+    pair_records(&mut g);
+    skip_sums_with_nil(&mut g);
     drop_unused_loads(&mut g);
     Some(g)
+}
+
+/// Replaces the tape's values by the registers they were pushed from: every value the quiet
+/// part pushes is a number (`numbers_returned`), so its broadcast decisions record no operand
+/// and each `TapePop` of the adjoint part pops the latest push not yet popped, which is
+/// known here; the pop's register becomes the pushed one (SSA: neither is redefined), and
+/// both instructions go. The control decisions stay on the tape. Left as it is unless the
+/// pushes and pops pair up exactly.
+fn pair_records(g: &mut Function) {
+    let pushed: Vec<Reg> = g
+        .code
+        .iter()
+        .filter_map(|i| match *i {
+            Instr::TapePush { src } | Instr::TapeSave { src } => Some(src),
+            _ => None,
+        })
+        .collect();
+    let popped: Vec<Reg> = g.code.iter().filter_map(|i| if let Instr::TapePop { dst } = *i { Some(dst) } else { None }).collect();
+    if pushed.len() != popped.len() {
+        return;
+    }
+    let mut renamed = vec![None; g.num_regs as usize];
+    for (pop, push) in popped.iter().zip(pushed.iter().rev()) {
+        renamed[pop.index()] = Some(*push);
+    }
+    let rename = |r: Reg| renamed[r.index()].unwrap_or(r);
+    let keep: Vec<bool> = g.code.iter().map(|i| !matches!(i, Instr::TapePush { .. } | Instr::TapeSave { .. } | Instr::TapePop { .. })).collect();
+    for i in g.code.iter_mut() {
+        i.map_operands(|o| match o {
+            Operand::Use(r) => Operand::Use(rename(r)),
+            Operand::Acc(r) => Operand::Acc(rename(r)),
+            o => o,
+        });
+    }
+    for r in g.list_regs.iter_mut() {
+        *r = rename(*r);
+    }
+    let mut k = keep.iter();
+    g.code.retain(|_| *k.next().unwrap());
+    let mut k = keep.iter();
+    g.spans.retain(|_| *k.next().unwrap());
 }
 
 /// The register `quiet` returns, if every register it defines is a number whenever its
@@ -153,6 +198,39 @@ fn adjoint_result(adj: &Function, n: usize) -> Option<(usize, Vec<Reg>)> {
         }
     }
     Some((tuple_at, list[1..].to_vec()))
+}
+
+/// Replaces each accumulation onto an incoming adjoint (`nil` here) by the value
+/// accumulated: `nil (+) x` is `x`.
+fn skip_sums_with_nil(g: &mut Function) {
+    let mut nil = vec![false; g.num_regs as usize];
+    let mut renamed: Vec<Option<Reg>> = vec![None; g.num_regs as usize];
+    let mut keep = vec![true; g.code.len()];
+    for (pc, i) in g.code.iter().enumerate() {
+        match *i {
+            Instr::LoadNil { dst } => nil[dst.index()] = true,
+            Instr::AdjAdd { dst, a, b } if nil[a.index()] || nil[b.index()] => {
+                let other = if nil[a.index()] { b } else { a };
+                renamed[dst.index()] = Some(renamed[other.index()].unwrap_or(other));
+                keep[pc] = false;
+            }
+            _ => {}
+        }
+    }
+    let rename = |r: Reg| renamed[r.index()].unwrap_or(r);
+    for i in g.code.iter_mut() {
+        i.map_operands(|o| match o {
+            Operand::Use(r) => Operand::Use(rename(r)),
+            o => o,
+        });
+    }
+    for r in g.list_regs.iter_mut() {
+        *r = rename(*r);
+    }
+    let mut k = keep.iter();
+    g.code.retain(|_| *k.next().unwrap());
+    let mut k = keep.iter();
+    g.spans.retain(|_| *k.next().unwrap());
 }
 
 /// Removes `nil` and constant loads whose register nothing reads (the adjoint's `d closure`,

@@ -446,6 +446,15 @@ impl<'a> Emitter<'a> {
                 }
                 self.store_float(dst);
             }
+            // Classified native only at a number (`classify`).
+            Instr::GradSeed { dst, .. } => {
+                dynasm!(self.ops ; .arch aarch64 ; mov x0, x20);
+                self.call(native::note_tape_peak as *const ());
+                self.prepare_def(pc, dst);
+                let d = self.float_dst(dst);
+                self.float_constant(d, 1.0);
+                self.store_float_from(dst, d);
+            }
             Instr::TapePush { src } if !t[src.index()].numeric() => {
                 dynasm!(self.ops ; .arch aarch64 ; mov x0, x20);
                 self.slot_address(1, slot(src));

@@ -434,6 +434,14 @@ impl<'a> Emitter<'a> {
                 }
                 self.store_float(dst);
             }
+            // Classified native only at a number (`classify`).
+            Instr::GradSeed { dst, .. } => {
+                dynasm!(self.ops ; .arch x64 ; mov rdi, r12);
+                self.call(native::note_tape_peak as *const ());
+                self.prepare_def(pc, dst);
+                dynasm!(self.ops ; .arch x64 ; mov rax, QWORD 1f64.to_bits() as i64 ; movq xmm0, rax);
+                self.store_float(dst);
+            }
             Instr::TapePush { src } if !ty(src).numeric() => {
                 let s = slot(src);
                 dynasm!(self.ops ; .arch x64 ; mov rdi, r12 ; lea rsi, [rbx + s]);

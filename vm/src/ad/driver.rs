@@ -176,6 +176,25 @@ fn of_numbers(vm: &mut Vm, id: crate::bytecode::FuncId, args: &[Value]) -> VmRes
     Ok((y, grads))
 }
 
+/// `GradOut`: `(y, (d_1 .. d_n))` for `items = (y, x_1 .. x_n, d_1 .. d_n)`, each `d_k` made a
+/// gradient of `x_k`'s shape (`to_gradient`). The tuples are allocated first and filled in
+/// place: a value built on the stack and then copied into a new allocation is read back in
+/// 16 bytes right after being written in two 8-byte halves, which stalls (store forwarding;
+/// this is most of the cost of a small function's gradient on the JIT).
+pub(crate) fn gradient_pair<'a>(program: &crate::program::Program, items: &[crate::bytecode::Reg], reg: impl Fn(crate::bytecode::Reg) -> &'a Value) -> Value {
+    let n = items.len() / 2;
+    let mut grads = Rc::new(Tuple(TupleItems::new()));
+    let g = &mut Rc::get_mut(&mut grads).expect("just made").0;
+    for k in 0..n {
+        g.push(to_gradient(reg(items[1 + n + k]), reg(items[1 + k]), program));
+    }
+    let mut pair = Rc::new(Tuple(TupleItems::new()));
+    let p = &mut Rc::get_mut(&mut pair).expect("just made").0;
+    p.push(reg(items[0]).clone());
+    p.push(Value::Tuple(grads));
+    Value::Tuple(pair)
+}
+
 /// The routine that computes `value_and_gradient(f, args..)` of a function without captures
 /// at number arguments in one run (`Derivative::gradient`), if `f` has one; the error of a
 /// function that cannot be differentiated.
