@@ -105,6 +105,9 @@ pub struct Vm {
     /// while running changes this VM's copy (`program_mut`).
     pub(crate) program: Arc<Program>,
     pub(crate) consts: Vec<Value>,
+    /// The standard `value_and_gradient`, whose calls of a function with a gradient routine
+    /// at numbers push the routine's frame in place (`gradient_routine_at`).
+    gradient_builtin: Option<BuiltinId>,
     pub(crate) globals: Vec<Option<Value>>,
     modules_run: Vec<bool>,
     pub(crate) stack: Stack<Value>,
@@ -192,7 +195,10 @@ impl Vm {
             .collect();
         let back_edges = vec![0; program.functions.iter().map(|f| f.blocks.len()).sum()];
         let frame_images = loop_base.iter().map(|&lb| crate::frame_image::FrameImage::unbuilt(lb)).collect();
+        let gradient_builtin =
+            program.builtins.iter().position(crate::program::Function::is_value_and_gradient).map(|b| BuiltinId(b as u32));
         Vm {
+            gradient_builtin,
             globals: vec![None; program.global_names.len()],
             modules_run: vec![false; program.functions.len()],
             consts,
@@ -1265,9 +1271,29 @@ impl Vm {
                     Instr::CallBuiltin { dst, builtin, args } => {
                         account!();
                         self.frames.last_mut().unwrap().pc = pc!() as u32;
-                        let v = tri!(self.call_builtin_regs(builtin, base, func.list(args)));
-                        refresh!();
-                        set!(dst, v);
+                        // A gradient of a function with a gradient routine, at numbers: the
+                        // routine's frame pushed here, as native code does
+                        // (`jit/src/gradient_call.rs`); the built-in would run the same
+                        // routine in a frame of its own, with the same checks and counts.
+                        let direct = match Some(builtin) == self.gradient_builtin && version == self.program_version {
+                            true => self.gradient_routine_at(base, list!(args)),
+                            false => None,
+                        };
+                        if let Some(g) = direct {
+                            let callee: &Function = &program.functions[g.index()];
+                            let image = self.frame_images[g.index()].made_for(callee, &self.consts);
+                            let (skip, loop_base) = (image.skip as usize, image.loop_base);
+                            let fields = (&mut self.stack, &mut self.frames, &mut self.calls[..], self.limits.max_depth);
+                            let new_base = tri!(Self::push_direct(fields, g, callee, image, base, &list!(args)[1..], dst.0));
+                            if self.native.on() {
+                                continue 'frames;
+                            }
+                            resume!(g, callee, loop_base, new_base, skip.min(callee.code.len().saturating_sub(1)), 0);
+                        } else {
+                            let v = tri!(self.call_builtin_regs(builtin, base, func.list(args)));
+                            refresh!();
+                            set!(dst, v);
+                        }
                     }
                     Instr::BranchCtl { then_blk, else_blk } => {
                         let target = match self.tape.ctl.pop() {
@@ -1716,6 +1742,19 @@ impl Vm {
                 }
             }
         }
+    }
+
+    /// The gradient routine a `value_and_gradient` call with arguments `args` (registers of
+    /// the frame at `base`) runs, when its first argument is a function that has one (made)
+    /// and the rest are numbers of its arity: the call is then the routine's call.
+    fn gradient_routine_at(&self, base: usize, args: &[Reg]) -> Option<FuncId> {
+        let (first, xs) = args.split_first()?;
+        let Value::Func(f) = self.stack[base + first.index()] else { return None };
+        if xs.is_empty() || !xs.iter().all(|r| matches!(self.stack[base + r.index()], Value::Float(_) | Value::Int(_))) {
+            return None;
+        }
+        let g = self.program.derivative_in(f, self.routines())?.gradient?;
+        (self.program.functions[g.index()].arity as usize == xs.len()).then_some(g)
     }
 
     pub(crate) fn call_builtin_regs(&mut self, b: BuiltinId, base: usize, args: &[Reg]) -> VmResult<Value> {
