@@ -1,5 +1,6 @@
 //! A gradient as a direct call: `value_and_gradient(f, x..)` of a function `f` loaded in the
-//! same block (`LoadFunc`), at arguments typed numbers, where `f` has a gradient routine
+//! same block (`LoadFunc`, or a `MakeClosure` capturing nothing: `fn(x) { .. }` written in the
+//! call), at arguments typed numbers, where `f` has a gradient routine
 //! (`zygvm_vm::program::Derivative::gradient`, `compiler/src/ad/fused.rs`).
 //!
 //! The interpreter runs that call as the built-in, whose driver checks that `f` is a function

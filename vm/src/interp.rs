@@ -1745,11 +1745,16 @@ impl Vm {
     }
 
     /// The gradient routine a `value_and_gradient` call with arguments `args` (registers of
-    /// the frame at `base`) runs, when its first argument is a function that has one (made)
-    /// and the rest are numbers of its arity: the call is then the routine's call.
+    /// the frame at `base`) runs, when its first argument is a function (or a closure that
+    /// captures nothing) that has one (made) and the rest are numbers of its arity: the call
+    /// is then the routine's call.
     fn gradient_routine_at(&self, base: usize, args: &[Reg]) -> Option<FuncId> {
         let (first, xs) = args.split_first()?;
-        let Value::Func(f) = self.stack[base + first.index()] else { return None };
+        let f = match &self.stack[base + first.index()] {
+            Value::Func(f) => *f,
+            Value::Closure(c) if c.captures.is_empty() => c.func,
+            _ => return None,
+        };
         if xs.is_empty() || !xs.iter().all(|r| matches!(self.stack[base + r.index()], Value::Float(_) | Value::Int(_))) {
             return None;
         }

@@ -808,10 +808,12 @@ impl Vm {
             Some(Instr::CallDirect { func, args, .. }) => (func, f.list(args)),
             Some(Instr::CallBuiltin { args, .. }) => {
                 let list = f.list(args);
-                let routine = match list.first().map(|r| &self.stack[base + r.index()]) {
-                    Some(Value::Func(g)) => self.program.derivative_in(*g, self.routines()).and_then(|d| d.gradient),
+                let function = match list.first().map(|r| &self.stack[base + r.index()]) {
+                    Some(Value::Func(g)) => Some(*g),
+                    Some(Value::Closure(c)) if c.captures.is_empty() => Some(c.func),
                     _ => None,
                 };
+                let routine = function.and_then(|g| self.program.derivative_in(g, self.routines())).and_then(|d| d.gradient);
                 match routine {
                     Some(routine) => (routine, &list[1..]),
                     None => return false,

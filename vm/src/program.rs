@@ -195,11 +195,14 @@ impl Function {
     }
 
     /// The function register `r` holds before instruction `pc`, when its last definition is a
-    /// `LoadFunc` in `pc`'s block (what a `value_and_gradient` call is known to differentiate).
+    /// `LoadFunc` in `pc`'s block, or a `MakeClosure` there that captures nothing (what a
+    /// `value_and_gradient` call is known to differentiate).
     pub fn function_loaded(&self, pc: usize, r: Reg) -> Option<FuncId> {
+        use crate::bytecode::Instr;
         let start = self.blocks[self.block_of(pc).index()].start as usize;
-        match self.code[start..pc].iter().rev().find(|i| i.def() == Some(r))? {
-            crate::bytecode::Instr::LoadFunc { func, .. } => Some(*func),
+        match *self.code[start..pc].iter().rev().find(|i| i.def() == Some(r))? {
+            Instr::LoadFunc { func, .. } => Some(func),
+            Instr::MakeClosure { func, captures, .. } if self.list(captures).is_empty() => Some(func),
             _ => None,
         }
     }

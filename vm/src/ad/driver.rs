@@ -99,6 +99,9 @@ fn with_tape_mark<T>(vm: &mut Vm, body: impl FnOnce(&mut Vm) -> VmResult<T>) -> 
 /// `value_and_gradient(f, args...)`: the value and the tuple of one gradient per argument,
 /// shaped as §7 of the language reference says.
 pub fn value_and_gradient(vm: &mut Vm, f: &Value, args: &[Value]) -> VmResult<(Value, Rc<Tuple>)> {
+    if let Some(g) = closure_gradient_routine(vm, f, args) {
+        return with_tape_mark(vm, |vm| split_pair(vm.run_function(g, None, args)?));
+    }
     if let Value::Func(id) = f {
         if args.iter().all(|a| matches!(a, Value::Float(_) | Value::Int(_))) {
             return with_tape_mark(vm, |vm| of_numbers(vm, *id, args));
@@ -125,6 +128,9 @@ pub fn value_and_gradient(vm: &mut Vm, f: &Value, args: &[Value]) -> VmResult<(V
 /// `value_and_gradient(f, args...)` as the language returns it: the tuple `(y, gradients)`.
 /// At number arguments the adjoint's own tuple becomes the outer one, in place.
 pub fn value_and_gradient_tuple(vm: &mut Vm, f: &Value, args: &[Value]) -> VmResult<Value> {
+    if let Some(g) = closure_gradient_routine(vm, f, args) {
+        return with_tape_mark(vm, |vm| vm.run_function(g, None, args));
+    }
     if let Value::Func(id) = f {
         if args.iter().all(|a| matches!(a, Value::Float(_) | Value::Int(_))) {
             if let Some(g) = gradient_routine(vm, *id)? {
@@ -161,12 +167,7 @@ pub fn value_and_gradient_tuple(vm: &mut Vm, f: &Value, args: &[Value]) -> VmRes
 /// record is not taped only to be popped at once (the routines are the general path's).
 fn of_numbers(vm: &mut Vm, id: crate::bytecode::FuncId, args: &[Value]) -> VmResult<(Value, Rc<Tuple>)> {
     if let Some(g) = gradient_routine(vm, id)? {
-        if let Value::Tuple(t) = vm.run_function(g, None, args)? {
-            if let [y, Value::Tuple(grads)] = &t[..] {
-                return Ok((y.clone(), grads.clone()));
-            }
-        }
-        return Err(VmError::new("internal differentiation error: a gradient routine returned no (value, gradients) pair"));
+        return split_pair(vm.run_function(g, None, args)?);
     }
     let (y, t) = adjoint_of_numbers(vm, id, args)?;
     // The adjoint's tuple `(d closure, d_1 .. d_n)` becomes the gradient tuple, in place when
@@ -193,6 +194,29 @@ pub(crate) fn gradient_pair<'a>(program: &crate::program::Program, items: &[crat
     p.push(reg(items[0]).clone());
     p.push(Value::Tuple(grads));
     Value::Tuple(pair)
+}
+
+/// A gradient routine's result `(y, gradients)` as its two parts.
+fn split_pair(out: Value) -> VmResult<(Value, Rc<Tuple>)> {
+    if let Value::Tuple(t) = out {
+        if let [y, Value::Tuple(grads)] = &t[..] {
+            return Ok((y.clone(), grads.clone()));
+        }
+    }
+    Err(VmError::new("internal differentiation error: a gradient routine returned no (value, gradients) pair"))
+}
+
+/// The gradient routine of a closure that captures nothing (`fn(x) { .. }` written inline),
+/// at number arguments, once its routines exist (its first gradient, on the general path,
+/// makes them): it runs as a named function's does.
+fn closure_gradient_routine(vm: &Vm, f: &Value, args: &[Value]) -> Option<crate::bytecode::FuncId> {
+    match f {
+        Value::Closure(c) if c.captures.is_empty() && args.iter().all(|a| matches!(a, Value::Float(_) | Value::Int(_))) => {
+            let g = vm.program().derivative_in(c.func, vm.routines())?.gradient?;
+            (vm.program().functions[g.index()].arity as usize == args.len()).then_some(g)
+        }
+        _ => None,
+    }
 }
 
 /// The routine that computes `value_and_gradient(f, args..)` of a function without captures
