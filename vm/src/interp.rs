@@ -1280,6 +1280,11 @@ impl Vm {
                             false => None,
                         };
                         if let Some(g) = direct {
+                            // The check the driver's `run_function` makes on entering the
+                            // routine, as a direct call makes it.
+                            if self.steps >= self.next_check {
+                                tri!(self.check_limits());
+                            }
                             let callee: &Function = &program.functions[g.index()];
                             let image = self.frame_images[g.index()].made_for(callee, &self.consts);
                             let (skip, loop_base) = (image.skip as usize, image.loop_base);
