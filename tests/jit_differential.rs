@@ -287,6 +287,8 @@ fn gradient_routines_called_directly_agree() {
         hot,
         "fn ov(k, x) { k * 4611686018427387904 * 2 + x }\nfn f(x, y) { let s = 0.0\n for i in 0..300 { let k = if i == 250 { 1 } else { 0 }\n s += value_and_gradient(ov, k, x)[0] }\n s }\n",
         "fn two(a, b) { a * exp(b) - b / a }\nfn f(x, y) { let s = 0.0\n for i in 0..300 { let (v, g) = value_and_gradient(two, x + i, y)\n s += g[0] * g[1] + v }\n s }\n",
+        // Helpers called directly inside the routine (their own routines on the tape).
+        "fn sq(t) { t * t }\nfn h(a, b) { sq(sin(a)) * b - sq(b) / a }\nfn f(x, y) { let s = 0.0\n for i in 0..300 { let (v, g) = value_and_gradient(h, x + i * 0.01, y)\n s += v + g[0] * g[1] }\n s }\n",
         // A closure written in the call: capturing nothing (its gradient routine called
         // directly once made), and capturing `y` (the driver's general path).
         "fn f(x, y) { let s = 0.0\n for i in 0..300 { let (v, g) = value_and_gradient(fn(t) { sin(t) * t }, x + i * 0.01)\n let (w, h) = value_and_gradient(fn(t) { t * y }, x)\n s += v * g[0] + w * h[0] }\n s }\n",

@@ -22,7 +22,9 @@
 //! Only where that is all the driver does: both routines one block (no control flow to
 //! join), every register of the quiet routine a number given number arguments (so `y` is one:
 //! the driver's "returns a number" check cannot fail, and nothing reads a container, so no
-//! shadow is touched), and the adjoint made of number instructions only. Anything else keeps
+//! shadow is touched), its direct calls to functions of the same kind (`number_function`:
+//! their routines record and pop on the tape as before, between the joined routine's own),
+//! and the adjoint made of number instructions and direct calls only. Anything else keeps
 //! the two runs.
 
 use zygvm_vm::builtin::Builtin;
@@ -31,12 +33,20 @@ use zygvm_vm::program::{Const, Function};
 
 /// The gradient routine of a function whose quiet primal-with-tape routine is `quiet` and
 /// adjoint `adj` (SSA forms), or `None` where the two runs must stay (module comment).
-pub fn gradient_routine(quiet: &Function, adj: &Function, builtins: &[Builtin], consts: &[Const]) -> Option<Function> {
+/// `number_call(g)`: whether the routine or function `g` that a direct call names returns a
+/// number whenever its arguments are numbers (`number_function`).
+pub fn gradient_routine(
+    quiet: &Function,
+    adj: &Function,
+    builtins: &[Builtin],
+    consts: &[Const],
+    number_call: &dyn Fn(FuncId) -> bool,
+) -> Option<Function> {
     let n = quiet.arity as usize;
     if quiet.blocks.len() != 1 || adj.blocks.len() != 1 || quiet.num_captures != 0 || adj.arity as usize != n + 1 {
         return None;
     }
-    let y = numbers_returned(quiet, builtins, consts)?;
+    let y = numbers_returned(quiet, builtins, consts, number_call)?;
     let (tuple_at, grads) = adjoint_result(adj, n)?;
 
     let q = quiet.num_regs;
@@ -128,9 +138,18 @@ fn pair_records(g: &mut Function) {
     g.spans.retain(|_| *k.next().unwrap());
 }
 
+/// Whether the source function `f` returns a number whenever its arguments are numbers, by
+/// `numbers_returned` (one block of number instructions), its direct calls being to such
+/// functions (`depth` levels at most, so that recursion ends).
+pub fn number_function(ssa: &[impl std::borrow::Borrow<Function>], f: FuncId, builtins: &[Builtin], consts: &[Const], depth: usize) -> bool {
+    let Some(g) = ssa.get(f.index()).map(|g| g.borrow()) else { return false };
+    depth > 0 && numbers_returned(g, builtins, consts, &|h| number_function(ssa, h, builtins, consts, depth - 1)).is_some()
+}
+
 /// The register `quiet` returns, if every register it defines is a number whenever its
-/// arguments are, and it uses the tape only to record (one block, ending in `Return`).
-fn numbers_returned(quiet: &Function, builtins: &[Builtin], consts: &[Const]) -> Option<Reg> {
+/// arguments are, and it uses the tape only to record (one block, ending in `Return`); a
+/// direct call is such an instruction when `number_call` says its callee is.
+fn numbers_returned(quiet: &Function, builtins: &[Builtin], consts: &[Const], number_call: &dyn Fn(FuncId) -> bool) -> Option<Reg> {
     let mut number = vec![false; quiet.num_regs as usize];
     number[..quiet.arity as usize].iter_mut().for_each(|x| *x = true);
     let is = |number: &[bool], r: Reg| number.get(r.index()).copied().unwrap_or(false);
@@ -150,6 +169,7 @@ fn numbers_returned(quiet: &Function, builtins: &[Builtin], consts: &[Const]) ->
             }
             Instr::Neg { dst, src } if is(&number, src) => dst,
             Instr::Math1 { dst, src, builtin } if is(&number, src) && builtins.get(builtin.index())?.scalar.is_some() => dst,
+            Instr::CallDirect { dst, func, args } if quiet.list(args).iter().all(|&a| is(&number, a)) && number_call(func) => dst,
             Instr::TapeSave { src } | Instr::TapePush { src } if is(&number, src) => continue,
             Instr::TapeShape { a, b } if is(&number, a) && is(&number, b) => continue,
             Instr::TapePushCtl { .. } => continue,
@@ -174,9 +194,11 @@ fn adjoint_result(adj: &Function, n: usize) -> Option<(usize, Vec<Reg>)> {
     }
     let tuple_at = adj.code.len() - 2;
     for i in &adj.code[..tuple_at] {
+        // (A direct call is a callee's adjoint routine: its records are its own.)
         let plain = matches!(
             i,
-            Instr::LoadNil { .. }
+            Instr::CallDirect { .. }
+                | Instr::LoadNil { .. }
                 | Instr::LoadK { .. }
                 | Instr::LoadBool { .. }
                 | Instr::TapePop { .. }

@@ -140,6 +140,15 @@ fn differentiate<F: Borrow<Function>>(
         .flat_map(|d| [(d.tape, d.tangent_tape), (d.adjoint, d.tangent_adjoint), (d.quiet_tape, d.tangent_tape)])
         .collect();
     let routine_tangent = |g: FuncId| routine_tangents.get(&g).copied();
+    // A direct call in a primal-with-tape routine names the callee's routine: whether that
+    // callee returns a number at numbers (`fused::number_function`, for gradient routines).
+    let source_of: std::collections::HashMap<FuncId, FuncId> = derivatives
+        .iter()
+        .enumerate()
+        .filter_map(|(g, d)| d.map(|d| (g, d)))
+        .flat_map(|(g, d)| [(d.tape, FuncId(g as u32)), (d.quiet_tape, FuncId(g as u32))])
+        .collect();
+    let number_call = |r: FuncId| source_of.get(&r).is_some_and(|&g| fused::number_function(ssa, g, builtins, consts, 3));
     let replayable = match family {
         Routines::Plain => vec![],
         Routines::Budgeted => checkpoints::replayable_functions(ssa, builtins),
@@ -219,7 +228,7 @@ fn differentiate<F: Borrow<Function>>(
         // The loops' records carry no derivative.
         let tape_varied: Vec<bool> = varied.iter().copied().chain(records_in.iter().map(|_| false)).collect();
         let (tan_tape, tan_adj) = (of_routine(&tape, &tape_varied), of_routine(&adj, &adj_varied));
-        gradients.push(fused::gradient_routine(&quiet_tape, &adj, builtins, consts));
+        gradients.push(fused::gradient_routine(&quiet_tape, &adj, builtins, consts, &number_call));
         routines.extend([tape, adj, tan, tan_tape, tan_adj, quiet_tape]);
     }
     // The gradient routines, where there are any, after all the others.
