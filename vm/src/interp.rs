@@ -1275,30 +1275,17 @@ impl Vm {
                         // routine's frame pushed here, as native code does
                         // (`jit/src/gradient_call.rs`); the built-in would run the same
                         // routine in a frame of its own, with the same checks and counts.
-                        let direct = match Some(builtin) == self.gradient_builtin && version == self.program_version {
-                            true => self.gradient_routine_at(base, list!(args)),
-                            false => None,
-                        };
-                        if let Some(g) = direct {
-                            // The check the driver's `run_function` makes on entering the
-                            // routine, as a direct call makes it.
-                            if self.steps >= self.next_check {
-                                tri!(self.check_limits());
-                            }
-                            let callee: &Function = &program.functions[g.index()];
-                            let image = self.frame_images[g.index()].made_for(callee, &self.consts);
-                            let (skip, loop_base) = (image.skip as usize, image.loop_base);
-                            let fields = (&mut self.stack, &mut self.frames, &mut self.calls[..], self.limits.max_depth);
-                            let new_base = tri!(Self::push_direct(fields, g, callee, image, base, &list!(args)[1..], dst.0));
-                            if self.native.on() {
-                                continue 'frames;
-                            }
-                            resume!(g, callee, loop_base, new_base, skip.min(callee.code.len().saturating_sub(1)), 0);
-                        } else {
-                            let v = tri!(self.call_builtin_regs(builtin, base, func.list(args)));
-                            refresh!();
-                            set!(dst, v);
+                        // (Entered from its first instruction: the frame image's loads run again,
+                        // to the same values, counted as a skip would count them.)
+                        if Some(builtin) == self.gradient_builtin
+                            && version == self.program_version
+                            && tri!(self.push_gradient_routine(&program, base, list!(args), dst))
+                        {
+                            continue 'frames;
                         }
+                        let v = tri!(self.call_builtin_regs(builtin, base, func.list(args)));
+                        refresh!();
+                        set!(dst, v);
                     }
                     Instr::BranchCtl { then_blk, else_blk } => {
                         let target = match self.tape.ctl.pop() {
@@ -1651,8 +1638,6 @@ impl Vm {
                     }
                     Instr::PullAdd { dst, rule, args } => simple!(Instr::PullAdd { dst, rule, args }),
                     Instr::Gate { dst, src, cond } => simple!(Instr::Gate { dst, src, cond }),
-                    Instr::GradSeed { dst, src } => simple!(Instr::GradSeed { dst, src }),
-                    Instr::GradOut { dst, items } => simple!(Instr::GradOut { dst, items }),
                     Instr::TapePopIf { dst, code, mask } => simple!(Instr::TapePopIf { dst, code, mask }),
                     // The adjoint of `+` and `-`: the broadcast decision, the shapes it says
                     // were saved, then each operand's pullback, which with a scalar cotangent
@@ -1743,10 +1728,30 @@ impl Vm {
                     | Instr::GetField { .. } | Instr::TupleGet { .. } | Instr::Unpack { .. }
                     | Instr::IterPrep { .. } | Instr::Len { .. } | Instr::CheckInt { .. }
                     | Instr::MakeClosure { .. } | Instr::NewStruct { .. }
+                    | Instr::GradSeed { .. } | Instr::GradOut { .. }
                     => simple!(instr),
                 }
             }
         }
+    }
+
+    /// For a `value_and_gradient` call whose routine `gradient_routine_at` finds: the check
+    /// the driver's `run_function` makes on entering the routine (as a direct call makes
+    /// it), then the routine's frame pushed; whether it was. Out of `execute` in a debug
+    /// build (its frame would grow: a host thread with a small stack runs two `execute`s,
+    /// `tests/embed.rs`).
+    #[cfg_attr(debug_assertions, inline(never))]
+    #[cfg_attr(not(debug_assertions), inline(always))]
+    fn push_gradient_routine(&mut self, program: &Program, base: usize, args: &[Reg], dst: Reg) -> VmResult<bool> {
+        let Some(g) = self.gradient_routine_at(base, args) else { return Ok(false) };
+        if self.steps >= self.next_check {
+            self.check_limits()?;
+        }
+        let callee: &Function = &program.functions[g.index()];
+        let image = self.frame_images[g.index()].made_for(callee, &self.consts);
+        let fields = (&mut self.stack, &mut self.frames, &mut self.calls[..], self.limits.max_depth);
+        Self::push_direct(fields, g, callee, image, base, &args[1..], dst.0)?;
+        Ok(true)
     }
 
     /// The gradient routine a `value_and_gradient` call with arguments `args` (registers of
