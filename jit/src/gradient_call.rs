@@ -26,7 +26,7 @@ pub fn find(program: &Program, f: &Function, types: &Types, routines: Routines) 
 
 fn routine_called(program: &Program, f: &Function, types: &Types, routines: Routines, pc: usize) -> Option<FuncId> {
     let Instr::CallBuiltin { builtin, args, .. } = f.code[pc] else { return None };
-    if !Function::is_value_and_gradient(&program.builtins[builtin.index()]) {
+    if !program.builtins[builtin.index()].is_value_and_gradient() {
         return None;
     }
     let t = types.before.get(pc)?.as_deref()?;

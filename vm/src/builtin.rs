@@ -128,6 +128,12 @@ pub enum Deriv {
 }
 
 impl Builtin {
+    /// Whether this is the standard `value_and_gradient` (a host function of that name
+    /// replaces it in the table as a `Host` built-in).
+    pub fn is_value_and_gradient(&self) -> bool {
+        self.name == "value_and_gradient" && matches!(self.imp, BuiltinImpl::Native(_))
+    }
+
     pub fn native(name: &str, min_args: usize, max_args: usize, f: NativeFn) -> Builtin {
         Builtin {
             name: name.into(),

@@ -196,7 +196,7 @@ impl Vm {
         let back_edges = vec![0; program.functions.iter().map(|f| f.blocks.len()).sum()];
         let frame_images = loop_base.iter().map(|&lb| crate::frame_image::FrameImage::unbuilt(lb)).collect();
         let gradient_builtin =
-            program.builtins.iter().position(crate::program::Function::is_value_and_gradient).map(|b| BuiltinId(b as u32));
+            program.builtins.iter().position(crate::builtin::Builtin::is_value_and_gradient).map(|b| BuiltinId(b as u32));
         Vm {
             gradient_builtin,
             globals: vec![None; program.global_names.len()],
@@ -1754,22 +1754,29 @@ impl Vm {
         Ok(true)
     }
 
-    /// The gradient routine a `value_and_gradient` call with arguments `args` (registers of
-    /// the frame at `base`) runs, when its first argument is a function (or a closure that
-    /// captures nothing) that has one (made) and the rest are numbers of its arity: the call
-    /// is then the routine's call.
-    fn gradient_routine_at(&self, base: usize, args: &[Reg]) -> Option<FuncId> {
+    /// `gradient_routine_of` a `value_and_gradient` call's arguments, registers of the frame
+    /// at `base`.
+    pub(crate) fn gradient_routine_at(&self, base: usize, args: &[Reg]) -> Option<FuncId> {
         let (first, xs) = args.split_first()?;
-        let f = match &self.stack[base + first.index()] {
+        self.gradient_routine_of(&self.stack[base + first.index()], xs.iter().map(|r| &self.stack[base + r.index()]))
+    }
+
+    /// The gradient routine that `value_and_gradient(f, xs..)` runs, when `f` is a function
+    /// (or a closure that captures nothing) whose routines are made and include one, and the
+    /// `xs` are numbers of its arity: the call is then the routine's call.
+    pub(crate) fn gradient_routine_of<'a>(&self, f: &Value, xs: impl ExactSizeIterator<Item = &'a Value>) -> Option<FuncId> {
+        let f = match f {
             Value::Func(f) => *f,
             Value::Closure(c) if c.captures.is_empty() => c.func,
             _ => return None,
         };
-        if xs.is_empty() || !xs.iter().all(|r| matches!(self.stack[base + r.index()], Value::Float(_) | Value::Int(_))) {
+        let n = xs.len();
+        let mut xs = xs;
+        if n == 0 || !xs.all(|x| matches!(x, Value::Float(_) | Value::Int(_))) {
             return None;
         }
         let g = self.program.derivative_in(f, self.routines())?.gradient?;
-        (self.program.functions[g.index()].arity as usize == xs.len()).then_some(g)
+        (self.program.functions[g.index()].arity as usize == n).then_some(g)
     }
 
     pub(crate) fn call_builtin_regs(&mut self, b: BuiltinId, base: usize, args: &[Reg]) -> VmResult<Value> {

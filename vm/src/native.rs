@@ -787,7 +787,7 @@ impl Vm {
         let f = self.program.functions[func.index()].clone();
         for (pc, i) in f.code.iter().enumerate() {
             let Instr::CallBuiltin { builtin, args, .. } = *i else { continue };
-            if !crate::program::Function::is_value_and_gradient(&self.program.builtins[builtin.index()]) {
+            if !self.program.builtins[builtin.index()].is_value_and_gradient() {
                 continue;
             }
             if let Some(g) = f.list(args).first().and_then(|&r| f.function_loaded(pc, r)) {
@@ -806,19 +806,10 @@ impl Vm {
         let base = self.frames.last().map_or(0, |fr| fr.base as usize);
         let (func, args) = match f.code.get(pc as usize).copied() {
             Some(Instr::CallDirect { func, args, .. }) => (func, f.list(args)),
-            Some(Instr::CallBuiltin { args, .. }) => {
-                let list = f.list(args);
-                let function = match list.first().map(|r| &self.stack[base + r.index()]) {
-                    Some(Value::Func(g)) => Some(*g),
-                    Some(Value::Closure(c)) if c.captures.is_empty() => Some(c.func),
-                    _ => None,
-                };
-                let routine = function.and_then(|g| self.program.derivative_in(g, self.routines())).and_then(|d| d.gradient);
-                match routine {
-                    Some(routine) => (routine, &list[1..]),
-                    None => return false,
-                }
-            }
+            Some(Instr::CallBuiltin { args, .. }) => match self.gradient_routine_at(base, f.list(args)) {
+                Some(routine) => (routine, &f.list(args)[1..]),
+                None => return false,
+            },
             _ => return false,
         };
         let callee = &self.program.functions[func.index()];

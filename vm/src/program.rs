@@ -207,12 +207,6 @@ impl Function {
         }
     }
 
-    /// Whether built-in `b` is the standard `value_and_gradient` (a host function of that name
-    /// replaces it in the table as a `Host` built-in).
-    pub fn is_value_and_gradient(builtin: &crate::builtin::Builtin) -> bool {
-        builtin.name == "value_and_gradient" && matches!(builtin.imp, crate::builtin::BuiltinImpl::Native(_))
-    }
-
     /// The block an instruction index belongs to.
     pub fn block_of(&self, pc: usize) -> BlockId {
         let i = self.blocks.partition_point(|b| (b.start as usize) <= pc);

@@ -17,7 +17,7 @@
 //! 4. what the join makes plain, simplified: each value pushed for the adjoint is the
 //!    register it was pushed from, since every pop is paired with its push (`pair_records`;
 //!    control decisions still go through the tape), and an accumulation onto an incoming
-//!    `nil` is the value accumulated (`skip_sums_with_nil`).
+//!    `nil` is the value accumulated (`simplify.rs`, as for every adjoint).
 //!
 //! Only where that is all the driver does: both routines one block (no control flow to
 //! join), every register of the quiet routine a number given number arguments (so `y` is one:
@@ -92,7 +92,8 @@ pub fn gradient_routine(
     g.push(Instr::GradOut { dst: out, items }, adj.spans[tuple_at]);
     g.push(Instr::Return { src: out }, adj.spans[tuple_at]);
     pair_records(&mut g);
-    skip_sums_with_nil(&mut g);
+    // The incoming adjoints are `nil` now: sums onto them are the adjoint's clean-up's case.
+    super::simplify::simplify(&mut g);
     drop_unused_loads(&mut g);
     Some(g)
 }
@@ -120,22 +121,8 @@ fn pair_records(g: &mut Function) {
     for (pop, push) in popped.iter().zip(pushed.iter().rev()) {
         renamed[pop.index()] = Some(*push);
     }
-    let rename = |r: Reg| renamed[r.index()].unwrap_or(r);
-    let keep: Vec<bool> = g.code.iter().map(|i| !matches!(i, Instr::TapePush { .. } | Instr::TapeSave { .. } | Instr::TapePop { .. })).collect();
-    for i in g.code.iter_mut() {
-        i.map_operands(|o| match o {
-            Operand::Use(r) => Operand::Use(rename(r)),
-            Operand::Acc(r) => Operand::Acc(rename(r)),
-            o => o,
-        });
-    }
-    for r in g.list_regs.iter_mut() {
-        *r = rename(*r);
-    }
-    let mut k = keep.iter();
-    g.code.retain(|_| *k.next().unwrap());
-    let mut k = keep.iter();
-    g.spans.retain(|_| *k.next().unwrap());
+    let removed: Vec<bool> = g.code.iter().map(|i| matches!(i, Instr::TapePush { .. } | Instr::TapeSave { .. } | Instr::TapePop { .. })).collect();
+    super::simplify::rename_and_remove(g, renamed, &removed);
 }
 
 /// Whether the source function `f` returns a number whenever its arguments are numbers, by
@@ -222,39 +209,6 @@ fn adjoint_result(adj: &Function, n: usize) -> Option<(usize, Vec<Reg>)> {
     Some((tuple_at, list[1..].to_vec()))
 }
 
-/// Replaces each accumulation onto an incoming adjoint (`nil` here) by the value
-/// accumulated: `nil (+) x` is `x`.
-fn skip_sums_with_nil(g: &mut Function) {
-    let mut nil = vec![false; g.num_regs as usize];
-    let mut renamed: Vec<Option<Reg>> = vec![None; g.num_regs as usize];
-    let mut keep = vec![true; g.code.len()];
-    for (pc, i) in g.code.iter().enumerate() {
-        match *i {
-            Instr::LoadNil { dst } => nil[dst.index()] = true,
-            Instr::AdjAdd { dst, a, b } if nil[a.index()] || nil[b.index()] => {
-                let other = if nil[a.index()] { b } else { a };
-                renamed[dst.index()] = Some(renamed[other.index()].unwrap_or(other));
-                keep[pc] = false;
-            }
-            _ => {}
-        }
-    }
-    let rename = |r: Reg| renamed[r.index()].unwrap_or(r);
-    for i in g.code.iter_mut() {
-        i.map_operands(|o| match o {
-            Operand::Use(r) => Operand::Use(rename(r)),
-            o => o,
-        });
-    }
-    for r in g.list_regs.iter_mut() {
-        *r = rename(*r);
-    }
-    let mut k = keep.iter();
-    g.code.retain(|_| *k.next().unwrap());
-    let mut k = keep.iter();
-    g.spans.retain(|_| *k.next().unwrap());
-}
-
 /// Removes `nil` and constant loads whose register nothing reads (the adjoint's `d closure`,
 /// an incoming adjoint no accumulation reads).
 fn drop_unused_loads(g: &mut Function) {
@@ -266,16 +220,14 @@ fn drop_unused_loads(g: &mut Function) {
             _ => {}
         });
     }
-    let keep: Vec<bool> = g
+    let removed: Vec<bool> = g
         .code
         .iter()
         .map(|i| match *i {
-            Instr::LoadNil { dst } | Instr::LoadK { dst, .. } => read[dst.index()],
-            _ => true,
+            Instr::LoadNil { dst } | Instr::LoadK { dst, .. } => !read[dst.index()],
+            _ => false,
         })
         .collect();
-    let mut k = keep.iter();
-    g.code.retain(|_| *k.next().unwrap());
-    let mut k = keep.iter();
-    g.spans.retain(|_| *k.next().unwrap());
+    let unchanged = vec![None; g.num_regs as usize];
+    super::simplify::rename_and_remove(g, unchanged, &removed);
 }

@@ -76,6 +76,13 @@ pub fn simplify(f: &mut Function) {
     rewrite(f, &renames, &removed);
 }
 
+/// Renames every use of register `r` to `renamed[r]` where that is set (one step: the
+/// targets are not renamed themselves) and drops the instructions marked `removed` (other
+/// passes' rewrites: `fused.rs`).
+pub(super) fn rename_and_remove(f: &mut Function, renamed: Vec<Option<Reg>>, removed: &[bool]) {
+    rewrite(f, &Renames(renamed), removed);
+}
+
 /// The jumps into each block: `(pc, target)`.
 fn jumps(f: &Function) -> Vec<(usize, BlockId, ListId)> {
     f.code

@@ -211,10 +211,7 @@ fn split_pair(out: Value) -> VmResult<(Value, Rc<Tuple>)> {
 /// makes them): it runs as a named function's does.
 fn closure_gradient_routine(vm: &Vm, f: &Value, args: &[Value]) -> Option<crate::bytecode::FuncId> {
     match f {
-        Value::Closure(c) if c.captures.is_empty() && args.iter().all(|a| matches!(a, Value::Float(_) | Value::Int(_))) => {
-            let g = vm.program().derivative_in(c.func, vm.routines())?.gradient?;
-            (vm.program().functions[g.index()].arity as usize == args.len()).then_some(g)
-        }
+        Value::Closure(_) => vm.gradient_routine_of(f, args.iter()),
         _ => None,
     }
 }
