@@ -29,7 +29,7 @@
 //! callee's `Gate`s then skip the pullbacks into that parameter and return `nil` for it.
 
 use super::cfg::{block_end, predecessors, return_blocks, terminator, Edge};
-use super::induction::Loop;
+use super::induction::{Induction, Loop};
 use super::saves::{Plan, Record, Save};
 use crate::ssa::{FnBuilder, Var};
 use zygvm_vm::ad::rules::Rule;
@@ -72,6 +72,10 @@ struct Adjoint<'a> {
     iv_var: Vec<Option<Var>>,
     /// Per checkpointed loop: the variable holding its record, popped at its reversed exits.
     record_var: Vec<Var>,
+    /// Per register: a block parameter (a value carried around a loop, say).
+    block_param: Vec<bool>,
+    /// The primal block whose adjoint is being written (`usize::MAX` at the routine's entry).
+    current: usize,
 }
 
 impl<'a> Adjoint<'a> {
@@ -173,15 +177,17 @@ impl<'a> Adjoint<'a> {
     /// back at its starting value, else back along the back edge.
     fn leave_header(&mut self, l: &Loop, targets: &[BlockId], span: Span) {
         let iv = l.inductions[0];
-        let cur = self.index_value(iv.param);
+        // The index one step back (see `cross`): `p != init`, on every value `p` takes, is
+        // `p - step >= init` for a growing index. An ordered test ends the loop whatever
+        // happens; written so, the test and its branch to the back edge fuse (`fuse.rs`: the
+        // then-block next).
+        let var = self.iv_var(iv.param);
+        let before = self.b.read_var(var);
         let init = self.value_at(iv.init, span);
-        // `p != init` on every value `p` takes; an ordered test ends the loop whatever happens.
-        // Both are ints (an induction's values are), so `!(p <= init)` is `p > init`: written
-        // so, the test and its branch to the back edge fuse (`fuse.rs`: the then-block next).
         let past_start = if iv.increasing {
-            self.b.emit_def(|dst| Instr::Gt { dst, a: cur, b: init }, span)
+            self.b.emit_def(|dst| Instr::Ge { dst, a: before, b: init }, span)
         } else {
-            self.b.emit_def(|dst| Instr::Lt { dst, a: cur, b: init }, span)
+            self.b.emit_def(|dst| Instr::Le { dst, a: before, b: init }, span)
         };
         let (back, entry) = self.b.branch(past_start, span);
         for (blk, e) in [(entry, l.entry), (back, l.back)] {
@@ -192,17 +198,27 @@ impl<'a> Adjoint<'a> {
     }
 
     /// What crossing a primal edge backwards does to the loop indices: leaving a loop
-    /// backwards (entering it in reverse at an exit) pops their values at that exit; a back
-    /// edge steps them back by one iteration.
+    /// backwards (entering it in reverse at an exit) pops their values at that exit; the edge
+    /// from a loop's header into its body steps them back by one iteration.
+    ///
+    /// An index's variable holds, in the adjoint of a body block, the index of the iteration
+    /// being reversed, and in the adjoint of the header, the header's index less one step
+    /// (`index_value` adds it back there). The step thus sits at the end of the reversed
+    /// iteration, right before the jump to the header's adjoint (the two fuse into one
+    /// `SubJump`: `fuse.rs`), and the reversed back edge does nothing.
     fn cross(&mut self, e: &Edge, span: Span) {
         let cx = self.cx;
         let loops = &cx.plan.loops;
         for p in loops.exits(e.from.index(), e.to.index()).into_iter().rev() {
-            let v = self.pop(span);
+            let mut v = self.pop(span);
             // A loop index is an int (`induction.rs`): said here, so that the JIT types the
             // pop an int from the function's entry on (`jit/src/types.rs`,
             // `known_int_pops`), where it would otherwise speculate a float.
             self.b.emit(Instr::CheckInt { src: v }, span);
+            let (l, iv) = self.induction_of(p);
+            if loops.loops[l].header == e.from {
+                v = self.step_back(iv, v, span);
+            }
             let var = self.iv_var(p);
             self.b.write_var(var, v);
         }
@@ -211,19 +227,35 @@ impl<'a> Adjoint<'a> {
             self.b.emit(Instr::LoopCkRewind { ck: v }, span);
             self.b.write_var(self.record_var[l], v);
         }
-        if let Some(l) = loops.back_edge_of(e) {
+        for l in loops.loops.iter().filter(|l| l.header == e.from && l.body[e.to.index()]) {
             for iv in l.inductions.clone() {
-                let cur = self.index_value(iv.param);
-                let k = self.invariant[iv.step_reg.index()].expect("loop steps are recomputed at entry");
-                let prev = if iv.down {
-                    self.b.emit_def(|dst| Instr::Add { dst, a: cur, b: k }, span)
-                } else {
-                    self.b.emit_def(|dst| Instr::Sub { dst, a: cur, b: k }, span)
-                };
                 let var = self.iv_var(iv.param);
+                let cur = self.b.read_var(var);
+                let prev = self.step_back(iv, cur, span);
                 self.b.write_var(var, prev);
             }
         }
+    }
+
+    /// The loop whose induction variable `p` is, and which of its inductions.
+    fn induction_of(&self, p: Reg) -> (usize, Induction) {
+        let l = self.cx.plan.loops.iv_loop(p).expect("an induction variable");
+        let iv = *self.cx.plan.loops.loops[l].inductions.iter().find(|iv| iv.param == p).expect("its loop's");
+        (l, iv)
+    }
+
+    /// The index one iteration before `cur` (`cur - K` for `p + K`), or after (`forward`).
+    fn step(&mut self, iv: Induction, cur: Reg, forward: bool, span: Span) -> Reg {
+        let k = self.invariant[iv.step_reg.index()].expect("loop steps are recomputed at entry");
+        if iv.down == forward {
+            self.b.emit_def(|dst| Instr::Sub { dst, a: cur, b: k }, span)
+        } else {
+            self.b.emit_def(|dst| Instr::Add { dst, a: cur, b: k }, span)
+        }
+    }
+
+    fn step_back(&mut self, iv: Induction, cur: Reg, span: Span) -> Reg {
+        self.step(iv, cur, false, span)
     }
 
     fn iv_var(&mut self, p: Reg) -> Var {
@@ -235,10 +267,22 @@ impl<'a> Adjoint<'a> {
         v
     }
 
-    /// The value of loop index `p` in the iteration being reversed.
-    fn index_value(&mut self, p: Reg) -> Reg {
+    /// The value of loop index `p` in the iteration being reversed (in the adjoint of its
+    /// loop's header: the header's, one step on from what the variable holds; see `cross`).
+    fn index_value(&mut self, p: Reg, span: Span) -> Reg {
         let v = self.iv_var(p);
-        self.b.read_var(v)
+        let cur = self.b.read_var(v);
+        let (l, iv) = self.induction_of(p);
+        if self.cx.plan.loops.loops[l].header.index() != self.current {
+            return cur;
+        }
+        // Once per block (the variable changes only on the edges that leave it).
+        if let Some(&(_, v)) = self.induced_here.iter().find(|(q, _)| *q == p) {
+            return v;
+        }
+        let here = self.step(iv, cur, true, span);
+        self.induced_here.push((p, here));
+        here
     }
 
     /// A primal value the plan says is computable here without the tape
@@ -249,7 +293,7 @@ impl<'a> Adjoint<'a> {
             return v;
         }
         if self.cx.plan.loops.iv_loop(r).is_some() {
-            return self.index_value(r);
+            return self.index_value(r, span);
         }
         if let Some(&(_, v)) = self.induced_here.iter().find(|(q, _)| *q == r) {
             return v;
@@ -359,13 +403,19 @@ impl<'a> Adjoint<'a> {
                 // One record: the broadcast code of the operands, then their identities.
                 let shape = popped[0];
                 let (ia, ib) = self.identities(shape, span);
-                if self.varied(a) {
-                    let c = self.pull(ra, 0, &[dy, shape, ia, ib], span);
-                    self.accumulate(a, c, span);
+                // Into a block parameter last (`s = s + t` in a loop): its pullback is then
+                // the last read of `dy`, so register allocation gives it `dy`'s register, the
+                // one the reversed loop carries it in, and the reversed back edge copies
+                // nothing. (The order of two pullbacks into different operands changes no value.)
+                let mut order = [(a, ra), (b, rb)];
+                if a != b && self.block_param[a.index()] && !self.block_param[b.index()] {
+                    order.swap(0, 1);
                 }
-                if self.varied(b) {
-                    let c = self.pull(rb, 0, &[dy, shape, ia, ib], span);
-                    self.accumulate(b, c, span);
+                for (r, rule) in order {
+                    if self.varied(r) {
+                        let c = self.pull(rule, 0, &[dy, shape, ia, ib], span);
+                        self.accumulate(r, c, span);
+                    }
                 }
             }
             Instr::Mul { a, b, .. }
@@ -580,6 +630,8 @@ pub fn adjoint(cx: &Context) -> Function {
         induced_here: vec![],
         iv_var: vec![None; f.num_regs as usize],
         record_var: vec![],
+        block_param: block_parameters(f),
+        current: usize::MAX,
     };
     a.record_var = cx.checkpoints.loops.iter().map(|_| a.b.new_var()).collect();
     a.nil = a.b.nil_reg();
@@ -641,6 +693,7 @@ pub fn adjoint(cx: &Context) -> Function {
         local.iter_mut().for_each(|l| l.retain(|&r| r != d));
     }
     for blk in 0..nblocks {
+        a.current = blk;
         a.b.switch_to(adjoint_block[blk]);
         a.popped_here.clear();
         a.induced_here.clear();
@@ -743,6 +796,15 @@ pub fn adjoint(cx: &Context) -> Function {
         }
     }
     a.b.finish(f.name.clone(), f.kind.clone(), f.span)
+}
+
+/// Per register of `f`: whether it is a block's parameter.
+fn block_parameters(f: &Function) -> Vec<bool> {
+    let mut out = vec![false; f.num_regs as usize];
+    for b in &f.blocks {
+        f.list(b.params).iter().for_each(|p| out[p.index()] = true);
+    }
+    out
 }
 
 /// The result of a `CallBuiltin` when it is varied (the call itself being inactive: a

@@ -12,13 +12,16 @@
 //! - the primal-with-tape routine pushes `p` once on each edge that leaves the loop, not once
 //!   per use per iteration;
 //! - the adjoint pops it on the reversed exit edge into a variable and steps it back by `K` on
-//!   the reversed back edge, so within the adjoint of the body it holds the value `p` had in
-//!   the iteration being reversed;
+//!   the reversed edge from the header into the body (the end of a reversed iteration), so
+//!   within the adjoint of the body it holds the value `p` had in the iteration being
+//!   reversed, and in the adjoint of the header the header's value less one step
+//!   (`adjoint.rs`, `cross`);
 //! - when `init` is available in the adjoint at `H` (`saves::Plan::available_at`), the adjoint
 //!   of `H` decides "back edge or entry edge?" by `p == init` instead of popping a control bit,
-//!   so a loop records nothing per iteration for its own control flow. (It tests `p <= init`
-//!   for a growing index, `p >= init` for a shrinking one: the same on every value `p` can
-//!   take, and a reversed loop that ends even if the tape were not what it should be.)
+//!   so a loop records nothing per iteration for its own control flow. (It tests `p - K >=
+//!   init` for a growing index, `p - K <= init` for a shrinking one, on the variable that holds
+//!   `p - K`: the same on every value `p` can take, and a reversed loop that ends even if the
+//!   tape were not what it should be.)
 
 use super::cfg::{predecessors, successors, terminator, Edge};
 use zygvm_vm::bytecode::*;
