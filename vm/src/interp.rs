@@ -108,6 +108,9 @@ pub struct Vm {
     /// The standard `value_and_gradient`, whose calls of a function with a gradient routine
     /// at numbers push the routine's frame in place (`gradient_routine_at`).
     gradient_builtin: Option<BuiltinId>,
+    /// The last `(y, gradients)` pairs gradient routines made (`GradOut`), refilled in place
+    /// by the next ones when nothing else holds them (`driver::gradient_pair_reusing`).
+    pub(crate) gradient_results: [Option<Rc<crate::value::Tuple>>; 2],
     pub(crate) globals: Vec<Option<Value>>,
     modules_run: Vec<bool>,
     pub(crate) stack: Stack<Value>,
@@ -199,6 +202,7 @@ impl Vm {
             program.builtins.iter().position(crate::builtin::Builtin::is_value_and_gradient).map(|b| BuiltinId(b as u32));
         Vm {
             gradient_builtin,
+            gradient_results: [None, None],
             globals: vec![None; program.global_names.len()],
             modules_run: vec![false; program.functions.len()],
             consts,

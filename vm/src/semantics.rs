@@ -377,7 +377,8 @@ impl Vm {
             }
             Instr::GradOut { dst, items } => {
                 let list = func.list(items);
-                set!(dst, crate::ad::driver::gradient_pair(program, list, |r| &reg!(r)));
+                let pair = crate::ad::driver::gradient_pair_reusing(&mut self.gradient_results, program, list, |r| &reg!(r));
+                set!(dst, pair);
             }
             Instr::PullAdd { dst, rule, args } => {
                 let v = self.pull(program, func, regs, rule, args)?;

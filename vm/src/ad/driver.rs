@@ -196,6 +196,37 @@ pub(crate) fn gradient_pair<'a>(program: &crate::program::Program, items: &[crat
     Value::Tuple(pair)
 }
 
+/// [`gradient_pair`], in one of the pairs `last` holds that nothing else holds (nor its
+/// gradient tuple), refilled in place: a loop that takes a gradient and drops (or unpacks)
+/// the result then allocates and frees nothing per gradient. Two, because the caller's
+/// register still holds the previous result while the next is made. Tuples are immutable
+/// values, and one held by anything but `last` is never written; else the new pair is made
+/// and kept in place of the other.
+pub(crate) fn gradient_pair_reusing<'a>(
+    last: &mut [Option<Rc<Tuple>>; 2],
+    program: &crate::program::Program,
+    items: &[crate::bytecode::Reg],
+    reg: impl Fn(crate::bytecode::Reg) -> &'a Value,
+) -> Value {
+    let n = items.len() / 2;
+    for slot in last.iter_mut() {
+        let Some(pair) = slot.as_mut().and_then(Rc::get_mut) else { continue };
+        let [y, Value::Tuple(grads)] = &mut pair.0[..] else { continue };
+        let Some(g) = Rc::get_mut(grads).filter(|g| g.0.len() == n) else { continue };
+        for k in 0..n {
+            crate::semantics::store(&mut g.0[k], to_gradient(reg(items[1 + n + k]), reg(items[1 + k]), program));
+        }
+        crate::semantics::store(y, reg(items[0]).clone());
+        return Value::Tuple(slot.clone().expect("checked above"));
+    }
+    let pair = gradient_pair(program, items, reg);
+    if let Value::Tuple(t) = &pair {
+        last.swap(0, 1);
+        last[0] = Some(t.clone());
+    }
+    pair
+}
+
 /// A gradient routine's result `(y, gradients)` as its two parts.
 fn split_pair(out: Value) -> VmResult<(Value, Rc<Tuple>)> {
     if let Value::Tuple(t) = out {
