@@ -38,7 +38,7 @@
 //! does not compile itself it runs through `step` (the shared semantics of `semantics.rs`)
 //! or leaves to the interpreter.
 
-use crate::bytecode::FuncId;
+use crate::bytecode::{FuncId, Instr};
 use crate::error::{VmError, VmResult};
 use crate::interp::Vm;
 use crate::program::Program;
@@ -882,6 +882,38 @@ pub unsafe extern "C" fn step(vm: *mut Vm, regs: *mut Value, func: u32, pc: u32)
     };
     // SAFETY: the caller's contract: `vm` is live and not otherwise borrowed while native
     // code runs (the interpreter waits in `run_native`).
+    unsafe { helper_call(vm, pc, body) }
+}
+
+/// The helper native code calls for a simple instruction it does not lower itself: `step`,
+/// or one for that instruction alone with `step`'s signature and statuses (`grad_out`).
+pub fn step_helper(instr: &Instr) -> *const () {
+    match instr {
+        Instr::GradOut { .. } => grad_out as *const (),
+        _ => step as *const (),
+    }
+}
+
+/// Runs the `GradOut` at `pc` of `func` (`Vm::grad_out`, the interpreter's semantics) on the
+/// registers at `regs`: `step` without the general dispatch. Returns `STEP_DONE` (the
+/// instruction cannot fail; a panic becomes an `ERROR(pc)` status as in `step`).
+///
+/// # Safety
+/// As `step`'s; the instruction at `pc` is a `GradOut`.
+pub unsafe extern "C" fn grad_out(vm: *mut Vm, regs: *mut Value, func: u32, pc: u32) -> u64 {
+    let body = |vm: &mut Vm| -> VmResult<u64> {
+        // SAFETY: `grad_out` adds no function to the program, which stays the allocation
+        // `vm` holds while it runs (see `step`).
+        let program: &Program = unsafe { &*std::sync::Arc::as_ptr(&vm.program) };
+        let f = &program.functions[func as usize];
+        let Instr::GradOut { dst, items } = f.code[pc as usize] else {
+            return Ok(status::encode(status::EXIT, pc, 0));
+        };
+        // SAFETY: `regs` is the frame of `f` (caller's contract), verified registers.
+        unsafe { vm.grad_out(program, f, regs, dst, items) };
+        Ok(STEP_DONE)
+    };
+    // SAFETY: as in `step`.
     unsafe { helper_call(vm, pc, body) }
 }
 

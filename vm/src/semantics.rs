@@ -375,11 +375,8 @@ impl Vm {
                 self.tape.note_peak();
                 set!(dst, Value::Float(1.0));
             }
-            Instr::GradOut { dst, items } => {
-                let list = func.list(items);
-                let pair = crate::ad::driver::gradient_pair_reusing(&mut self.gradient_results, program, list, |r| &reg!(r));
-                set!(dst, pair);
-            }
+            // SAFETY: `regs` is `func`'s frame (this function's contract).
+            Instr::GradOut { dst, items } => unsafe { self.grad_out(program, func, regs, dst, items) },
             Instr::PullAdd { dst, rule, args } => {
                 let v = self.pull(program, func, regs, rule, args)?;
                 let sum = match (std::mem::take(&mut reg_mut!(dst)), v) {
@@ -491,6 +488,22 @@ impl Vm {
         buf.clear();
         self.scratch = buf;
         r
+    }
+}
+
+impl Vm {
+    /// `GradOut`: a gradient routine's `(y, gradients)` pair, refilled in place when nothing
+    /// else holds the last one (`driver::gradient_pair_reusing`). Infallible. Shared by the
+    /// interpreter and native code (`native::grad_out`).
+    ///
+    /// # Safety
+    /// `regs` is the register window of a frame of `func`, whose registers `dst` and those of
+    /// `items` are (verifier bounds).
+    pub(crate) unsafe fn grad_out(&mut self, program: &Program, func: &Function, regs: *mut Value, dst: Reg, items: ListId) {
+        let list = func.list(items);
+        // SAFETY: the caller's contract.
+        let pair = crate::ad::driver::gradient_pair_reusing(&mut self.gradient_results, program, list, |r| unsafe { &*regs.add(r.index()) });
+        store(unsafe { &mut *regs.add(dst.index()) }, pair);
     }
 }
 

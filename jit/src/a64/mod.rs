@@ -474,13 +474,14 @@ impl<'a> Emitter<'a> {
         }
     }
 
-    /// A call of `step` for the instruction at `pc`; on anything but `STEP_DONE` it leaves
-    /// with the status `step` returned (an `ERROR` counts the instruction, an `EXIT` not).
+    /// A call of `step` for the instruction at `pc` (or of a helper with its signature and
+    /// statuses: `native::step_helper`); on anything but `STEP_DONE` it leaves with the status
+    /// it returned (an `ERROR` counts the instruction, an `EXIT` not).
     fn step(&mut self, pc: usize) {
         dynasm!(self.ops ; .arch aarch64 ; mov x0, x20 ; mov x1, x19);
         self.imm(2, self.func.0 as u64);
         self.imm(3, pc as u64);
-        self.call(native::step as *const ());
+        self.call(native::step_helper(&self.f.code[pc]));
         let (done, failed, ep) = (self.ops.new_dynamic_label(), self.ops.new_dynamic_label(), self.epilogue);
         dynasm!(self.ops ; .arch aarch64 ; cmn x0, 1 ; b.eq =>done);
         self.count(pc - self.run_start);

@@ -684,12 +684,13 @@ impl<'a> Emitter<'a> {
         }
     }
 
-    /// A call of `step` for the instruction at `pc`; on anything but `STEP_DONE` it leaves
-    /// with the status `step` returned.
+    /// A call of `step` for the instruction at `pc` (or of a helper with its signature and
+    /// statuses: `native::step_helper`); on anything but `STEP_DONE` it leaves with the status
+    /// it returned.
     pub(super) fn step(&mut self, pc: usize) {
         let (func, pcu) = (self.func.0 as i32, pc as i32);
         dynasm!(self.ops ; .arch x64 ; mov rdi, r12 ; mov rsi, rbx ; mov edx, func ; mov ecx, pcu);
-        self.call(native::step as *const ());
+        self.call(native::step_helper(&self.f.code[pc]));
         let done = self.ops.new_dynamic_label();
         let failed = self.ops.new_dynamic_label();
         let ep = self.epilogue;
