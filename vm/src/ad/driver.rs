@@ -213,8 +213,14 @@ pub(crate) fn gradient_pair_reusing<'a>(
         let Some(pair) = slot.as_mut().and_then(Rc::get_mut) else { continue };
         let [y, Value::Tuple(grads)] = &mut pair.0[..] else { continue };
         let Some(g) = Rc::get_mut(grads).filter(|g| g.0.len() == n) else { continue };
-        for k in 0..n {
-            crate::semantics::store(&mut g.0[k], to_gradient(reg(items[1 + n + k]), reg(items[1 + k]), program));
+        let (xs, ds) = items[1..].split_at(n);
+        for ((slot, &x), &d) in g.0.iter_mut().zip(xs).zip(ds) {
+            // A float argument's gradient is its float adjoint (`to_gradient`'s first case).
+            let v = match (reg(x), reg(d)) {
+                (Value::Float(_), &Value::Float(d)) => Value::Float(d),
+                (x, d) => to_gradient(d, x, program),
+            };
+            crate::semantics::store(slot, v);
         }
         crate::semantics::store(y, reg(items[0]).clone());
         return Value::Tuple(slot.clone().expect("checked above"));
