@@ -155,10 +155,6 @@ impl Loops {
         left.iter().flat_map(|l| l.inductions.iter().map(|iv| iv.param)).collect()
     }
 
-    /// The loop whose back edge `e` is.
-    pub fn back_edge_of(&self, e: &Edge) -> Option<&Loop> {
-        self.loops.iter().find(|l| l.back == *e)
-    }
 }
 
 /// For a header `h` with two incoming edges: `(entry edge, back edge, body)` when one edge
