@@ -489,9 +489,7 @@ impl Vm {
         self.scratch = buf;
         r
     }
-}
 
-impl Vm {
     /// `GradOut`: a gradient routine's `(y, gradients)` pair, refilled in place when nothing
     /// else holds the last one (`driver::gradient_pair_reusing`). Infallible. Shared by the
     /// interpreter and native code (`native::grad_out`).

@@ -177,17 +177,27 @@ fn of_numbers(vm: &mut Vm, id: crate::bytecode::FuncId, args: &[Value]) -> VmRes
     Ok((y, grads))
 }
 
-/// `GradOut`: `(y, (d_1 .. d_n))` for `items = (y, x_1 .. x_n, d_1 .. d_n)`, each `d_k` made a
-/// gradient of `x_k`'s shape (`to_gradient`). The tuples are allocated first and filled in
+/// The gradient of argument `x` whose adjoint is `d` (`to_gradient`, with its float case
+/// inline: a gradient routine's arguments are numbers).
+#[inline(always)]
+fn argument_gradient(x: &Value, d: &Value, program: &crate::program::Program) -> Value {
+    match (x, d) {
+        (Value::Float(_), &Value::Float(d)) => Value::Float(d),
+        (x, d) => to_gradient(d, x, program),
+    }
+}
+
+/// `GradOut`'s new pair: `(y, (d_1 .. d_n))` for `items = (y, x_1 .. x_n, d_1 .. d_n)`, each
+/// `d_k` made a gradient of `x_k`'s shape. The tuples are allocated first and filled in
 /// place: a value built on the stack and then copied into a new allocation is read back in
 /// 16 bytes right after being written in two 8-byte halves, which stalls (store forwarding;
 /// this is most of the cost of a small function's gradient on the JIT).
-pub(crate) fn gradient_pair<'a>(program: &crate::program::Program, items: &[crate::bytecode::Reg], reg: impl Fn(crate::bytecode::Reg) -> &'a Value) -> Value {
+fn gradient_pair<'a>(program: &crate::program::Program, items: &[crate::bytecode::Reg], reg: impl Fn(crate::bytecode::Reg) -> &'a Value) -> Value {
     let n = items.len() / 2;
     let mut grads = Rc::new(Tuple(TupleItems::new()));
     let g = &mut Rc::get_mut(&mut grads).expect("just made").0;
     for k in 0..n {
-        g.push(to_gradient(reg(items[1 + n + k]), reg(items[1 + k]), program));
+        g.push(argument_gradient(reg(items[1 + k]), reg(items[1 + n + k]), program));
     }
     let mut pair = Rc::new(Tuple(TupleItems::new()));
     let p = &mut Rc::get_mut(&mut pair).expect("just made").0;
@@ -215,12 +225,7 @@ pub(crate) fn gradient_pair_reusing<'a>(
         let Some(g) = Rc::get_mut(grads).filter(|g| g.0.len() == n) else { continue };
         let (xs, ds) = items[1..].split_at(n);
         for ((slot, &x), &d) in g.0.iter_mut().zip(xs).zip(ds) {
-            // A float argument's gradient is its float adjoint (`to_gradient`'s first case).
-            let v = match (reg(x), reg(d)) {
-                (Value::Float(_), &Value::Float(d)) => Value::Float(d),
-                (x, d) => to_gradient(d, x, program),
-            };
-            crate::semantics::store(slot, v);
+            crate::semantics::store(slot, argument_gradient(reg(x), reg(d), program));
         }
         crate::semantics::store(y, reg(items[0]).clone());
         return Value::Tuple(slot.clone().expect("checked above"));
