@@ -371,14 +371,19 @@ fn rec(v, n) { if n == 0 { v } else { rec(tanh(v) + 0.5 * v, n - 1) } }
 
 fn render(stmts: &[Stmt]) -> (String, bool) {
     let mut r = Render { out: String::new(), module: false, scopes: vec![2], next: 0, depth: 1 };
-    r.out.push_str(PRELUDE);
-    r.out.push_str("fn f(v0, v1) {\n");
     for s in stmts {
         r.stmt(s);
     }
     let sum: Vec<String> = (0..r.visible()).map(|k| format!("v{k}")).collect();
     r.line(&sum.join(" + "));
-    r.out.push_str("}\nfn g(x, y) { gradient(f, x, y) }\n");
+    let body = std::mem::take(&mut r.out);
+    r.out.push_str(PRELUDE);
+    r.out.push_str(&format!("fn f(v0, v1) {{\n{body}}}\n"));
+    // The same body at a float array: where it writes and calls nothing, its gradient is one
+    // routine run on values (`compiler/src/ad/on_values.rs`); otherwise the general path.
+    r.out.push_str(&format!("fn fa(v) {{\n  let v0 = v[0]\n  let v1 = v[1]\n{body}}}\n"));
+    r.out.push_str("fn ga(x, y) { gradient(fa, [x, y])[0] }\n");
+    r.out.push_str("fn g(x, y) { gradient(f, x, y) }\n");
     r.out.push_str("fn gi(x, y) { gradient(fn(v) { f(v[1], v[2]) * (1.0 + 0.0 * v[0]) }, [2, x, y])[0] }\n");
     r.out.push_str("fn t(x, y) { (jvp(f, (x, y), (1.0, 0.0))[1], jvp(f, (x, y), (0.0, 1.0))[1]) }\n");
     r.out.push_str("fn h(x, y) { hessian(fn(v) { f(v[0], v[1]) }, [x, y]) }\n");
@@ -420,6 +425,11 @@ fn check(stmts: &[Stmt], x: f64, y: f64) -> Result<(), TestCaseError> {
             (gr - f1).abs() <= 1e-6 * scale,
             "d/d{name}: gradient {gr} vs finite difference {f1} at ({x}, {y})\n{src}"
         );
+    }
+    let ga = vm.call_value("ga", vec![Value::Float(x), Value::Float(y)]).map_err(|e| TestCaseError::fail(format!("{e}\n{src}")))?;
+    let Value::Array(ga) = ga else { return Err(TestCaseError::fail(format!("gradient of a float array: {ga:?}"))) };
+    for (k, want) in [(0, gx), (1, gy)] {
+        prop_assert!((float(&ga[k]) - want).abs() <= 1e-12 * want.abs().max(1.0), "float array gradient {} vs {want}\n{src}", float(&ga[k]));
     }
     // An int element of an array argument is a constant: its gradient is exactly 0.0.
     let gi = vm.call_value("gi", vec![Value::Float(x), Value::Float(y)]).map_err(|e| TestCaseError::fail(format!("{e}\n{src}")))?;
@@ -526,6 +536,29 @@ fn check_third_order(vm: &mut Vm, src: &str, x: f64, y: f64) -> Result<(), TestC
         prop_assert!((want - f1).abs() <= 1e-5 * s, "f_{name} = {want} vs finite difference of the Hessian {f1} at ({x}, {y})\n{src}");
     }
     Ok(())
+}
+
+/// Whether a statement writes and calls nothing (its function's gradient at a float array is
+/// then one routine run on values: `compiler/src/ad/on_values.rs`).
+fn writes_and_calls_nothing(s: &Stmt) -> bool {
+    match s {
+        Stmt::Let(_) | Stmt::Assign(..) | Stmt::Struct(..) | Stmt::PartialRead(..) | Stmt::Untaken(..) => true,
+        Stmt::If(_, _, a, b) => a.iter().chain(b).all(writes_and_calls_nothing),
+        Stmt::For(_, body) | Stmt::While(_, body) => body.iter().all(writes_and_calls_nothing),
+        _ => false,
+    }
+}
+
+/// The same checks on programs that write and call nothing, so that `fa`'s gradient runs on
+/// values (`ga` against `g` in `check`) in every case, not only where the general generator
+/// happens to make such a program.
+#[test]
+fn gradients_on_values_match() {
+    let cases = std::env::var("ZYGVM_PROP_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(300u32);
+    let config = Config { cases, failure_persistence: None, max_global_rejects: 100_000, ..Config::default() };
+    let mut runner = TestRunner::new_with_rng(config, TestRng::from_seed(RngAlgorithm::ChaCha, &[11; 32]));
+    let stmts = prop::collection::vec(stmt().prop_filter("writes and calls nothing", writes_and_calls_nothing), 1..6);
+    runner.run(&(stmts, -1.0f64..1.0, -1.0f64..1.0), |(stmts, x, y)| check(&stmts, x, y)).unwrap();
 }
 
 #[test]

@@ -248,7 +248,7 @@ opcodes! {
     AdjAdd { dst: def, a: reg, b: reg } => "R[dst] := R[a] (+) R[b] (adjoint accumulation; nil is zero; consumes both)";
     Pull { dst: def, rule: imm, args: list } => "R[dst] := RULE[rule](L[args]...) (a pullback rule of vm/src/ad/rules.rs)";
     Gate { dst: def, src: reg, cond: reg } => "R[dst] := nil if R[cond] is false (the caller's mark on an argument whose adjoint it discards), else R[src]";
-    GradSeed { dst: def, src: reg } => "R[dst] := 1.0, the cotangent of a gradient's value R[src] (a number: `fused.rs` proves it), noting the tape's peak (a gradient routine's turn from primal to adjoint)";
+    GradSeed { dst: def, src: reg } => "R[dst] := 1.0, the cotangent of a gradient's value R[src] (error unless a number: `fused.rs` proves it for the routine at numbers), noting the tape's peak (a gradient routine's turn from primal to adjoint)";
     GradOut { dst: def, items: list } => "R[dst] := (R[y], (gradient of adjoint R[d_k] at argument R[x_k])..) for L[items] = (y, x_1..x_n, d_1..d_n) (a gradient routine's result: value_and_gradient's tuple)";
     LoopCkRewind { ck: reg } => "R[ck]'s loop is about to be reversed from its last iteration (R[ck] popped at the loop's exit; nil: not checkpointed)";
     LoopCkRefill { ck: reg } => "at the adjoint of R[ck]'s loop header: step back one iteration; when its records were cut, recompute them from the nearest earlier checkpoint";

@@ -141,6 +141,10 @@ pub fn adjoint_listing(p: &Program, only: Option<&str>, family: crate::program::
             out.push_str("-- gradient routine (the quiet primal-with-tape routine and the adjoint in one): (x..) -> (y, gradients)\n");
             out.push_str(&function_listing(p, &p.ssa_functions[g.index()]));
         }
+        if let Some(g) = d.values_gradient {
+            out.push_str("-- gradient routine at values (the same join, any control flow; numbers, float arrays, matrices): (x..) -> (y, gradients)\n");
+            out.push_str(&function_listing(p, &p.ssa_functions[g.index()]));
+        }
         out.push('\n');
     }
     out

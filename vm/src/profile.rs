@@ -370,6 +370,9 @@ fn routine_names(program: &Program) -> Vec<String> {
         if let Some(slot) = d.gradient.and_then(|g| names.get_mut(g.index())) {
             *slot = format!("{base} (gradient)");
         }
+        if let Some(slot) = d.values_gradient.and_then(|g| names.get_mut(g.index())) {
+            *slot = format!("{base} (gradient at values)");
+        }
     }
     names
 }

@@ -245,10 +245,21 @@ pub struct Derivative {
     /// (`map`, `reduce`), no container changes, so their records may share one copy of each
     /// container (`shared_snapshots.rs`).
     pub writes_no_container: bool,
+    /// A first-order sweep (`quiet_tape`, then `adjoint`) writes no container, makes no
+    /// closure and calls no Zy function or built-in that might
+    /// (`compiler/src/ad/on_values.rs`): at arguments that are numbers, float arrays and
+    /// matrices, no two the same container, it may run without shadow memory
+    /// (`vm/src/ad/driver.rs`, `sweep_on_values`).
+    pub sweeps_on_values: bool,
     /// The gradient routine (`compiler/src/ad/fused.rs`): `quiet_tape` and `adjoint` joined,
     /// `(x_1 .. x_n) -> (y, (d_1 .. d_n))` at number arguments, for a function simple enough
     /// that this is all a first-order driver does between them; `None` otherwise.
     pub gradient: Option<FuncId>,
+    /// The gradient routine at values (`compiler/src/ad/fused.rs`, `values_gradient_routine`):
+    /// `quiet_tape` and `adjoint` joined, with any control flow, for a function whose sweep
+    /// may run on values (`sweeps_on_values`); the driver runs it at arguments that are
+    /// numbers, float arrays and matrices; `None` where the join does not apply.
+    pub values_gradient: Option<FuncId>,
 }
 
 /// A struct declaration.

@@ -98,6 +98,176 @@ pub fn gradient_routine(
     Some(g)
 }
 
+/// The gradient routine at values (`Derivative::values_gradient`): `quiet` and `adj` joined
+/// as `gradient_routine` joins them, for a function whose sweep may run on values
+/// (`on_values.rs`) and whose routines have any control flow. The driver runs it, with the
+/// module-variable check around it, at arguments that are numbers, float arrays and matrices
+/// (`zygvm_vm::ad::driver`), where it runs the two routines back to back. The join:
+/// 1. `quiet`'s blocks, its one `Return y` replaced by `dy = GradSeed y` (which checks that
+///    `y` is a number, the error the driver gives), a `nil` for each incoming adjoint, and a
+///    jump to the adjoint's entry;
+/// 2. `adj`'s blocks after them, on registers after `quiet`'s, its result tuple and `Return`
+///    replaced by `GradOut` and a `Return` of its pair.
+///
+/// The records stay on the tape (a loop pushes and pops them in turn), and `TapeShape`'s
+/// operand identities with them. `None` unless each routine has one `Return` (the adjoint's
+/// of its result tuple, made just before it) and the adjoint's entry takes no block
+/// arguments.
+pub fn values_gradient_routine(quiet: &Function, adj: &Function) -> Option<Function> {
+    let n = quiet.arity as usize;
+    if quiet.num_captures != 0 || adj.arity as usize != n + 1 || n == 0 {
+        return None;
+    }
+    let [ret_at] = returns(quiet)[..] else { return None };
+    let Instr::Return { src: y } = quiet.code[ret_at] else { return None };
+    let [adj_ret] = returns(adj)[..] else { return None };
+    let tuple_at = adj_ret.checked_sub(1)?;
+    let Instr::NewTuple { dst: tuple, items } = adj.code[tuple_at] else { return None };
+    let (Instr::Return { src }, true) = (adj.code[adj_ret], adj.list(items).len() == n + 1) else { return None };
+    let read_elsewhere = adj.code.iter().enumerate().any(|(pc, i)| {
+        let mut reads = false;
+        i.for_each_operand(|o| reads |= o == Operand::Use(tuple));
+        reads && pc != adj_ret
+    });
+    if src != tuple || read_elsewhere || !adj.list(adj.blocks.first()?.params).is_empty() {
+        return None;
+    }
+    let grads = adj.list(items)[1..].to_vec();
+
+    let (q, quiet_blocks) = (quiet.num_regs, quiet.blocks.len() as u32);
+    let moved = |r: Reg| Reg(q + r.0);
+    let mut g = quiet.empty_like();
+    g.num_regs = q + adj.num_regs + 1;
+    let out = Reg(q + adj.num_regs);
+    // 1. The primal part, then the turn.
+    let mut starts = Vec::with_capacity(quiet.code.len());
+    for (pc, &i) in quiet.code.iter().enumerate() {
+        starts.push(g.code.len() as u32);
+        if pc == ret_at {
+            let turn = quiet.spans[pc];
+            g.push(Instr::GradSeed { dst: moved(Reg(0)), src: y }, turn);
+            for k in 1..=n {
+                g.push(Instr::LoadNil { dst: moved(Reg(k as u32)) }, turn);
+            }
+            let none = g.add_list(&[]);
+            g.push(Instr::Jump { target: BlockId(quiet_blocks), args: none }, turn);
+            continue;
+        }
+        let mut i = i;
+        i.map_operands(|o| match o {
+            Operand::List(l) => Operand::List(g.add_list(quiet.list(l))),
+            o => o,
+        });
+        g.push(i, quiet.spans[pc]);
+    }
+    for b in &quiet.blocks {
+        let params = g.add_list(quiet.list(b.params));
+        g.blocks.push(zygvm_vm::program::BlockInfo { start: starts[b.start as usize], params });
+    }
+    // 2. The adjoint part, up to its pair.
+    let mut starts = Vec::with_capacity(adj.code.len());
+    for (pc, &i) in adj.code.iter().enumerate() {
+        starts.push(g.code.len() as u32);
+        if pc == tuple_at {
+            let list: Vec<Reg> = std::iter::once(y).chain((0..n as u32).map(Reg)).chain(grads.iter().map(|&r| moved(r))).collect();
+            let items = g.add_list(&list);
+            g.push(Instr::GradOut { dst: out, items }, adj.spans[pc]);
+            continue;
+        }
+        if pc == adj_ret {
+            g.push(Instr::Return { src: out }, adj.spans[pc]);
+            continue;
+        }
+        let mut i = i;
+        i.map_operands(|o| match o {
+            Operand::Def(r) => Operand::Def(moved(r)),
+            Operand::Use(r) => Operand::Use(moved(r)),
+            Operand::Acc(r) => Operand::Acc(moved(r)),
+            Operand::Block(b) => Operand::Block(BlockId(b.0 + quiet_blocks)),
+            Operand::List(l) => {
+                let regs: Vec<Reg> = adj.list(l).iter().map(|&r| moved(r)).collect();
+                Operand::List(g.add_list(&regs))
+            }
+            o => o,
+        });
+        g.push(i, adj.spans[pc]);
+    }
+    for b in &adj.blocks {
+        let regs: Vec<Reg> = adj.list(b.params).iter().map(|&r| moved(r)).collect();
+        let params = g.add_list(&regs);
+        g.blocks.push(zygvm_vm::program::BlockInfo { start: starts[b.start as usize], params });
+    }
+    pair_turn_records(&mut g, quiet_blocks as usize);
+    // The incoming adjoints are `nil` now: sums onto them are the adjoint's clean-up's case.
+    super::simplify::simplify(&mut g);
+    drop_unused_loads(&mut g);
+    Some(g)
+}
+
+/// `pair_records` at the turn of a routine with control flow: the records the primal part
+/// pushes last, in the block that ends in `GradSeed` and the jump to the adjoint's entry
+/// block `entry`, are the ones that block pops first; each such pop's register becomes the
+/// pushed one (the turn's block dominates the entry, which only its jump reaches), and both
+/// instructions go. Between the pushes, and between the pops, only instructions that touch
+/// no tape are passed over.
+fn pair_turn_records(g: &mut Function, entry: usize) {
+    let Some(seed) = g.code.iter().position(|i| matches!(i, Instr::GradSeed { .. })) else { return };
+    let block_start = g.blocks[g.block_of(seed).index()].start as usize;
+    let pushes: Vec<(usize, Reg)> = g.code[block_start..seed]
+        .iter()
+        .enumerate()
+        .rev()
+        .map(|(k, i)| (block_start + k, i))
+        .take_while(|(_, i)| tapeless(i) || matches!(i, Instr::TapePush { .. } | Instr::TapeSave { .. }))
+        .filter_map(|(pc, i)| match *i {
+            Instr::TapePush { src } | Instr::TapeSave { src } => Some((pc, src)),
+            _ => None,
+        })
+        .collect();
+    let from = g.blocks[entry].start as usize;
+    let pops: Vec<(usize, Reg)> = g.code[from..]
+        .iter()
+        .enumerate()
+        .map(|(k, i)| (from + k, i))
+        .take_while(|(_, i)| tapeless(i) || matches!(i, Instr::TapePop { .. }))
+        .filter_map(|(pc, i)| if let Instr::TapePop { dst } = *i { Some((pc, dst)) } else { None })
+        .collect();
+    let mut renamed = vec![None; g.num_regs as usize];
+    let mut removed = vec![false; g.code.len()];
+    for (&(push_at, src), &(pop_at, dst)) in pushes.iter().zip(&pops) {
+        renamed[dst.index()] = Some(src);
+        removed[push_at] = true;
+        removed[pop_at] = true;
+    }
+    super::simplify::rename_and_remove(g, renamed, &removed);
+}
+
+/// Whether an instruction neither pushes nor pops a record, nor ends its block (what
+/// `pair_turn_records` may pass over).
+fn tapeless(i: &Instr) -> bool {
+    matches!(
+        i,
+        Instr::LoadNil { .. }
+            | Instr::LoadK { .. }
+            | Instr::LoadBool { .. }
+            | Instr::Add { .. }
+            | Instr::Sub { .. }
+            | Instr::Mul { .. }
+            | Instr::Div { .. }
+            | Instr::Neg { .. }
+            | Instr::Math1 { .. }
+            | Instr::CheckInt { .. }
+            | Instr::Pull { .. }
+            | Instr::AdjAdd { .. }
+            | Instr::Gate { .. }
+    )
+}
+
+/// The positions of a routine's `Return`s.
+fn returns(f: &Function) -> Vec<usize> {
+    f.code.iter().enumerate().filter(|(_, i)| matches!(i, Instr::Return { .. })).map(|(pc, _)| pc).collect()
+}
+
 /// Replaces the tape's values by the registers they were pushed from: every value the quiet
 /// part pushes is a number (`numbers_returned`), so its broadcast decisions record no operand
 /// and each `TapePop` of the adjoint part pops the latest push not yet popped, which is

@@ -25,6 +25,7 @@ pub mod cfg;
 pub mod checkpoints;
 pub mod fused;
 pub mod induction;
+pub mod on_values;
 pub mod primal;
 pub mod quiet;
 pub mod saves;
@@ -120,7 +121,9 @@ fn differentiate<F: Borrow<Function>>(
             tangent_adjoint: FuncId(next + 4),
             quiet_tape: FuncId(next + 5),
             writes_no_container: globals.writes_no_container[g.index()],
+            sweeps_on_values: false,
             gradient: None,
+            values_gradient: None,
         });
     }
     let gradient_routines_from = first + ROUTINES_PER_FUNCTION * todo.len() as u32;
@@ -155,6 +158,7 @@ fn differentiate<F: Borrow<Function>>(
     };
     let mut routines = vec![];
     let mut gradients = vec![];
+    let mut on_values = vec![];
     for &g in todo {
         let f: &Function = ssa[g.index()].borrow();
         let varied = activity::varied_registers(f, builtins, &globals);
@@ -229,13 +233,22 @@ fn differentiate<F: Borrow<Function>>(
         let tape_varied: Vec<bool> = varied.iter().copied().chain(records_in.iter().map(|_| false)).collect();
         let (tan_tape, tan_adj) = (of_routine(&tape, &tape_varied), of_routine(&adj, &adj_varied));
         gradients.push(fused::gradient_routine(&quiet_tape, &adj, builtins, consts, &number_call));
+        let sweeps_on_values = on_values::sweeps_on_values(&quiet_tape, &adj, builtins);
+        on_values.push(sweeps_on_values.then(|| fused::values_gradient_routine(&quiet_tape, &adj)));
         routines.extend([tape, adj, tan, tan_tape, tan_adj, quiet_tape]);
     }
     // The gradient routines, where there are any, after all the others.
     let mut next = gradient_routines_from;
-    for (&g, routine) in todo.iter().zip(gradients) {
+    for ((&g, routine), on_values) in todo.iter().zip(gradients).zip(on_values) {
+        let d = derivatives_mut[g.index()].as_mut().expect("given above");
+        d.sweeps_on_values = on_values.is_some();
         if let Some(routine) = routine {
-            derivatives_mut[g.index()].as_mut().expect("given above").gradient = Some(FuncId(next));
+            d.gradient = Some(FuncId(next));
+            routines.push(routine);
+            next += 1;
+        }
+        if let Some(routine) = on_values.flatten() {
+            d.values_gradient = Some(FuncId(next));
             routines.push(routine);
             next += 1;
         }

@@ -11,6 +11,7 @@ use super::adjoints::{check_cotangent, deep_copy, to_gradient};
 use super::{shadows, Segment};
 use crate::error::{VmError, VmResult};
 use crate::interp::Vm;
+use crate::program::Derivative;
 use crate::value::{Partial, Tuple, TupleItems, Value};
 use smallvec::SmallVec;
 use std::rc::Rc;
@@ -107,6 +108,12 @@ pub fn value_and_gradient(vm: &mut Vm, f: &Value, args: &[Value]) -> VmResult<(V
             return with_tape_mark(vm, |vm| of_numbers(vm, *id, args));
         }
     }
+    if let Some(d) = routines_on_values(vm, f, args)? {
+        return match d.values_gradient {
+            Some(g) => split_pair(run_values_gradient(vm, g, args)?),
+            None => with_tape_mark(vm, |vm| sweep_on_values(vm, f, d, args)),
+        };
+    }
     // The gradient has the shape of each argument as passed, even if `f` changes its length.
     let lengths: SmallVec<[Option<usize>; 4]> = args.iter().map(array_length).collect();
     with_tape_mark(vm, |vm| {
@@ -122,6 +129,82 @@ pub fn value_and_gradient(vm: &mut Vm, f: &Value, args: &[Value]) -> VmResult<(V
             Ok(fit_length(to_gradient(&d, &args[k], program), &d, lengths[k]))
         })?;
         Ok((y, grads))
+    })
+}
+
+/// The routines of `f` when its sweep may run on values at `args`: the compile-time half
+/// (`Derivative::sweeps_on_values`: no container written, nothing called that might) and the
+/// run-time half here: `f` a function or a closure that captures nothing, no sweep open
+/// around this one (its shadows would have to see this sweep's adjoints), and each argument a
+/// number, a float array or a matrix, no container twice (two arguments that are one
+/// container share one adjoint, its shadow, on the general path).
+fn routines_on_values(vm: &mut Vm, f: &Value, args: &[Value]) -> VmResult<Option<Derivative>> {
+    let id = match f {
+        Value::Func(id) => *id,
+        Value::Closure(c) if c.captures.is_empty() => c.func,
+        _ => return Ok(None),
+    };
+    if shadows::active() || !plain_and_distinct(args) {
+        return Ok(None);
+    }
+    // The general path's first fallible step too (`forward`): the same error.
+    let d = vm.derivative_of(id)?;
+    Ok(d.sweeps_on_values.then_some(d))
+}
+
+/// Whether every argument is a number, a float array (or an empty one) or a matrix, and no
+/// container is two of them.
+fn plain_and_distinct(args: &[Value]) -> bool {
+    let mut seen: SmallVec<[*const (); 4]> = SmallVec::new();
+    for a in args {
+        let container = match a {
+            Value::Float(_) | Value::Int(_) => continue,
+            // (An empty array is stored as one of values.)
+            Value::Array(x) if x.try_borrow().is_ok_and(|x| matches!(&*x, crate::value::Array::Floats(_)) || x.len() == 0) => {
+                Rc::as_ptr(x) as *const ()
+            }
+            Value::Matrix(m) => Rc::as_ptr(m) as *const (),
+            _ => return false,
+        };
+        if seen.contains(&container) {
+            return false;
+        }
+        seen.push(container);
+    }
+    true
+}
+
+/// `value_and_gradient`'s general path without shadow memory (`routines_on_values` says when
+/// that is exact): the quiet routine, the adjoint with the seed, and each adjoint made its
+/// argument's gradient. No argument changes length (nothing is written), and the callee
+/// record the general path pushes only to pop at once is left out.
+fn sweep_on_values(vm: &mut Vm, f: &Value, d: Derivative, args: &[Value]) -> VmResult<(Value, Rc<Tuple>)> {
+    let _inputs = super::inputs::enter(args);
+    let closure = match f {
+        Value::Closure(c) => Some(c.clone()),
+        _ => None,
+    };
+    let y = vm.run_function(d.quiet_tape, closure, args)?;
+    if !matches!(y, Value::Float(_) | Value::Int(_)) {
+        return Err(not_a_number(&y));
+    }
+    vm.tape.note_peak();
+    let t = run_adjoint(vm, d.adjoint, Value::Float(1.0), args.len())?;
+    let program = vm.program();
+    let grads = map_in_place(arguments_of(t, args.len()), |k, d| Ok(to_gradient(d, &args[k], program)))?;
+    Ok((y, grads))
+}
+
+/// Runs a gradient routine at values (`Derivative::values_gradient`: the two runs of
+/// `sweep_on_values` in one routine) on `args`, which `routines_on_values` accepted: its pair
+/// `(y, gradients)`. Its `GradSeed` checks that `y` is a number with the driver's error,
+/// raised here as the driver raises it: from the `value_and_gradient` call, not from inside
+/// the function.
+fn run_values_gradient(vm: &mut Vm, g: crate::bytecode::FuncId, args: &[Value]) -> VmResult<Value> {
+    let _inputs = super::inputs::enter(args);
+    with_tape_mark(vm, |vm| vm.run_function(g, None, args)).map_err(|e| match e.message.starts_with(NOT_A_NUMBER) {
+        true => VmError::new(e.message.clone()),
+        false => e,
     })
 }
 
@@ -156,6 +239,9 @@ pub fn value_and_gradient_tuple(vm: &mut Vm, f: &Value, args: &[Value]) -> VmRes
                 })
             });
         }
+    }
+    if let Some(Derivative { values_gradient: Some(g), .. }) = routines_on_values(vm, f, args)? {
+        return run_values_gradient(vm, g, args);
     }
     let (y, g) = value_and_gradient(vm, f, args)?;
     Ok(Value::tuple_of([y, Value::Tuple(g)]))
@@ -300,8 +386,11 @@ fn adjoint_tuple(out: Value) -> VmResult<Rc<Tuple>> {
 }
 
 pub(crate) fn not_a_number(y: &Value) -> VmError {
-    VmError::new(format!("gradient needs a function that returns a number, but it returned {}", y.type_name()))
+    VmError::new(format!("{NOT_A_NUMBER}, but it returned {}", y.type_name()))
 }
+
+/// The start of `not_a_number`'s message.
+const NOT_A_NUMBER: &str = "gradient needs a function that returns a number";
 
 /// An argument's adjoint: a container argument's is its shadow (`shadows.rs`), which aliases
 /// may have reached even where the adjoint routine returned nothing.
