@@ -454,7 +454,7 @@ impl<'a> Adjoint<'a> {
             // `x * y` for `x` (bit for bit the declared `dy * f'(x)`: a stdlib test; `x`, a
             // reference, says where a container's adjoint goes), without calling `f` again.
             Instr::Math1 { src, builtin, .. } if self.cx.plan.is_own_derivative(builtin) => {
-                let c = self.pull(Rule::MulA, 0, &[dy, popped[0], popped[1]], span);
+                let c = self.pull(Rule::MulA, zygvm_vm::ad::rules::OWN_DERIVATIVE, &[dy, popped[0], popped[1]], span);
                 self.accumulate(src, c, span);
             }
             Instr::Math1 { src, builtin, .. } => {

@@ -198,10 +198,46 @@ pub fn values_gradient_routine(quiet: &Function, adj: &Function) -> Option<Funct
         g.blocks.push(zygvm_vm::program::BlockInfo { start: starts[b.start as usize], params });
     }
     pair_turn_records(&mut g, quiet_blocks as usize);
+    result_for_operand(&mut g);
     // The incoming adjoints are `nil` now: sums onto them are the adjoint's clean-up's case.
     super::simplify::simplify(&mut g);
     drop_unused_loads(&mut g);
     Some(g)
+}
+
+/// On values, the pullback of a function that is its own derivative (`dx = dy * y`,
+/// `rules::OWN_DERIVATIVE`) reads its operand `x` only for its shape, which `y` has too (no
+/// shadow needs its identity): `y` goes in its place, and the operand's recomputation
+/// (`x[i]` read again in a reversed loop), read by nothing else now, goes. A recomputed read
+/// cannot fail: the primal part made it with the same operands, and nothing writes.
+fn result_for_operand(g: &mut Function) {
+    use zygvm_vm::ad::rules::{Rule, OWN_DERIVATIVE};
+    for pc in 0..g.code.len() {
+        let Instr::Pull { dst, rule, args } = g.code[pc] else { continue };
+        if Rule::decode(rule) != (Rule::MulA, OWN_DERIVATIVE) {
+            continue;
+        }
+        if let &[dy, _, y] = g.list(args) {
+            let args = g.add_list(&[dy, y, y]);
+            g.code[pc] = Instr::Pull { dst, rule, args };
+        }
+    }
+    let mut read = vec![false; g.num_regs as usize];
+    for i in &g.code {
+        i.for_each_operand(|o| match o {
+            Operand::Use(r) | Operand::Acc(r) => read[r.index()] = true,
+            Operand::List(l) => g.list(l).iter().for_each(|r| read[r.index()] = true),
+            _ => {}
+        });
+    }
+    let turn = g.code.iter().position(|i| matches!(i, Instr::GradSeed { .. })).unwrap_or(g.code.len());
+    let removed: Vec<bool> = g
+        .code
+        .iter()
+        .enumerate()
+        .map(|(pc, i)| pc > turn && matches!(*i, Instr::Index { dst, .. } | Instr::Index2 { dst, .. } if !read[dst.index()]))
+        .collect();
+    super::simplify::rename_and_remove(g, vec![None; g.num_regs as usize], &removed);
 }
 
 /// `pair_records` at the turn of a routine with control flow: the records the primal part

@@ -46,6 +46,12 @@ rule_enum! {
 use super::chain::{self, times};
 use super::shadows;
 
+/// `MulA`'s payload where it is the pullback of one-argument math that is its own derivative
+/// (`y = exp(x)`: `dx = dy * y`, arguments `(dy, x, y)`): the operand `x` is read only for
+/// its shape (a number or not, as `y` is) and, under shadow memory, its identity. A sweep on
+/// values may pass `y` in its place (`compiler/src/ad/fused.rs`). The rules read no payload.
+pub const OWN_DERIVATIVE: u32 = 1;
+
 /// Text for the disassembler: `MulA`, `Math1(sin)`, `Element(2)`.
 pub fn describe(code: u32, program: &Program) -> String {
     let (rule, payload) = Rule::decode(code);
