@@ -223,12 +223,13 @@ impl Render {
 /// forward-mode derivative of `f` along `x`.
 pub fn render(body: &Body) -> String {
     let mut r = Render { out: String::new(), vars: 2, fresh: 0, stmts: 0 };
-    r.out.push_str(PRELUDE);
-    r.out.push_str("fn f(x, y) {\n  let v0 = x\n  let v1 = y\n");
+    r.out.push_str("  let v0 = x\n  let v1 = y\n");
     for s in &body.0 {
         r.stmt(s, 0);
     }
     let all: Vec<String> = (0..r.vars).map(|i| format!("v{i}")).collect();
     let _ = writeln!(r.out, "  {}\n}}", all.join(" + "));
-    r.out
+    // `fa`: the same body at a float array (its gradient runs on values where the body writes
+    // and calls nothing: compiler/src/ad/on_values.rs).
+    format!("{PRELUDE}fn f(x, y) {{\n{0}fn fa(v) {{\n  let x = v[0]\n  let y = v[1]\n{0}", r.out)
 }

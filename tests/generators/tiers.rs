@@ -19,11 +19,12 @@ thread_local! {
 }
 
 /// What one tier computed for `f`, its gradient and its forward derivative at each point.
-fn run_on_tier(program: &zygvm::Program, mode: zygvm::JitMode, points: &[(f64, f64)]) -> Vec<String> {
-    run_with(program, mode, zygvm::Limits { fuel: Some(2_000_000), ..zygvm::Limits::default() }, points)
+/// `has_fa`: the program defines `fa`, `f`'s body at a float array (`programs.rs`).
+fn run_on_tier(program: &zygvm::Program, has_fa: bool, mode: zygvm::JitMode, points: &[(f64, f64)]) -> Vec<String> {
+    run_with(program, has_fa, mode, zygvm::Limits { fuel: Some(2_000_000), ..zygvm::Limits::default() }, points)
 }
 
-fn run_with(program: &zygvm::Program, mode: zygvm::JitMode, limits: zygvm::Limits, points: &[(f64, f64)]) -> Vec<String> {
+fn run_with(program: &zygvm::Program, has_fa: bool, mode: zygvm::JitMode, limits: zygvm::Limits, points: &[(f64, f64)]) -> Vec<String> {
     use zygvm::Value;
     let mut vm = zygvm::Vm::new(program);
     vm.set_jit(mode);
@@ -37,6 +38,10 @@ fn run_with(program: &zygvm::Program, mode: zygvm::JitMode, limits: zygvm::Limit
             let args = vec![Value::Float(x), Value::Float(y)];
             out.push(format!("f: {:?}", vm.call_value("f", args.clone())));
             out.push(format!("gradient: {:?}", vm.value_and_gradient("f", args.clone())));
+            // `f`'s body at a float array, where programs.rs renders one (`fa`).
+            if has_fa {
+                out.push(format!("gradient at values: {:?}", vm.value_and_gradient("fa", vec![Value::from(vec![x, y])])));
+            }
             out.push(format!("derivative: {:?}", vm.call_value("dfx", args)));
         }
     }
@@ -59,9 +64,10 @@ fn assert_tiers_agree(src: &str, points: &[(f64, f64)]) {
         Ok(p) => p,
         Err(e) => panic!("generated program rejected: {e}\n{src}"),
     };
-    let reference = run_on_tier(&program, TIERS[0], points);
+    let has_fa = src.contains("fn fa(");
+    let reference = run_on_tier(&program, has_fa, TIERS[0], points);
     for mode in &TIERS[1..] {
-        let got = run_on_tier(&program, *mode, points);
+        let got = run_on_tier(&program, has_fa, *mode, points);
         for (want, got) in reference.iter().zip(&got) {
             assert_eq!(want, got, "--jit {mode:?} differs from the interpreter\n{src}");
         }
@@ -76,12 +82,13 @@ fn assert_tiers_agree(src: &str, points: &[(f64, f64)]) {
 fn assert_budget_changes_nothing(src: &str, points: &[(f64, f64)]) {
     let program = zygvm::Program::compile("gen.zy", src).unwrap_or_else(|e| panic!("generated program rejected: {e}\n{src}"));
     let fuel = Some(20_000_000);
-    let reference = run_with(&program, TIERS[0], zygvm::Limits { fuel, ..zygvm::Limits::default() }, points);
+    let has_fa = src.contains("fn fa(");
+    let reference = run_with(&program, has_fa, TIERS[0], zygvm::Limits { fuel, ..zygvm::Limits::default() }, points);
     if reference.iter().any(|r| r.contains("fuel")) {
         return;
     }
     for mode in [zygvm::JitMode::Off, zygvm::JitMode::Eager] {
-        let got = run_with(&program, mode, zygvm::Limits { fuel, max_tape: Some(32), ..zygvm::Limits::default() }, points);
+        let got = run_with(&program, has_fa, mode, zygvm::Limits { fuel, max_tape: Some(32), ..zygvm::Limits::default() }, points);
         assert_eq!(reference, got, "--max-tape 32 (--jit {mode:?}) changes the results\n{src}");
     }
 }
