@@ -1,7 +1,8 @@
 //! Random valid differentiable programs (`zygvm_fuzz::programs`): the reverse-mode gradient
-//! must match central finite differences, and forward mode (`derivative`) must match reverse
-//! mode. Points where the program is not smooth (two step sizes, or the one-sided slopes,
-//! disagree, or the gradient a little way off differs: a tie of `max`/`min`) are skipped.
+//! must match central finite differences, forward mode (`derivative`) must match reverse
+//! mode, and the same body at a float array (`fa`) must have the same gradient. Points where
+//! the program is not smooth (two step sizes, or the one-sided slopes, disagree, or the
+//! gradient a little way off differs: a tie of `max`/`min`) are skipped.
 #![no_main]
 use libfuzzer_sys::fuzz_target;
 use zygvm::{Program, Value, Vm};
@@ -33,6 +34,17 @@ fuzz_target!(|input: (Body, i8, i8)| {
         return; // no slope to compare with at an infinite or NaN value
     }
     let g = [float(&grad[0]), float(&grad[1])];
+    // The same body at a float array (`fa`; on values where it writes and calls nothing):
+    // the same gradient, to rounding.
+    let at_array = vm
+        .value_and_gradient("fa", vec![Value::from(vec![x, y])])
+        .unwrap_or_else(|e| panic!("gradient at an array failed: {e}\n{src}"));
+    let Value::Array(ga) = &at_array.1[0] else { panic!("gradient at an array: {:?}\n{src}", at_array.1) };
+    for (k, gk) in g.iter().enumerate() {
+        let a = float(&ga[k]);
+        let same = a == *gk || (a.is_nan() && gk.is_nan()) || (a - gk).abs() <= 1e-12 * (1.0 + gk.abs());
+        assert!(same, "d/d{} at an array {a}, at numbers {gk}\n{src}", ["x", "y"][k]);
+    }
     // At a tie of `max`/`min` the language sends the adjoint to the argument the primal
     // selected (the first on a tie: zy-language.md), which need not be the derivative of a
     // composite that is smooth there (`max(min(y, x), x)` is `x`, yet at `y == x` the

@@ -246,7 +246,8 @@ pub struct Derivative {
     /// container (`shared_snapshots.rs`).
     pub writes_no_container: bool,
     /// A first-order sweep (`quiet_tape`, then `adjoint`) writes no container, makes no
-    /// closure and calls no Zy function or built-in that might
+    /// closure and calls no built-in that might, and Zy functions only directly and only ones
+    /// that write nothing either
     /// (`compiler/src/ad/on_values.rs`): at arguments that are numbers, float arrays and
     /// matrices, no two the same container, it may run without shadow memory
     /// (`vm/src/ad/driver.rs`, `sweep_on_values`).

@@ -159,6 +159,17 @@ fn differentiate<F: Borrow<Function>>(
     let mut routines = vec![];
     let mut gradients = vec![];
     let mut on_values = vec![];
+    // The function each routine a direct call may name belongs to, for the sweep on values:
+    // only under the plain family (a budgeted callee's checkpointing is not made for it).
+    let owner: hashbrown::HashMap<FuncId, usize> = derivatives
+        .iter()
+        .enumerate()
+        .filter_map(|(h, d)| Some((h, (*d)?)))
+        .flat_map(|(h, d)| [(d.tape, h), (d.quiet_tape, h), (d.adjoint, h)])
+        .collect();
+    let callee_reads_only = |r: FuncId| {
+        family == Routines::Plain && owner.get(&r).is_some_and(|&h| globals.writes_no_container.get(h).copied().unwrap_or(false))
+    };
     for &g in todo {
         let f: &Function = ssa[g.index()].borrow();
         let varied = activity::varied_registers(f, builtins, &globals);
@@ -233,7 +244,7 @@ fn differentiate<F: Borrow<Function>>(
         let tape_varied: Vec<bool> = varied.iter().copied().chain(records_in.iter().map(|_| false)).collect();
         let (tan_tape, tan_adj) = (of_routine(&tape, &tape_varied), of_routine(&adj, &adj_varied));
         gradients.push(fused::gradient_routine(&quiet_tape, &adj, builtins, consts, &number_call));
-        let sweeps_on_values = on_values::sweeps_on_values(&quiet_tape, &adj, builtins);
+        let sweeps_on_values = on_values::sweeps_on_values(&quiet_tape, &adj, builtins, &callee_reads_only);
         on_values.push(sweeps_on_values.then(|| fused::values_gradient_routine(&quiet_tape, &adj)));
         routines.extend([tape, adj, tan, tan_tape, tan_adj, quiet_tape]);
     }

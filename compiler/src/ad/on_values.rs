@@ -7,8 +7,9 @@
 //! reached twice is read twice, and adding the two reads' adjoints where the paths meet (the
 //! adjoint's `AdjAdd`s) is the whole of its derivative, as for numbers. So when the function's
 //! quiet primal-with-tape routine and its adjoint write no container, make none that outlives
-//! them by escaping into a closure, call nothing that may (no call of a Zy function, no
-//! built-in that is not a replayable leaf, none with its own tape protocol), and the driver
+//! them by escaping into a closure, call nothing that may (a Zy function only directly and
+//! only one that writes nothing either, no built-in that is not a replayable leaf, none with
+//! its own tape protocol), and the driver
 //! gives them arguments that are numbers, float arrays and matrices, no two the same
 //! container (`zygvm_vm::ad::driver`, its run-time half), the sweep's adjoints are plain
 //! values and the shadow tables are not needed: a per-gradient cost (a table entry per
@@ -19,13 +20,21 @@
 //! argument and as a module variable.
 
 use zygvm_vm::builtin::{Builtin, Deriv};
-use zygvm_vm::bytecode::Instr;
+use zygvm_vm::bytecode::{FuncId, Instr};
 use zygvm_vm::program::Function;
 
 /// Whether a sweep of `quiet` (a quiet primal-with-tape routine) then `adj` (its adjoint),
-/// both in SSA form, may run without shadows (module comment).
-pub fn sweeps_on_values(quiet: &Function, adj: &Function, builtins: &[Builtin]) -> bool {
-    quiet.num_captures == 0 && [quiet, adj].iter().all(|g| g.code.iter().all(|i| reads_only(i, builtins)))
+/// both in SSA form, may run without shadows (module comment). `callee_reads_only(r)`: the
+/// routine `r` a direct call names is one of a function that writes no container, makes no
+/// closure and calls only built-ins that change nothing and functions of its kind
+/// (`Globals::writes_no_container`, the source-level half of this check): its routines then
+/// read only, as these do.
+pub fn sweeps_on_values(quiet: &Function, adj: &Function, builtins: &[Builtin], callee_reads_only: &dyn Fn(FuncId) -> bool) -> bool {
+    let ok = |i: &Instr| match *i {
+        Instr::CallDirect { func, .. } => callee_reads_only(func),
+        _ => reads_only(i, builtins),
+    };
+    quiet.num_captures == 0 && [quiet, adj].iter().all(|g| g.code.iter().all(ok))
 }
 
 /// Whether the instruction writes no container, makes no closure and calls nothing that
