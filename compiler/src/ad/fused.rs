@@ -50,7 +50,6 @@ pub fn gradient_routine(
     let (tuple_at, grads) = adjoint_result(adj, n)?;
 
     let q = quiet.num_regs;
-    let moved = |r: Reg| Reg(q + r.0);
     let mut g = quiet.empty_like();
     g.num_regs = q + adj.num_regs + 1;
     let out = Reg(q + adj.num_regs);
@@ -59,37 +58,15 @@ pub fn gradient_routine(
     // 1. The quiet routine, up to its `Return`.
     let ret_at = quiet.code.len() - 1;
     for pc in 0..ret_at {
-        let mut i = quiet.code[pc];
-        i.map_operands(|o| match o {
-            Operand::List(l) => Operand::List(g.add_list(quiet.list(l))),
-            o => o,
-        });
-        g.push(i, quiet.spans[pc]);
+        copy_instruction(&mut g, quiet, pc, 0, 0);
     }
     // 2. The turn: the seed, and no incoming adjoints.
-    let turn = quiet.spans[ret_at];
-    g.push(Instr::GradSeed { dst: moved(Reg(0)), src: y }, turn);
-    for k in 1..=n {
-        g.push(Instr::LoadNil { dst: moved(Reg(k as u32)) }, turn);
-    }
+    push_turn(&mut g, y, n, q, quiet.spans[ret_at]);
     // 3. The adjoint on its own registers, up to its result tuple.
     for pc in 0..tuple_at {
-        let mut i = adj.code[pc];
-        i.map_operands(|o| match o {
-            Operand::Def(r) => Operand::Def(moved(r)),
-            Operand::Use(r) => Operand::Use(moved(r)),
-            Operand::Acc(r) => Operand::Acc(moved(r)),
-            Operand::List(l) => {
-                let regs: Vec<Reg> = adj.list(l).iter().map(|&r| moved(r)).collect();
-                Operand::List(g.add_list(&regs))
-            }
-            o => o,
-        });
-        g.push(i, adj.spans[pc]);
+        copy_instruction(&mut g, adj, pc, q, 0);
     }
-    let items: Vec<Reg> = std::iter::once(y).chain((0..n as u32).map(Reg)).chain(grads.iter().map(|&r| moved(r))).collect();
-    let items = g.add_list(&items);
-    g.push(Instr::GradOut { dst: out, items }, adj.spans[tuple_at]);
+    push_grad_out(&mut g, out, y, n, &grads, q, adj.spans[tuple_at]);
     g.push(Instr::Return { src: out }, adj.spans[tuple_at]);
     pair_records(&mut g);
     // The incoming adjoints are `nil` now: sums onto them are the adjoint's clean-up's case.
@@ -135,30 +112,20 @@ pub fn values_gradient_routine(quiet: &Function, adj: &Function) -> Option<Funct
     let grads = adj.list(items)[1..].to_vec();
 
     let (q, quiet_blocks) = (quiet.num_regs, quiet.blocks.len() as u32);
-    let moved = |r: Reg| Reg(q + r.0);
     let mut g = quiet.empty_like();
     g.num_regs = q + adj.num_regs + 1;
     let out = Reg(q + adj.num_regs);
     // 1. The primal part, then the turn.
     let mut starts = Vec::with_capacity(quiet.code.len());
-    for (pc, &i) in quiet.code.iter().enumerate() {
+    for pc in 0..quiet.code.len() {
         starts.push(g.code.len() as u32);
         if pc == ret_at {
-            let turn = quiet.spans[pc];
-            g.push(Instr::GradSeed { dst: moved(Reg(0)), src: y }, turn);
-            for k in 1..=n {
-                g.push(Instr::LoadNil { dst: moved(Reg(k as u32)) }, turn);
-            }
+            push_turn(&mut g, y, n, q, quiet.spans[pc]);
             let none = g.add_list(&[]);
-            g.push(Instr::Jump { target: BlockId(quiet_blocks), args: none }, turn);
+            g.push(Instr::Jump { target: BlockId(quiet_blocks), args: none }, quiet.spans[pc]);
             continue;
         }
-        let mut i = i;
-        i.map_operands(|o| match o {
-            Operand::List(l) => Operand::List(g.add_list(quiet.list(l))),
-            o => o,
-        });
-        g.push(i, quiet.spans[pc]);
+        copy_instruction(&mut g, quiet, pc, 0, 0);
     }
     for b in &quiet.blocks {
         let params = g.add_list(quiet.list(b.params));
@@ -166,34 +133,18 @@ pub fn values_gradient_routine(quiet: &Function, adj: &Function) -> Option<Funct
     }
     // 2. The adjoint part, up to its pair.
     let mut starts = Vec::with_capacity(adj.code.len());
-    for (pc, &i) in adj.code.iter().enumerate() {
+    for pc in 0..adj.code.len() {
         starts.push(g.code.len() as u32);
         if pc == tuple_at {
-            let list: Vec<Reg> = std::iter::once(y).chain((0..n as u32).map(Reg)).chain(grads.iter().map(|&r| moved(r))).collect();
-            let items = g.add_list(&list);
-            g.push(Instr::GradOut { dst: out, items }, adj.spans[pc]);
-            continue;
-        }
-        if pc == adj_ret {
+            push_grad_out(&mut g, out, y, n, &grads, q, adj.spans[pc]);
+        } else if pc == adj_ret {
             g.push(Instr::Return { src: out }, adj.spans[pc]);
-            continue;
+        } else {
+            copy_instruction(&mut g, adj, pc, q, quiet_blocks);
         }
-        let mut i = i;
-        i.map_operands(|o| match o {
-            Operand::Def(r) => Operand::Def(moved(r)),
-            Operand::Use(r) => Operand::Use(moved(r)),
-            Operand::Acc(r) => Operand::Acc(moved(r)),
-            Operand::Block(b) => Operand::Block(BlockId(b.0 + quiet_blocks)),
-            Operand::List(l) => {
-                let regs: Vec<Reg> = adj.list(l).iter().map(|&r| moved(r)).collect();
-                Operand::List(g.add_list(&regs))
-            }
-            o => o,
-        });
-        g.push(i, adj.spans[pc]);
     }
     for b in &adj.blocks {
-        let regs: Vec<Reg> = adj.list(b.params).iter().map(|&r| moved(r)).collect();
+        let regs: Vec<Reg> = adj.list(b.params).iter().map(|&r| Reg(q + r.0)).collect();
         let params = g.add_list(&regs);
         g.blocks.push(zygvm_vm::program::BlockInfo { start: starts[b.start as usize], params });
     }
@@ -203,6 +154,42 @@ pub fn values_gradient_routine(quiet: &Function, adj: &Function) -> Option<Funct
     super::simplify::simplify(&mut g);
     drop_unused_loads(&mut g);
     Some(g)
+}
+
+/// Appends `from`'s instruction at `pc` to `g`: its lists copied, its registers `regs` and
+/// its blocks `blocks` further on (a join's second routine; `0, 0` for its first).
+fn copy_instruction(g: &mut Function, from: &Function, pc: usize, regs: u32, blocks: u32) {
+    let moved = |r: Reg| Reg(regs + r.0);
+    let mut i = from.code[pc];
+    i.map_operands(|o| match o {
+        Operand::Def(r) => Operand::Def(moved(r)),
+        Operand::Use(r) => Operand::Use(moved(r)),
+        Operand::Acc(r) => Operand::Acc(moved(r)),
+        Operand::Block(b) => Operand::Block(BlockId(b.0 + blocks)),
+        Operand::List(l) => {
+            let list: Vec<Reg> = from.list(l).iter().map(|&r| moved(r)).collect();
+            Operand::List(g.add_list(&list))
+        }
+        o => o,
+    });
+    g.push(i, from.spans[pc]);
+}
+
+/// A join's turn from primal to adjoint: the seed `dy = GradSeed y` in the adjoint's first
+/// parameter (its registers start at `q`) and `nil` in its `n` incoming adjoints.
+fn push_turn(g: &mut Function, y: Reg, n: usize, q: u32, span: zygvm_vm::program::Span) {
+    g.push(Instr::GradSeed { dst: Reg(q), src: y }, span);
+    for k in 1..=n as u32 {
+        g.push(Instr::LoadNil { dst: Reg(q + k) }, span);
+    }
+}
+
+/// A join's result: `out = GradOut (y, x_1 .. x_n, d_1 .. d_n)`, the adjoint's `grads` on its
+/// registers (from `q`).
+fn push_grad_out(g: &mut Function, out: Reg, y: Reg, n: usize, grads: &[Reg], q: u32, span: zygvm_vm::program::Span) {
+    let items: Vec<Reg> = std::iter::once(y).chain((0..n as u32).map(Reg)).chain(grads.iter().map(|&r| Reg(q + r.0))).collect();
+    let items = g.add_list(&items);
+    g.push(Instr::GradOut { dst: out, items }, span);
 }
 
 /// On values, the pullback of a function that is its own derivative (`dx = dy * y`,
@@ -222,22 +209,8 @@ fn result_for_operand(g: &mut Function) {
             g.code[pc] = Instr::Pull { dst, rule, args };
         }
     }
-    let mut read = vec![false; g.num_regs as usize];
-    for i in &g.code {
-        i.for_each_operand(|o| match o {
-            Operand::Use(r) | Operand::Acc(r) => read[r.index()] = true,
-            Operand::List(l) => g.list(l).iter().for_each(|r| read[r.index()] = true),
-            _ => {}
-        });
-    }
     let turn = g.code.iter().position(|i| matches!(i, Instr::GradSeed { .. })).unwrap_or(g.code.len());
-    let removed: Vec<bool> = g
-        .code
-        .iter()
-        .enumerate()
-        .map(|(pc, i)| pc > turn && matches!(*i, Instr::Index { dst, .. } | Instr::Index2 { dst, .. } if !read[dst.index()]))
-        .collect();
-    super::simplify::rename_and_remove(g, vec![None; g.num_regs as usize], &removed);
+    drop_unread(g, |pc, i| pc > turn && matches!(i, Instr::Index { .. } | Instr::Index2 { .. }));
 }
 
 /// `pair_records` at the turn of a routine with control flow: the records the primal part
@@ -418,6 +391,12 @@ fn adjoint_result(adj: &Function, n: usize) -> Option<(usize, Vec<Reg>)> {
 /// Removes `nil` and constant loads whose register nothing reads (the adjoint's `d closure`,
 /// an incoming adjoint no accumulation reads).
 fn drop_unused_loads(g: &mut Function) {
+    drop_unread(g, |_, i| matches!(i, Instr::LoadNil { .. } | Instr::LoadK { .. }));
+}
+
+/// Removes each instruction `removable(pc, instruction)` accepts whose register nothing
+/// reads.
+fn drop_unread(g: &mut Function, removable: impl Fn(usize, &Instr) -> bool) {
     let mut read = vec![false; g.num_regs as usize];
     for i in &g.code {
         i.for_each_operand(|o| match o {
@@ -426,14 +405,8 @@ fn drop_unused_loads(g: &mut Function) {
             _ => {}
         });
     }
-    let removed: Vec<bool> = g
-        .code
-        .iter()
-        .map(|i| match *i {
-            Instr::LoadNil { dst } | Instr::LoadK { dst, .. } => !read[dst.index()],
-            _ => false,
-        })
-        .collect();
+    let removed: Vec<bool> =
+        g.code.iter().enumerate().map(|(pc, i)| removable(pc, i) && i.def().is_some_and(|d| !read[d.index()])).collect();
     let unchanged = vec![None; g.num_regs as usize];
     super::simplify::rename_and_remove(g, unchanged, &removed);
 }

@@ -154,7 +154,6 @@ impl Loops {
         left.sort_by_key(|l| l.depth);
         left.iter().flat_map(|l| l.inductions.iter().map(|iv| iv.param)).collect()
     }
-
 }
 
 /// For a header `h` with two incoming edges: `(entry edge, back edge, body)` when one edge
