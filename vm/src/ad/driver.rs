@@ -184,8 +184,15 @@ fn sweep_on_values(vm: &mut Vm, f: &Value, d: Derivative, args: &[Value]) -> VmR
         Value::Closure(c) => Some(c.clone()),
         _ => None,
     };
-    let (y, t) = quiet_then_adjoint(vm, d, closure, args)?;
-    Ok((y, gradients_of(vm, t, args)?))
+    let y = vm.run_function(d.quiet_tape, closure, args)?;
+    if !matches!(y, Value::Float(_) | Value::Int(_)) {
+        return Err(not_a_number(&y));
+    }
+    vm.tape.note_peak();
+    let t = run_adjoint(vm, d.adjoint, Value::Float(1.0), args.len())?;
+    let program = vm.program();
+    let grads = map_in_place(arguments_of(t, args.len()), |k, d| Ok(to_gradient(d, &args[k], program)))?;
+    Ok((y, grads))
 }
 
 /// Runs a gradient routine at values (`Derivative::values_gradient`: the two runs of
@@ -233,11 +240,10 @@ pub fn value_and_gradient_tuple(vm: &mut Vm, f: &Value, args: &[Value]) -> VmRes
             });
         }
     }
-    let (y, g) = match routines_on_values(vm, f, args)? {
-        Some(Derivative { values_gradient: Some(g), .. }) => return run_values_gradient(vm, g, args),
-        Some(d) => with_tape_mark(vm, |vm| sweep_on_values(vm, f, d, args))?,
-        None => value_and_gradient(vm, f, args)?,
-    };
+    if let Some(Derivative { values_gradient: Some(g), .. }) = routines_on_values(vm, f, args)? {
+        return run_values_gradient(vm, g, args);
+    }
+    let (y, g) = value_and_gradient(vm, f, args)?;
     Ok(Value::tuple_of([y, Value::Tuple(g)]))
 }
 
@@ -250,15 +256,11 @@ fn of_numbers(vm: &mut Vm, id: crate::bytecode::FuncId, args: &[Value]) -> VmRes
         return split_pair(vm.run_function(g, None, args)?);
     }
     let (y, t) = adjoint_of_numbers(vm, id, args)?;
-    Ok((y, gradients_of(vm, t, args)?))
-}
-
-/// The gradient tuple of an adjoint's tuple `(d closure, d_1 .. d_n)`, each `d_k` made a
-/// gradient of `args[k]`'s shape: in the adjoint's tuple, in place when it is ours alone (the
-/// routine built it): one allocation fewer per gradient.
-fn gradients_of(vm: &Vm, t: Rc<Tuple>, args: &[Value]) -> VmResult<Rc<Tuple>> {
+    // The adjoint's tuple `(d closure, d_1 .. d_n)` becomes the gradient tuple, in place when
+    // it is ours alone (the routine built it): one allocation fewer per gradient.
     let program = vm.program();
-    map_in_place(arguments_of(t, args.len()), |k, d| Ok(to_gradient(d, &args[k], program)))
+    let grads = map_in_place(arguments_of(t, args.len()), |k, d| Ok(to_gradient(d, &args[k], program)))?;
+    Ok((y, grads))
 }
 
 /// The gradient of argument `x` whose adjoint is `d` (`to_gradient`, with its float case
@@ -351,17 +353,10 @@ fn gradient_routine(vm: &mut Vm, f: crate::bytecode::FuncId) -> VmResult<Option<
 
 /// `of_numbers`' two runs: the value and the adjoint's tuple `(d closure, d_1 .. d_n)`.
 fn adjoint_of_numbers(vm: &mut Vm, id: crate::bytecode::FuncId, args: &[Value]) -> VmResult<(Value, Rc<Tuple>)> {
-    // No argument is a container, but the function may read module variables' (`forward`).
     let _scope = shadows::enter(&[]);
     let d = vm.derivative_of(id)?;
-    quiet_then_adjoint(vm, d, None, args)
-}
-
-/// A first-order driver's two runs: `d`'s quiet routine, the check that its value is a
-/// number, the tape's peak noted, and the adjoint with the seed `1.0`; the value and the
-/// adjoint's tuple `(d closure, d_1 .. d_n)`.
-fn quiet_then_adjoint(vm: &mut Vm, d: Derivative, closure: Option<Rc<crate::value::Closure>>, args: &[Value]) -> VmResult<(Value, Rc<Tuple>)> {
-    let y = vm.run_function(d.quiet_tape, closure, args)?;
+    // No argument is a container, but the function may read module variables' (`forward`).
+    let y = vm.run_function(d.quiet_tape, None, args)?;
     if !matches!(y, Value::Float(_) | Value::Int(_)) {
         return Err(not_a_number(&y));
     }
