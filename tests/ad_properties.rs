@@ -538,20 +538,21 @@ fn check_third_order(vm: &mut Vm, src: &str, x: f64, y: f64) -> Result<(), TestC
     Ok(())
 }
 
-/// Whether a statement writes nothing and calls only functions that write nothing (`helper`,
-/// the recursive `rec`): its function's gradient at a float array is then one routine run on
+/// Whether a statement writes no container but an array it made and names once
+/// (`ArrayMutation`'s literal), and calls only functions that write nothing (`helper`, the
+/// recursive `rec`): its function's gradient at a float array is then one routine run on
 /// values (`compiler/src/ad/on_values.rs`).
-fn writes_nothing(s: &Stmt) -> bool {
+fn runs_on_values(s: &Stmt) -> bool {
     match s {
         Stmt::Let(_) | Stmt::Assign(..) | Stmt::Struct(..) | Stmt::PartialRead(..) | Stmt::Untaken(..) => true,
-        Stmt::Call(..) | Stmt::Recurse(..) => true,
-        Stmt::If(_, _, a, b) => a.iter().chain(b).all(writes_nothing),
-        Stmt::For(_, body) | Stmt::While(_, body) => body.iter().all(writes_nothing),
+        Stmt::Call(..) | Stmt::Recurse(..) | Stmt::ArrayMutation(..) => true,
+        Stmt::If(_, _, a, b) => a.iter().chain(b).all(runs_on_values),
+        Stmt::For(_, body) | Stmt::While(_, body) => body.iter().all(runs_on_values),
         _ => false,
     }
 }
 
-/// The same checks on programs that write nothing, so that `fa`'s gradient runs on values
+/// The same checks on programs of `runs_on_values` statements, so that `fa`'s gradient runs on values
 /// (`ga` against `g` in `check`) in every case, not only where the general generator happens
 /// to make such a program.
 #[test]
@@ -559,7 +560,7 @@ fn gradients_on_values_match() {
     let cases = std::env::var("ZYGVM_PROP_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(300u32);
     let config = Config { cases, failure_persistence: None, max_global_rejects: 100_000, ..Config::default() };
     let mut runner = TestRunner::new_with_rng(config, TestRng::from_seed(RngAlgorithm::ChaCha, &[11; 32]));
-    let stmts = prop::collection::vec(stmt().prop_filter("writes nothing", writes_nothing), 1..6);
+    let stmts = prop::collection::vec(stmt().prop_filter("runs on values", runs_on_values), 1..6);
     runner.run(&(stmts, -1.0f64..1.0, -1.0f64..1.0), |(stmts, x, y)| check(&stmts, x, y)).unwrap();
 }
 

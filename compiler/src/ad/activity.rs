@@ -59,13 +59,16 @@ pub fn builtin_is_differentiable(b: &Builtin) -> bool {
 /// arguments nor keeps them anywhere but in its result, so its arguments need not count as
 /// written into (a model's data passed beside its varied weights stays constant); its result
 /// is in their alias class instead. `writes_no_container[f]` is the stricter kind that writes no
-/// container at all, its own included (`Derivative::writes_no_container`).
+/// container at all, its own included (`Derivative::writes_no_container`); `writes_private[f]`
+/// lies between: it writes only containers no other name reaches
+/// (`on_values::private_containers`), so that its sweep may run on values.
 #[derive(Default, Clone)]
 pub struct Globals {
     pub written: Vec<bool>,
     pub varies_alone: Vec<bool>,
     pub pure: Vec<bool>,
     pub writes_no_container: Vec<bool>,
+    pub writes_private: Vec<bool>,
 }
 
 impl Globals {
@@ -102,29 +105,32 @@ pub(crate) fn builtin_changes_nothing(builtins: &[Builtin], b: BuiltinId) -> boo
 /// Built-ins that change their first argument and nothing else.
 const CHANGE_FIRST_ARGUMENT: &[&str] = &["push", "pop", "insert", "remove"];
 
-/// `(Globals::pure, Globals::writes_no_container)` of every function of `ssa`: the greatest
+/// `(Globals::pure, Globals::writes_no_container, Globals::writes_private)` of every function
+/// of `ssa`: the greatest
 /// solutions (recursion among such functions leaves containers alone too). One scan of each
 /// function, then a fixpoint over the direct calls: this runs whenever routines are made, over
 /// the whole program (a 5,000-function script's first gradient).
-fn pure_functions<F: Borrow<Function>>(ssa: &[F], builtins: &[Builtin]) -> (Vec<bool>, Vec<bool>) {
+fn pure_functions<F: Borrow<Function>>(ssa: &[F], builtins: &[Builtin]) -> (Vec<bool>, Vec<bool>, Vec<bool>) {
     let name = |b: BuiltinId| builtins.get(b.index()).map_or("", |b| b.name.as_str());
-    let (mut own, mut strict) = (vec![true; ssa.len()], vec![true; ssa.len()]);
+    let (mut own, mut strict, mut private) = (vec![true; ssa.len()], vec![true; ssa.len()], vec![true; ssa.len()]);
     let mut calls: Vec<(usize, usize)> = vec![];
     for (g, f) in ssa.iter().enumerate() {
         let f: &Function = f.borrow();
         // Registers holding a container nobody else holds, made on the first write seen.
         let mut made: Option<Vec<bool>> = None;
         let mut made_here = |r: Reg| made.get_or_insert_with(|| made_by(f, builtins))[r.index()];
+        let mut unaliased: Option<Vec<bool>> = None;
         for i in &f.code {
             match *i {
                 Instr::SetIndex { obj, .. } | Instr::SetIndex2 { obj, .. } => {
                     strict[g] = false;
                     own[g] &= made_here(obj);
+                    private[g] &= unaliased.get_or_insert_with(|| super::on_values::private_containers(f, builtins))[obj.index()];
                 }
-                _ if writes_or_runs_unseen(i) => (own[g], strict[g]) = (false, false),
-                Instr::MakeClosure { .. } => (own[g], strict[g]) = (false, false),
+                _ if writes_or_runs_unseen(i) => (own[g], strict[g], private[g]) = (false, false, false),
+                Instr::MakeClosure { .. } => (own[g], strict[g], private[g]) = (false, false, false),
                 Instr::CallBuiltin { builtin, args, .. } if !builtin_changes_nothing(builtins, builtin) => {
-                    strict[g] = false;
+                    (strict[g], private[g]) = (false, false);
                     let first = f.list(args).first().copied();
                     own[g] &= CHANGE_FIRST_ARGUMENT.contains(&name(builtin)) && first.is_some_and(&mut made_here);
                 }
@@ -136,7 +142,7 @@ fn pure_functions<F: Borrow<Function>>(ssa: &[F], builtins: &[Builtin]) -> (Vec<
     loop {
         let mut changed = false;
         for &(g, callee) in &calls {
-            for kind in [&mut own, &mut strict] {
+            for kind in [&mut own, &mut strict, &mut private] {
                 if kind[g] && !kind.get(callee).copied().unwrap_or(false) {
                     kind[g] = false;
                     changed = true;
@@ -144,7 +150,7 @@ fn pure_functions<F: Borrow<Function>>(ssa: &[F], builtins: &[Builtin]) -> (Vec<
             }
         }
         if !changed {
-            return (own, strict);
+            return (own, strict, private);
         }
     }
 }
@@ -179,8 +185,9 @@ pub fn program_globals<F: Borrow<Function>>(ssa: &[F], builtins: &[Builtin]) -> 
         varies_alone: vec![false; ssa.len()],
         pure: vec![],
         writes_no_container: vec![],
+        writes_private: vec![],
     };
-    (g.pure, g.writes_no_container) = pure_functions(ssa, builtins);
+    (g.pure, g.writes_no_container, g.writes_private) = pure_functions(ssa, builtins);
     loop {
         let mut next = g.clone();
         for (k, f) in ssa.iter().map(Borrow::borrow).enumerate() {

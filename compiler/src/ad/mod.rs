@@ -168,7 +168,7 @@ fn differentiate<F: Borrow<Function>>(
         .flat_map(|(h, d)| [(d.tape, h), (d.quiet_tape, h), (d.adjoint, h)])
         .collect();
     let callee_reads_only = |r: FuncId| {
-        family == Routines::Plain && owner.get(&r).is_some_and(|&h| globals.writes_no_container.get(h).copied().unwrap_or(false))
+        family == Routines::Plain && owner.get(&r).is_some_and(|&h| globals.writes_private.get(h).copied().unwrap_or(false))
     };
     for &g in todo {
         let f: &Function = ssa[g.index()].borrow();
