@@ -145,7 +145,33 @@ pub fn adjoint_listing(p: &Program, only: Option<&str>, family: crate::program::
             out.push_str("-- gradient routine at values (the same join, any control flow; numbers, float arrays, matrices): (x..) -> (y, gradients)\n");
             out.push_str(&function_listing(p, &p.ssa_functions[g.index()]));
         }
+        if let Some((q, a, kinds)) = d.typed_pair {
+            let described = describe_kinds(p, &kinds, p.ssa_functions[q.index()].arity as usize);
+            out.push_str(&format!("-- typed quiet primal-with-tape routine ({described}: sums of numbers record no shape)\n"));
+            out.push_str(&function_listing(p, &p.ssa_functions[q.index()]));
+            out.push_str(&format!("-- typed adjoint routine ({described})\n"));
+            out.push_str(&function_listing(p, &p.ssa_functions[a.index()]));
+        }
+        if let Some((g, kinds)) = d.typed_values_gradient {
+            let f = &p.ssa_functions[g.index()];
+            let described = describe_kinds(p, &kinds, f.arity as usize);
+            out.push_str(&format!(
+                "-- typed gradient routine at values ({described}: sums of numbers record no shape, typed callees): (x..) -> (y, gradients)\n"
+            ));
+            out.push_str(&function_listing(p, f));
+        }
         out.push('\n');
     }
     out
+}
+
+/// "arguments matrix, floats; module variables X floats": what a typed routine needs.
+fn describe_kinds(p: &Program, kinds: &crate::program::Kinds, arity: usize) -> String {
+    let name = |k: crate::program::ArgKind| format!("{k:?}").to_lowercase();
+    let args: Vec<String> = (0..arity).map(|k| name(kinds.args.get(k))).collect();
+    let globals: Vec<String> = kinds.globals.iter().flatten().map(|&(slot, k)| format!("{} {}", p.global_names[slot.index()], name(k))).collect();
+    match globals.is_empty() {
+        true => format!("arguments {}", args.join(", ")),
+        false => format!("arguments {}; module variables {}", args.join(", "), globals.join(", ")),
+    }
 }

@@ -261,6 +261,110 @@ pub struct Derivative {
     /// may run on values (`sweeps_on_values`); the driver runs it at arguments that are
     /// numbers, float arrays and matrices; `None` where the join does not apply.
     pub values_gradient: Option<FuncId>,
+    /// The same routine made for the argument kinds the function's body suggests
+    /// (`compiler/src/ad/kinds.rs`): where those kinds make both operands of a `+`, `-` or
+    /// negation numbers, nothing records their shapes and the adjoint passes the cotangent
+    /// on as it is. The driver runs it when the arguments have these kinds
+    /// (`ArgKinds::admit`); `None` where the kinds type no such operation.
+    pub typed_values_gradient: Option<(FuncId, Kinds)>,
+    /// The quiet primal-with-tape and adjoint routines typed the same way, for the function's
+    /// own body (its calls keep the untyped routines): what a typed gradient routine at
+    /// values of a caller calls where its arguments have these kinds.
+    pub typed_pair: Option<(FuncId, FuncId, Kinds)>,
+}
+
+/// The kinds a typed routine's arguments, and the module variables it reads, must have.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct Kinds {
+    pub args: ArgKinds,
+    /// Module variables (`GetGlobal` slots) and their kinds; the rest are unused.
+    pub globals: [Option<(GlobalId, ArgKind)>; Kinds::MAX_GLOBALS],
+}
+
+impl Kinds {
+    /// The most module variables a typed routine relies on.
+    pub const MAX_GLOBALS: usize = 4;
+
+    /// Whether the arguments and the module variables (`globals`, the VM's slots) have
+    /// these kinds. A sweep on values writes no module variable (`on_values.rs`), so what
+    /// holds at its start holds throughout.
+    pub fn admit(&self, args: &[crate::value::Value], globals: &[Option<crate::value::Value>]) -> bool {
+        self.args.admit(args)
+            && self.globals.iter().flatten().all(|&(slot, kind)| {
+                globals.get(slot.index()).and_then(|v| v.as_ref()).is_some_and(|v| kind.has(v))
+            })
+    }
+
+    /// The kind a module variable must have, if any.
+    pub fn global(&self, slot: GlobalId) -> ArgKind {
+        self.globals.iter().flatten().find(|(s, _)| *s == slot).map_or(ArgKind::Any, |&(_, k)| k)
+    }
+}
+
+/// What one argument of a typed gradient routine at values must be.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ArgKind {
+    /// Anything the routine at values takes (a number, a float array, a matrix).
+    Any,
+    /// An int or a float.
+    Number,
+    /// An array of floats (or an empty array).
+    Floats,
+    Matrix,
+}
+
+/// The kind of each argument (`ArgKind`), two bits each, for up to `ArgKinds::MAX` arguments.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct ArgKinds(u64);
+
+impl ArgKinds {
+    /// The most arguments a typed routine is made for.
+    pub const MAX: usize = 32;
+
+    /// `kinds` (at most `MAX` of them; the rest count as `Any`).
+    pub fn new(kinds: &[ArgKind]) -> ArgKinds {
+        let code = |k: &ArgKind| match k {
+            ArgKind::Any => 0u64,
+            ArgKind::Number => 1,
+            ArgKind::Floats => 2,
+            ArgKind::Matrix => 3,
+        };
+        ArgKinds(kinds.iter().take(Self::MAX).enumerate().fold(0, |bits, (k, kind)| bits | code(kind) << (2 * k)))
+    }
+
+    /// Argument `k`'s kind.
+    pub fn get(self, k: usize) -> ArgKind {
+        if k >= Self::MAX {
+            return ArgKind::Any;
+        }
+        match (self.0 >> (2 * k)) & 3 {
+            0 => ArgKind::Any,
+            1 => ArgKind::Number,
+            2 => ArgKind::Floats,
+            _ => ArgKind::Matrix,
+        }
+    }
+
+    /// Whether every argument has its kind.
+    pub fn admit(self, args: &[crate::value::Value]) -> bool {
+        args.iter().enumerate().all(|(k, a)| self.get(k).has(a))
+    }
+}
+
+impl ArgKind {
+    /// Whether `v` is of this kind.
+    pub fn has(self, v: &crate::value::Value) -> bool {
+        use crate::value::{Array, Value};
+        match (self, v) {
+            (ArgKind::Any, _) => true,
+            (ArgKind::Number, Value::Float(_) | Value::Int(_)) => true,
+            // (An empty array, stored as one of values, has no element that is not a
+            // number: every read of one fails.)
+            (ArgKind::Floats, Value::Array(x)) => x.try_borrow().is_ok_and(|x| matches!(&*x, Array::Floats(_)) || x.len() == 0),
+            (ArgKind::Matrix, Value::Matrix(_)) => true,
+            _ => false,
+        }
+    }
 }
 
 /// A struct declaration.

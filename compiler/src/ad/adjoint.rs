@@ -45,6 +45,9 @@ pub struct Context<'a> {
     pub plan: &'a Plan,
     /// The adjoint routine of a directly called function.
     pub adjoint_of: &'a dyn Fn(FuncId) -> Option<FuncId>,
+    /// Per instruction: the callee's typed quiet and adjoint routines its primal calls
+    /// (`kinds::typed_calls`; empty for the untyped routines).
+    pub typed_calls: &'a [Option<(FuncId, FuncId)>],
     /// `discardable_params` of a directly called function.
     pub discardable_of: &'a dyn Fn(FuncId) -> Vec<bool>,
     /// The loops recomputed from checkpoints under a tape budget (`checkpoints.rs`).
@@ -400,9 +403,6 @@ impl<'a> Adjoint<'a> {
                 } else {
                     binary(Rule::SubA, Rule::SubB)
                 };
-                // One record: the broadcast code of the operands, then their identities.
-                let shape = popped[0];
-                let (ia, ib) = self.identities(shape, span);
                 // Into a block parameter last (`s = s + t` in a loop): its pullback is then
                 // the last read of `dy`, so register allocation gives it `dy`'s register, the
                 // one the reversed loop carries it in, and the reversed back edge copies
@@ -411,6 +411,20 @@ impl<'a> Adjoint<'a> {
                 if a != b && self.block_param[a.index()] && !self.block_param[b.index()] {
                     order.swap(0, 1);
                 }
+                // No record: both operands are numbers wherever this routine runs
+                // (`kinds.rs`), so nothing was broadcast and the cotangent goes on as it is
+                // (negated into the right of `-`).
+                let Some(&shape) = popped.first() else {
+                    for (r, rule) in order {
+                        if self.varied(r) {
+                            let c = if rule == Rule::SubB { self.pull(Rule::Neg, 0, &[dy, self.nil], span) } else { dy };
+                            self.accumulate(r, c, span);
+                        }
+                    }
+                    return;
+                };
+                // One record: the broadcast code of the operands, then their identities.
+                let (ia, ib) = self.identities(shape, span);
                 for (r, rule) in order {
                     if self.varied(r) {
                         let c = self.pull(rule, 0, &[dy, shape, ia, ib], span);
@@ -486,7 +500,8 @@ impl<'a> Adjoint<'a> {
             }
             Instr::CallDirect { func, args, .. } => {
                 let args = f.list(args);
-                let adjoint = (self.cx.adjoint_of)(func).expect("every callee has an adjoint");
+                let typed = self.cx.typed_calls.get(pc).copied().flatten().map(|(_, a)| a);
+                let adjoint = typed.or_else(|| (self.cx.adjoint_of)(func)).expect("every callee has an adjoint");
                 let discardable = (self.cx.discardable_of)(func);
                 let inputs = self.call_inputs(dy, args, &discardable, span);
                 let list = self.b.list(inputs);

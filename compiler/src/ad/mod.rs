@@ -25,6 +25,7 @@ pub mod cfg;
 pub mod checkpoints;
 pub mod fused;
 pub mod induction;
+pub mod kinds;
 pub mod on_values;
 pub mod primal;
 pub mod quiet;
@@ -124,9 +125,25 @@ fn differentiate<F: Borrow<Function>>(
             sweeps_on_values: false,
             gradient: None,
             values_gradient: None,
+            typed_values_gradient: None,
+            typed_pair: None,
         });
     }
-    let gradient_routines_from = first + ROUTINES_PER_FUNCTION * todo.len() as u32;
+    // The typed routines (`kinds.rs`) each function's own body gets, decided before any
+    // routine is made so that a caller made first can name its callee's: their ids follow
+    // the six of every function.
+    let typed_kinds = match family {
+        Routines::Plain => typed_pair_kinds(ssa, derivatives, todo, builtins, consts, &globals),
+        Routines::Budgeted => vec![None; todo.len()],
+    };
+    let mut typed_next = first + ROUTINES_PER_FUNCTION * todo.len() as u32;
+    for (&g, kinds) in todo.iter().zip(&typed_kinds) {
+        if let (Some(kinds), Some(d)) = (kinds, derivatives[g.index()].as_mut()) {
+            d.typed_pair = Some((FuncId(typed_next), FuncId(typed_next + 1), *kinds));
+            typed_next += 2;
+        }
+    }
+    let gradient_routines_from = typed_next;
     let derivatives_mut = derivatives;
     let derivatives: &[Option<Derivative>] = derivatives_mut;
     let tape_of = |g: FuncId| derivatives.get(g.index()).copied().flatten().map(|d| d.tape);
@@ -165,12 +182,17 @@ fn differentiate<F: Borrow<Function>>(
         .iter()
         .enumerate()
         .filter_map(|(h, d)| Some((h, (*d)?)))
-        .flat_map(|(h, d)| [(d.tape, h), (d.quiet_tape, h), (d.adjoint, h)])
+        .flat_map(|(h, d)| {
+            let typed = d.typed_pair.into_iter().flat_map(move |(q, a, _)| [(q, h), (a, h)]);
+            [(d.tape, h), (d.quiet_tape, h), (d.adjoint, h)].into_iter().chain(typed)
+        })
         .collect();
+    let callee_pair = |h: FuncId| derivatives.get(h.index()).copied().flatten().and_then(|d| d.typed_pair);
+    let mut typed_pairs = vec![];
     let callee_reads_only = |r: FuncId| {
         family == Routines::Plain && owner.get(&r).is_some_and(|&h| globals.writes_private.get(h).copied().unwrap_or(false))
     };
-    for &g in todo {
+    for (&g, own_kinds) in todo.iter().zip(&typed_kinds) {
         let f: &Function = ssa[g.index()].borrow();
         let varied = activity::varied_registers(f, builtins, &globals);
         let differentiable = |b: zygvm_vm::bytecode::BuiltinId| activity::builtin_is_differentiable(&builtins[b.index()]);
@@ -200,35 +222,42 @@ fn differentiate<F: Borrow<Function>>(
         };
         let records_in: Vec<zygvm_vm::bytecode::Reg> =
             (0..checkpointed.loops.len()).map(|k| zygvm_vm::bytecode::Reg(f.num_regs + k as u32)).collect();
-        let primal_routine = |quiet: Option<&[bool]>| {
+        let primal_routine = |quiet: Option<&[bool]>, records: &[Vec<saves::Record>], typed_calls: &[Option<(FuncId, FuncId)>]| {
             primal::primal_with_tape(&primal::Context {
                 f,
                 varied: &varied,
                 active: &active,
-                records: &records,
+                records,
                 once: &plan.once,
                 tape_of: &tape_of,
                 quiet_tape_of: &quiet_tape_of,
+                typed_calls,
                 quiet,
                 loops: &plan.loops,
                 checkpoints: &checkpointed,
                 records_in: &records_in,
             })
         };
-        let tape = primal_routine(None);
-        let quiet_tape = primal_routine(Some(&quiet::quiet_calls(f, builtins, &globals.pure)));
-        let mut adj = adjoint::adjoint(&adjoint::Context {
-            f,
-            varied: &varied,
-            active: &active,
-            records: &records,
-            plan: &plan,
-            adjoint_of: &adjoint_of,
-            discardable_of: &|g: FuncId| adjoint::discardable_params(ssa[g.index()].borrow()),
-            checkpoints: &checkpointed,
-        });
-        simplify::simplify(&mut adj);
-        layout::layout(&mut adj);
+        let tape = primal_routine(None, &records, &[]);
+        let quiet_calls = quiet::quiet_calls(f, builtins, &globals.pure);
+        let quiet_tape = primal_routine(Some(&quiet_calls), &records, &[]);
+        let adjoint_routine = |records: &[Vec<saves::Record>], typed_calls: &[Option<(FuncId, FuncId)>]| {
+            let mut adj = adjoint::adjoint(&adjoint::Context {
+                f,
+                varied: &varied,
+                active: &active,
+                records,
+                plan: &plan,
+                adjoint_of: &adjoint_of,
+                typed_calls,
+                discardable_of: &|g: FuncId| adjoint::discardable_params(ssa[g.index()].borrow()),
+                checkpoints: &checkpointed,
+            });
+            simplify::simplify(&mut adj);
+            layout::layout(&mut adj);
+            adj
+        };
+        let adj = adjoint_routine(&records, &[]);
         let tan = tangent::tangent_routine(&tangent::Context { f, varied: &varied, builtins, tangent_of: &tangent_of })
             .expect("a function of the source has a tangent routine");
         // Forward over reverse: the tangent routines of the two reverse-mode routines.
@@ -245,10 +274,40 @@ fn differentiate<F: Borrow<Function>>(
         let (tan_tape, tan_adj) = (of_routine(&tape, &tape_varied), of_routine(&adj, &adj_varied));
         gradients.push(fused::gradient_routine(&quiet_tape, &adj, builtins, consts, &number_call));
         let sweeps_on_values = on_values::sweeps_on_values(&quiet_tape, &adj, builtins, &callee_reads_only);
-        on_values.push(sweeps_on_values.then(|| fused::values_gradient_routine(&quiet_tape, &adj)));
+        let at_values = sweeps_on_values.then(|| fused::values_gradient_routine(&quiet_tape, &adj));
+        // The function's own typed routines (`kinds.rs`: no shape records for sums of
+        // numbers), which callers' typed routines call.
+        if let Some(kinds) = own_kinds {
+            let typed_records = kinds::without_number_shapes(f, &records, &kinds::numbers(f, kinds, consts)).unwrap_or_else(|| records.clone());
+            typed_pairs.push(primal_routine(Some(&quiet_calls), &typed_records, &[]));
+            typed_pairs.push(adjoint_routine(&typed_records, &[]));
+        }
+        // For the kinds the body suggests, the gradient routine at values without the shape
+        // records of sums of numbers and calling callees' typed routines, where either
+        // applies.
+        let typed = at_values.as_ref().filter(|r| r.is_some()).and_then(|_| {
+            let mut kinds = own_kinds.unwrap_or_else(|| kinds::guess(f, &|h| callee_pair(h).map(|(_, _, k)| k)));
+            let ty = kinds::types(f, &kinds, consts);
+            let numbers: Vec<bool> = ty.iter().map(|&t| t == kinds::Ty::Number).collect();
+            let typed_records = kinds::without_number_shapes(f, &records, &numbers);
+            let calls = kinds::typed_calls(f, &ty, &quiet_calls, &mut kinds, &callee_pair);
+            if typed_records.is_none() && calls.iter().all(Option::is_none) {
+                return None;
+            }
+            let typed_records = typed_records.unwrap_or_else(|| records.clone());
+            let (quiet, adj) = (primal_routine(Some(&quiet_calls), &typed_records, &calls), adjoint_routine(&typed_records, &calls));
+            on_values::sweeps_on_values(&quiet, &adj, builtins, &callee_reads_only)
+                .then(|| fused::values_gradient_routine(&quiet, &adj))
+                .flatten()
+                .map(|r| (r, kinds))
+        });
+        on_values.push(at_values.map(|r| (r, typed)));
         routines.extend([tape, adj, tan, tan_tape, tan_adj, quiet_tape]);
     }
-    // The gradient routines, where there are any, after all the others.
+    // The typed pairs, in the order their ids were given, then the gradient routines,
+    // where there are any.
+    debug_assert_eq!(routines.len() + typed_pairs.len(), (gradient_routines_from - first) as usize);
+    routines.extend(typed_pairs);
     let mut next = gradient_routines_from;
     for ((&g, routine), on_values) in todo.iter().zip(gradients).zip(on_values) {
         let d = derivatives_mut[g.index()].as_mut().expect("given above");
@@ -258,8 +317,14 @@ fn differentiate<F: Borrow<Function>>(
             routines.push(routine);
             next += 1;
         }
-        if let Some(routine) = on_values.flatten() {
+        let (at_values, typed) = on_values.map_or((None, None), |(r, t)| (r, t));
+        if let Some(routine) = at_values {
             d.values_gradient = Some(FuncId(next));
+            routines.push(routine);
+            next += 1;
+        }
+        if let Some((routine, kinds)) = typed {
+            d.typed_values_gradient = Some((FuncId(next), kinds));
             routines.push(routine);
             next += 1;
         }
@@ -276,4 +341,41 @@ pub fn tangent_of_routine(ssa: &Function, builtins: &[Builtin]) -> Result<(Funct
     let t = tangent::tangent_routine(&tangent::Context { f: ssa, varied: &varied, builtins, tangent_of: &|_| None })?;
     let exec = crate::regalloc::allocate(&t);
     Ok((t, exec))
+}
+
+/// For each function of `todo`: the kinds its own typed routines are made for, where its
+/// body has a `+`, `-` or negation of numbers at the kinds it suggests (`kinds::guess`,
+/// with the kinds of callees' typed routines: those of `todo` by their own uses, those made
+/// before by their routines) and it may sweep on values (`Globals::writes_private`).
+fn typed_pair_kinds<F: Borrow<Function>>(
+    ssa: &[F],
+    derivatives: &[Option<Derivative>],
+    todo: &[FuncId],
+    builtins: &[Builtin],
+    consts: &[Const],
+    globals: &activity::Globals,
+) -> Vec<Option<zygvm_vm::program::Kinds>> {
+    let own: hashbrown::HashMap<FuncId, zygvm_vm::program::Kinds> =
+        todo.iter().map(|&g| (g, kinds::guess(ssa[g.index()].borrow(), &|_| None))).collect();
+    let callee_kinds = |h: FuncId| {
+        own.get(&h).copied().or_else(|| derivatives.get(h.index()).copied().flatten().and_then(|d| d.typed_pair).map(|(_, _, k)| k))
+    };
+    todo.iter()
+        .map(|&g| {
+            let f: &Function = ssa[g.index()].borrow();
+            if !globals.writes_private.get(g.index()).copied().unwrap_or(false) {
+                return None;
+            }
+            let kinds = kinds::guess(f, &callee_kinds);
+            let numbers = kinds::numbers(f, &kinds, consts);
+            let varied = activity::varied_registers(f, builtins, globals);
+            let number = |r: zygvm_vm::bytecode::Reg| numbers[r.index()];
+            let typed = f.code.iter().any(|i| match *i {
+                Instr::Add { dst, a, b } | Instr::Sub { dst, a, b } => varied[dst.index()] && number(a) && number(b),
+                Instr::Neg { dst, src } => varied[dst.index()] && number(src),
+                _ => false,
+            });
+            typed.then_some(kinds)
+        })
+        .collect()
 }

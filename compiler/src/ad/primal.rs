@@ -34,6 +34,9 @@ pub struct Context<'a> {
     pub tape_of: &'a dyn Fn(FuncId) -> Option<FuncId>,
     /// Its quiet routine (`quiet.rs`).
     pub quiet_tape_of: &'a dyn Fn(FuncId) -> Option<FuncId>,
+    /// Per instruction: the callee's typed quiet and adjoint routines to call instead
+    /// (`kinds::typed_calls`; empty for the untyped routines).
+    pub typed_calls: &'a [Option<(FuncId, FuncId)>],
     /// `Some` for the quiet routine: per instruction, whether it is a quiet call
     /// (`quiet::quiet_calls`): a direct call that calls its callee's quiet routine, or a
     /// built-in call whose records are pushed by reference.
@@ -131,7 +134,8 @@ pub fn primal_with_tape(cx: &Context) -> Function {
                 Instr::Call { dst, callee, args } => Instr::CallTape { dst, callee, args },
                 Instr::CallDirect { dst, func, args } => {
                     let quiet_call = cx.quiet.is_some_and(|q| q[pc]);
-                    match if quiet_call { (cx.quiet_tape_of)(func) } else { (cx.tape_of)(func) } {
+                    let typed = cx.typed_calls.get(pc).copied().flatten().filter(|_| quiet_call).map(|(q, _)| q);
+                    match typed.or_else(|| if quiet_call { (cx.quiet_tape_of)(func) } else { (cx.tape_of)(func) }) {
                         Some(t) => Instr::CallDirect { dst, func: t, args },
                         None => i,
                     }

@@ -109,7 +109,7 @@ pub fn value_and_gradient(vm: &mut Vm, f: &Value, args: &[Value]) -> VmResult<(V
         }
     }
     if let Some(d) = routines_on_values(vm, f, args)? {
-        return match d.values_gradient {
+        return match values_gradient_for(vm, &d, args) {
             Some(g) => split_pair(run_values_gradient(vm, g, args)?),
             None => with_tape_mark(vm, |vm| sweep_on_values(vm, f, d, args)),
         };
@@ -150,6 +150,15 @@ fn routines_on_values(vm: &mut Vm, f: &Value, args: &[Value]) -> VmResult<Option
     // The general path's first fallible step too (`forward`): the same error.
     let d = vm.derivative_of(id)?;
     Ok(d.sweeps_on_values.then_some(d))
+}
+
+/// The gradient routine at values to run at `args` (which `routines_on_values` accepted):
+/// the typed one where the arguments have its kinds, else the untyped one, if any.
+fn values_gradient_for(vm: &Vm, d: &Derivative, args: &[Value]) -> Option<crate::bytecode::FuncId> {
+    match d.typed_values_gradient {
+        Some((g, kinds)) if kinds.admit(args, &vm.globals) => Some(g),
+        _ => d.values_gradient,
+    }
 }
 
 /// Whether every argument is a number, a float array (or an empty one) or a matrix, and no
@@ -240,7 +249,7 @@ pub fn value_and_gradient_tuple(vm: &mut Vm, f: &Value, args: &[Value]) -> VmRes
             });
         }
     }
-    if let Some(Derivative { values_gradient: Some(g), .. }) = routines_on_values(vm, f, args)? {
+    if let Some(g) = routines_on_values(vm, f, args)?.and_then(|d| values_gradient_for(vm, &d, args)) {
         return run_values_gradient(vm, g, args);
     }
     let (y, g) = value_and_gradient(vm, f, args)?;
