@@ -145,8 +145,12 @@ pub fn adjoint_listing(p: &Program, only: Option<&str>, family: crate::program::
             out.push_str("-- gradient routine at values (the same join, any control flow; numbers, float arrays, matrices): (x..) -> (y, gradients)\n");
             out.push_str(&function_listing(p, &p.ssa_functions[g.index()]));
         }
-        if let Some((q, a, kinds)) = d.typed_pair {
-            let described = describe_kinds(p, &kinds, p.ssa_functions[q.index()].arity as usize);
+        if let Some((q, a, kinds, constant)) = d.typed_pair {
+            let mut described = describe_kinds(p, &kinds, p.ssa_functions[q.index()].arity as usize);
+            if constant != 0 {
+                let params: Vec<String> = (0..32).filter(|k| constant & (1 << k) != 0).map(|k| k.to_string()).collect();
+                described += &format!("; constants in parameters {}", params.join(", "));
+            }
             out.push_str(&format!("-- typed quiet primal-with-tape routine ({described}: sums of numbers record no shape)\n"));
             out.push_str(&function_listing(p, &p.ssa_functions[q.index()]));
             out.push_str(&format!("-- typed adjoint routine ({described})\n"));

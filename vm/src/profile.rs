@@ -376,7 +376,7 @@ fn routine_names(program: &Program) -> Vec<String> {
         if let Some(slot) = d.typed_values_gradient.and_then(|(g, _)| names.get_mut(g.index())) {
             *slot = format!("{base} (typed gradient at values)");
         }
-        for (r, role) in d.typed_pair.into_iter().flat_map(|(q, a, _)| [(q, "typed quiet primal-with-tape"), (a, "typed adjoint")]) {
+        for (r, role) in d.typed_pair.into_iter().flat_map(|(q, a, _, _)| [(q, "typed quiet primal-with-tape"), (a, "typed adjoint")]) {
             if let Some(slot) = names.get_mut(r.index()) {
                 *slot = format!("{base} ({role})");
             }

@@ -270,7 +270,9 @@ pub struct Derivative {
     /// The quiet primal-with-tape and adjoint routines typed the same way, for the function's
     /// own body (its calls keep the untyped routines): what a typed gradient routine at
     /// values of a caller calls where its arguments have these kinds.
-    pub typed_pair: Option<(FuncId, FuncId, Kinds)>,
+    /// The last field: the parameters (bit `k` for parameter `k`) they take constants in
+    /// (every caller that made them passes one there): no adjoint is made for those.
+    pub typed_pair: Option<(FuncId, FuncId, Kinds, u32)>,
 }
 
 /// The kinds a typed routine's arguments, and the module variables it reads, must have.

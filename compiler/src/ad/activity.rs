@@ -192,7 +192,7 @@ pub fn program_globals<F: Borrow<Function>>(ssa: &[F], builtins: &[Builtin]) -> 
         let mut next = g.clone();
         for (k, f) in ssa.iter().map(Borrow::borrow).enumerate() {
             let f: &Function = f;
-            let (_, written) = analyse(f, builtins, false, &g);
+            let (_, written) = analyse(f, builtins, false, &g, 0);
             for s in written {
                 next.written[s as usize] = true;
             }
@@ -214,7 +214,13 @@ pub fn program_globals<F: Borrow<Function>>(ssa: &[F], builtins: &[Builtin]) -> 
 
 /// The varied registers of an SSA function.
 pub fn varied_registers(f: &Function, builtins: &[Builtin], globals: &Globals) -> Vec<bool> {
-    analyse(f, builtins, false, globals).0
+    analyse(f, builtins, false, globals, 0).0
+}
+
+/// The same where the parameters of `constant` (bit `k` for parameter `k`) carry no
+/// derivative: every caller of the routines made from it passes a constant there.
+pub fn varied_registers_but(f: &Function, builtins: &[Builtin], globals: &Globals, constant: u32) -> Vec<bool> {
+    analyse(f, builtins, false, globals, constant).0
 }
 
 /// The varied registers of an adjoint routine, for its tangent routine (forward over
@@ -222,16 +228,16 @@ pub fn varied_registers(f: &Function, builtins: &[Builtin], globals: &Globals) -
 /// (`TapePop`, adjoint calls) counts as varied so that its tangent form pops the records'
 /// tangents too, whatever its operands.
 pub fn varied_in_adjoint(f: &Function, builtins: &[Builtin]) -> Vec<bool> {
-    analyse(f, builtins, true, &Globals::default()).0
+    analyse(f, builtins, true, &Globals::default(), 0).0
 }
 
 /// The varied registers, and the module variables whose containers the function writes a
 /// varied value into.
-fn analyse(f: &Function, builtins: &[Builtin], adjoint: bool, globals: &Globals) -> (Vec<bool>, Vec<u32>) {
+fn analyse(f: &Function, builtins: &[Builtin], adjoint: bool, globals: &Globals, constant: u32) -> (Vec<bool>, Vec<u32>) {
     let n = f.num_regs as usize;
     let mut varied = vec![false; n];
     for r in 0..(f.arity + f.num_captures) as usize {
-        varied[r] = true;
+        varied[r] = r >= 32 || constant & (1 << r) == 0 || r >= f.arity as usize;
     }
     // Alias classes: containers and what is read out of them or flows into them.
     let mut uf = UnionFind((0..n as u32).collect());

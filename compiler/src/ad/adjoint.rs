@@ -48,6 +48,9 @@ pub struct Context<'a> {
     /// Per instruction: the callee's typed quiet and adjoint routines its primal calls
     /// (`kinds::typed_calls`; empty for the untyped routines).
     pub typed_calls: &'a [Option<(FuncId, FuncId)>],
+    /// The registers that are numbers wherever a typed routine runs (`kinds::numbers`;
+    /// empty for the untyped routines).
+    pub numbers: &'a [bool],
     /// `discardable_params` of a directly called function.
     pub discardable_of: &'a dyn Fn(FuncId) -> Vec<bool>,
     /// The loops recomputed from checkpoints under a tape budget (`checkpoints.rs`).
@@ -445,14 +448,24 @@ impl<'a> Adjoint<'a> {
                     _ => (Rule::MatMulA, Rule::MatMulB),
                 };
                 let is_matmul = matches!(i, Instr::MatMul { .. });
+                // A product of numbers: each factor's pullback reads the other factor, and
+                // the factor itself only for its shape (and, under shadow memory, its
+                // identity), which the other shares; so each takes the other twice, and a
+                // factor nothing else needs is not read again (`fused::drop_unread_reads`).
+                let number = |r: Reg| self.cx.numbers.get(r.index()).copied().unwrap_or(false);
+                let numbers = matches!(i, Instr::Mul { .. }) && number(a) && number(b);
+                let (for_a, for_b) = match numbers {
+                    true => ([dy, popped[1], popped[1]], [dy, popped[0], popped[0]]),
+                    false => ([dy, popped[0], popped[1]], [dy, popped[0], popped[1]]),
+                };
                 if self.varied(a) {
                     let dy = if is_matmul { self.dy_into(dy, a, span) } else { dy };
-                    let c = self.pull(ra, 0, &[dy, popped[0], popped[1]], span);
+                    let c = self.pull(ra, 0, &[dy, for_a[1], for_a[2]], span);
                     self.accumulate(a, c, span);
                 }
                 if self.varied(b) {
                     let dy = if is_matmul { self.dy_into(dy, b, span) } else { dy };
-                    let c = self.pull(rb, 0, &[dy, popped[0], popped[1]], span);
+                    let c = self.pull(rb, 0, &[dy, for_b[1], for_b[2]], span);
                     self.accumulate(b, c, span);
                 }
             }

@@ -394,6 +394,13 @@ fn drop_unused_loads(g: &mut Function) {
     drop_unread(g, |_, i| matches!(i, Instr::LoadNil { .. } | Instr::LoadK { .. }));
 }
 
+/// Removes the reads of containers (`Index`, `Index2`) nothing reads in an adjoint routine:
+/// each recomputes a read the primal made of a container nothing writes (`saves.rs`,
+/// `Record::Induced`), at the same indices, so it cannot fail, and unread it does nothing.
+pub fn drop_unread_reads(adj: &mut Function) {
+    drop_unread(adj, |_, i| matches!(i, Instr::Index { .. } | Instr::Index2 { .. }));
+}
+
 /// Removes each instruction `removable(pc, instruction)` accepts whose register nothing
 /// reads.
 fn drop_unread(g: &mut Function, removable: impl Fn(usize, &Instr) -> bool) {

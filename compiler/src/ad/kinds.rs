@@ -264,27 +264,64 @@ mod tests {
         // A value from a call: unknown, so nothing to type.
         assert_eq!(typed("fn g(v) { v[0] }\nfn f(x) { g(x) + g(x) }"), None);
     }
+
+    /// A callee's typed routines, made for the kinds and constants its callers pass: `dense`
+    /// is called with a module variable for `x`, so its typed adjoint makes no adjoint for
+    /// `x` (no `MulB`), and the caller's typed routine (which checks `D`) calls them.
+    #[test]
+    fn a_callee_typed_for_a_constant_argument() {
+        let text = "fn dense(W, x) { let (m, k) = shape(W)\n let t = 0.0\n for i in 0..m { let z = 0.0\n for j in 0..k { z += W[i, j] * x[j] }\n t += tanh(z) }\n t }\nlet D = [1.0, 2.0]\nfn f(a) { dense(a, D) }";
+        let p = compiled(text);
+        let id = |name: &str| p.functions.iter().position(|f| f.name == name).unwrap();
+        let (quiet, adjoint, kinds, constant) = p.derivatives[id("dense")].unwrap().typed_pair.expect("typed routines");
+        assert_eq!((kinds.args.get(0), kinds.args.get(1), constant), (ArgKind::Matrix, ArgKind::Floats, 0b10));
+        let rules = |g: zygvm_vm::bytecode::FuncId| -> Vec<String> {
+            p.ssa_functions[g.index()]
+                .code
+                .iter()
+                .filter_map(|i| match *i {
+                    Instr::Pull { rule, .. } => Some(zygvm_vm::ad::rules::describe(rule, &p)),
+                    _ => None,
+                })
+                .collect()
+        };
+        assert!(!rules(adjoint).contains(&"MulB".to_string()), "{:?}", rules(adjoint));
+        assert!(rules(p.derivatives[id("dense")].unwrap().adjoint).contains(&"MulB".to_string()));
+        let (g, f_kinds) = p.derivatives[id("f")].unwrap().typed_values_gradient.expect("typed routine");
+        assert_eq!(f_kinds.globals.iter().flatten().map(|&(_, k)| k).collect::<Vec<_>>(), [ArgKind::Floats]);
+        let calls: Vec<_> = p.ssa_functions[g.index()]
+            .code
+            .iter()
+            .filter_map(|i| if let Instr::CallDirect { func, .. } = *i { Some(func) } else { None })
+            .collect();
+        assert_eq!(calls, [quiet, adjoint]);
+    }
 }
 
 /// For each quiet direct call of `f` (`quiet_calls`) whose callee has typed routines
-/// (`callee_pair`: quiet, adjoint and their kinds) and whose arguments, by `ty`, have those
-/// kinds: the typed routines to call there. The callee's module variables join `kinds`
+/// (`callee_pair`: quiet, adjoint, their kinds and the parameters they take constants in)
+/// and whose arguments, by `ty`, have those kinds, none of the constant ones `varied`: the
+/// typed routines to call there. The callee's module variables join `kinds`
 /// (where there is room and no other kind was guessed for one); a call that would need
 /// more keeps the untyped routines.
 pub fn typed_calls(
     f: &Function,
     ty: &[Ty],
+    varied: &[bool],
     quiet_calls: &[bool],
     kinds: &mut Kinds,
-    callee_pair: &dyn Fn(FuncId) -> Option<(FuncId, FuncId, Kinds)>,
+    callee_pair: &dyn Fn(FuncId) -> Option<(FuncId, FuncId, Kinds, u32)>,
 ) -> Vec<Option<(FuncId, FuncId)>> {
     let mut out = vec![None; f.code.len()];
     for (pc, i) in f.code.iter().enumerate() {
         let Instr::CallDirect { func, args, .. } = *i else { continue };
-        let Some((quiet, adjoint, want)) = callee_pair(func).filter(|_| quiet_calls[pc]) else { continue };
-        let fits = f.list(args).iter().enumerate().all(|(p, &r)| match want.args.get(p) {
-            ArgKind::Any => true,
-            k => ty[r.index()] == ty_of(k),
+        let Some((quiet, adjoint, want, constant)) = callee_pair(func).filter(|_| quiet_calls[pc]) else { continue };
+        let fits = f.list(args).iter().enumerate().all(|(p, &r)| {
+            let kind = match want.args.get(p) {
+                ArgKind::Any => true,
+                k => ty[r.index()] == ty_of(k),
+            };
+            kind && (p >= 32 || constant & (1 << p) == 0 || !varied[r.index()])
         });
         if fits && join_globals(kinds, &want) {
             out[pc] = Some((quiet, adjoint));

@@ -138,8 +138,8 @@ fn differentiate<F: Borrow<Function>>(
     };
     let mut typed_next = first + ROUTINES_PER_FUNCTION * todo.len() as u32;
     for (&g, kinds) in todo.iter().zip(&typed_kinds) {
-        if let (Some(kinds), Some(d)) = (kinds, derivatives[g.index()].as_mut()) {
-            d.typed_pair = Some((FuncId(typed_next), FuncId(typed_next + 1), *kinds));
+        if let (Some((kinds, constant)), Some(d)) = (kinds, derivatives[g.index()].as_mut()) {
+            d.typed_pair = Some((FuncId(typed_next), FuncId(typed_next + 1), *kinds, *constant));
             typed_next += 2;
         }
     }
@@ -183,7 +183,7 @@ fn differentiate<F: Borrow<Function>>(
         .enumerate()
         .filter_map(|(h, d)| Some((h, (*d)?)))
         .flat_map(|(h, d)| {
-            let typed = d.typed_pair.into_iter().flat_map(move |(q, a, _)| [(q, h), (a, h)]);
+            let typed = d.typed_pair.into_iter().flat_map(move |(q, a, _, _)| [(q, h), (a, h)]);
             [(d.tape, h), (d.quiet_tape, h), (d.adjoint, h)].into_iter().chain(typed)
         })
         .collect();
@@ -194,26 +194,7 @@ fn differentiate<F: Borrow<Function>>(
     };
     for (&g, own_kinds) in todo.iter().zip(&typed_kinds) {
         let f: &Function = ssa[g.index()].borrow();
-        let varied = activity::varied_registers(f, builtins, &globals);
-        let differentiable = |b: zygvm_vm::bytecode::BuiltinId| activity::builtin_is_differentiable(&builtins[b.index()]);
-        let active: Vec<bool> = f.code.iter().map(|i| saves::is_active(f, i, &varied, differentiable)).collect();
-        // What each active instruction records, decided once for both routines.
-        let mut plan = saves::Plan::new(f, builtins, consts);
-        let block_of: Vec<usize> =
-            (0..f.blocks.len()).flat_map(|b| std::iter::repeat(b).take(cfg::block_end(f, b) - f.blocks[b].start as usize)).collect();
-        let mut records: Vec<Vec<saves::Record>> = f
-            .code
-            .iter()
-            .zip(&active)
-            .enumerate()
-            .map(|(pc, (i, &on))| if on { plan.records(f, i, block_of[pc]) } else { vec![] })
-            .collect();
-        saves::share_within_blocks(f, &mut records);
-        for r in records.iter().flatten() {
-            if let saves::Record::Recompute(r) = r {
-                plan.note_recompute(f, *r);
-            }
-        }
+        let sweep = Sweep::of(f, builtins, consts, activity::varied_registers(f, builtins, &globals));
         // Under a tape budget, the loops that can be recomputed from checkpoints, each with a
         // register for its record in the primal-with-tape routine (after the function's own).
         let checkpointed = match family {
@@ -222,43 +203,49 @@ fn differentiate<F: Borrow<Function>>(
         };
         let records_in: Vec<zygvm_vm::bytecode::Reg> =
             (0..checkpointed.loops.len()).map(|k| zygvm_vm::bytecode::Reg(f.num_regs + k as u32)).collect();
-        let primal_routine = |quiet: Option<&[bool]>, records: &[Vec<saves::Record>], typed_calls: &[Option<(FuncId, FuncId)>]| {
+        let primal_routine = |sweep: &Sweep, quiet: Option<&[bool]>, records: &[Vec<saves::Record>], typed_calls: &[Option<(FuncId, FuncId)>]| {
             primal::primal_with_tape(&primal::Context {
                 f,
-                varied: &varied,
-                active: &active,
+                varied: &sweep.varied,
+                active: &sweep.active,
                 records,
-                once: &plan.once,
+                once: &sweep.plan.once,
                 tape_of: &tape_of,
                 quiet_tape_of: &quiet_tape_of,
                 typed_calls,
                 quiet,
-                loops: &plan.loops,
+                loops: &sweep.plan.loops,
                 checkpoints: &checkpointed,
                 records_in: &records_in,
             })
         };
-        let tape = primal_routine(None, &records, &[]);
+        let records = &sweep.records;
+        let tape = primal_routine(&sweep, None, records, &[]);
         let quiet_calls = quiet::quiet_calls(f, builtins, &globals.pure);
-        let quiet_tape = primal_routine(Some(&quiet_calls), &records, &[]);
-        let adjoint_routine = |records: &[Vec<saves::Record>], typed_calls: &[Option<(FuncId, FuncId)>]| {
+        let quiet_tape = primal_routine(&sweep, Some(&quiet_calls), records, &[]);
+        let adjoint_routine = |sweep: &Sweep, records: &[Vec<saves::Record>], typed_calls: &[Option<(FuncId, FuncId)>], numbers: &[bool]| {
             let mut adj = adjoint::adjoint(&adjoint::Context {
                 f,
-                varied: &varied,
-                active: &active,
+                varied: &sweep.varied,
+                active: &sweep.active,
                 records,
-                plan: &plan,
+                plan: &sweep.plan,
                 adjoint_of: &adjoint_of,
                 typed_calls,
+                numbers,
                 discardable_of: &|g: FuncId| adjoint::discardable_params(ssa[g.index()].borrow()),
                 checkpoints: &checkpointed,
             });
             simplify::simplify(&mut adj);
+            if !numbers.is_empty() {
+                fused::drop_unread_reads(&mut adj);
+            }
             layout::layout(&mut adj);
             adj
         };
-        let adj = adjoint_routine(&records, &[]);
-        let tan = tangent::tangent_routine(&tangent::Context { f, varied: &varied, builtins, tangent_of: &tangent_of })
+        let adj = adjoint_routine(&sweep, records, &[], &[]);
+        let varied = &sweep.varied;
+        let tan = tangent::tangent_routine(&tangent::Context { f, varied, builtins, tangent_of: &tangent_of })
             .expect("a function of the source has a tangent routine");
         // Forward over reverse: the tangent routines of the two reverse-mode routines.
         // The primal-with-tape routine keeps the function's registers, so the function's
@@ -277,25 +264,34 @@ fn differentiate<F: Borrow<Function>>(
         let at_values = sweeps_on_values.then(|| fused::values_gradient_routine(&quiet_tape, &adj));
         // The function's own typed routines (`kinds.rs`: no shape records for sums of
         // numbers), which callers' typed routines call.
-        if let Some(kinds) = own_kinds {
-            let typed_records = kinds::without_number_shapes(f, &records, &kinds::numbers(f, kinds, consts)).unwrap_or_else(|| records.clone());
-            typed_pairs.push(primal_routine(Some(&quiet_calls), &typed_records, &[]));
-            typed_pairs.push(adjoint_routine(&typed_records, &[]));
+        // Made for the parameters every caller of the batch passes a constant in
+        // (`constant`): their adjoints are not made.
+        if let Some((kinds, constant)) = own_kinds {
+            let pair_sweep = match constant {
+                0 => None,
+                mask => Some(Sweep::of(f, builtins, consts, activity::varied_registers_but(f, builtins, &globals, *mask))),
+            };
+            let pair_sweep = pair_sweep.as_ref().unwrap_or(&sweep);
+            let numbers = kinds::numbers(f, kinds, consts);
+            let typed_records = kinds::without_number_shapes(f, &pair_sweep.records, &numbers).unwrap_or_else(|| pair_sweep.records.clone());
+            typed_pairs.push(primal_routine(pair_sweep, Some(&quiet_calls), &typed_records, &[]));
+            typed_pairs.push(adjoint_routine(pair_sweep, &typed_records, &[], &numbers));
         }
         // For the kinds the body suggests, the gradient routine at values without the shape
         // records of sums of numbers and calling callees' typed routines, where either
         // applies.
         let typed = at_values.as_ref().filter(|r| r.is_some()).and_then(|_| {
-            let mut kinds = own_kinds.unwrap_or_else(|| kinds::guess(f, &|h| callee_pair(h).map(|(_, _, k)| k)));
+            let mut kinds = own_kinds.map(|(k, _)| k).unwrap_or_else(|| kinds::guess(f, &|h| callee_pair(h).map(|(_, _, k, _)| k)));
             let ty = kinds::types(f, &kinds, consts);
             let numbers: Vec<bool> = ty.iter().map(|&t| t == kinds::Ty::Number).collect();
-            let typed_records = kinds::without_number_shapes(f, &records, &numbers);
-            let calls = kinds::typed_calls(f, &ty, &quiet_calls, &mut kinds, &callee_pair);
+            let typed_records = kinds::without_number_shapes(f, records, &numbers);
+            let calls = kinds::typed_calls(f, &ty, varied, &quiet_calls, &mut kinds, &callee_pair);
             if typed_records.is_none() && calls.iter().all(Option::is_none) {
                 return None;
             }
             let typed_records = typed_records.unwrap_or_else(|| records.clone());
-            let (quiet, adj) = (primal_routine(Some(&quiet_calls), &typed_records, &calls), adjoint_routine(&typed_records, &calls));
+            let (quiet, adj) =
+                (primal_routine(&sweep, Some(&quiet_calls), &typed_records, &calls), adjoint_routine(&sweep, &typed_records, &calls, &numbers));
             on_values::sweeps_on_values(&quiet, &adj, builtins, &callee_reads_only)
                 .then(|| fused::values_gradient_routine(&quiet, &adj))
                 .flatten()
@@ -343,10 +339,46 @@ pub fn tangent_of_routine(ssa: &Function, builtins: &[Builtin]) -> Result<(Funct
     Ok((t, exec))
 }
 
-/// For each function of `todo`: the kinds its own typed routines are made for, where its
+/// What a sweep of a function needs decided before its routines are made, for one
+/// activity (`varied`): the active instructions and each one's records (`saves.rs`).
+struct Sweep {
+    varied: Vec<bool>,
+    active: Vec<bool>,
+    plan: saves::Plan,
+    records: Vec<Vec<saves::Record>>,
+}
+
+impl Sweep {
+    fn of(f: &Function, builtins: &[Builtin], consts: &[Const], varied: Vec<bool>) -> Sweep {
+        let differentiable = |b: zygvm_vm::bytecode::BuiltinId| activity::builtin_is_differentiable(&builtins[b.index()]);
+        let active: Vec<bool> = f.code.iter().map(|i| saves::is_active(f, i, &varied, differentiable)).collect();
+        // What each active instruction records, decided once for both routines.
+        let mut plan = saves::Plan::new(f, builtins, consts);
+        let block_of: Vec<usize> =
+            (0..f.blocks.len()).flat_map(|b| std::iter::repeat(b).take(cfg::block_end(f, b) - f.blocks[b].start as usize)).collect();
+        let mut records: Vec<Vec<saves::Record>> = f
+            .code
+            .iter()
+            .zip(&active)
+            .enumerate()
+            .map(|(pc, (i, &on))| if on { plan.records(f, i, block_of[pc]) } else { vec![] })
+            .collect();
+        saves::share_within_blocks(f, &mut records);
+        for r in records.iter().flatten() {
+            if let saves::Record::Recompute(r) = r {
+                plan.note_recompute(f, *r);
+            }
+        }
+        Sweep { varied, active, plan, records }
+    }
+}
+
+/// For each function of `todo`: the kinds its own typed routines are made for, and the
+/// parameters (a bit each) every direct call from `todo` passes a constant in, where its
 /// body has a `+`, `-` or negation of numbers at the kinds it suggests (`kinds::guess`,
 /// with the kinds of callees' typed routines: those of `todo` by their own uses, those made
-/// before by their routines) and it may sweep on values (`Globals::writes_private`).
+/// before by their routines) or such parameters, and it may sweep on values
+/// (`Globals::writes_private`).
 fn typed_pair_kinds<F: Borrow<Function>>(
     ssa: &[F],
     derivatives: &[Option<Derivative>],
@@ -354,12 +386,27 @@ fn typed_pair_kinds<F: Borrow<Function>>(
     builtins: &[Builtin],
     consts: &[Const],
     globals: &activity::Globals,
-) -> Vec<Option<zygvm_vm::program::Kinds>> {
+) -> Vec<Option<(zygvm_vm::program::Kinds, u32)>> {
     let own: hashbrown::HashMap<FuncId, zygvm_vm::program::Kinds> =
         todo.iter().map(|&g| (g, kinds::guess(ssa[g.index()].borrow(), &|_| None))).collect();
     let callee_kinds = |h: FuncId| {
-        own.get(&h).copied().or_else(|| derivatives.get(h.index()).copied().flatten().and_then(|d| d.typed_pair).map(|(_, _, k)| k))
+        own.get(&h).copied().or_else(|| derivatives.get(h.index()).copied().flatten().and_then(|d| d.typed_pair).map(|(_, _, k, _)| k))
     };
+    // Per function of `todo`: the parameters every call from `todo` passes a constant in
+    // (`None`: never called from `todo`).
+    let mut constant: hashbrown::HashMap<FuncId, u32> = hashbrown::HashMap::new();
+    for &h in todo {
+        let f: &Function = ssa[h.index()].borrow();
+        let varied = activity::varied_registers(f, builtins, globals);
+        for i in &f.code {
+            let Instr::CallDirect { func, args, .. } = *i else { continue };
+            if !own.contains_key(&func) {
+                continue;
+            }
+            let mask = f.list(args).iter().enumerate().filter(|&(p, r)| p < 32 && !varied[r.index()]).fold(0u32, |m, (p, _)| m | 1 << p);
+            *constant.entry(func).or_insert(u32::MAX) &= mask;
+        }
+    }
     todo.iter()
         .map(|&g| {
             let f: &Function = ssa[g.index()].borrow();
@@ -367,15 +414,16 @@ fn typed_pair_kinds<F: Borrow<Function>>(
                 return None;
             }
             let kinds = kinds::guess(f, &callee_kinds);
+            let constant = constant.get(&g).copied().unwrap_or(0) & (1u32.checked_shl(f.arity).unwrap_or(0).wrapping_sub(1));
             let numbers = kinds::numbers(f, &kinds, consts);
-            let varied = activity::varied_registers(f, builtins, globals);
+            let varied = activity::varied_registers_but(f, builtins, globals, constant);
             let number = |r: zygvm_vm::bytecode::Reg| numbers[r.index()];
             let typed = f.code.iter().any(|i| match *i {
                 Instr::Add { dst, a, b } | Instr::Sub { dst, a, b } => varied[dst.index()] && number(a) && number(b),
                 Instr::Neg { dst, src } => varied[dst.index()] && number(src),
                 _ => false,
             });
-            typed.then_some(kinds)
+            (typed || constant != 0).then_some((kinds, constant))
         })
         .collect()
 }
