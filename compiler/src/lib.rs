@@ -323,7 +323,7 @@ pub(crate) fn compile_module(
             .collect();
         return Err(Error::compile(diagnostics));
     }
-    let (functions, ssa_functions, derivatives) = match prior {
+    let (functions, ssa_functions, derivatives, typed) = match prior {
         None => executable_functions(pools.functions, source_differentiate, &builtins, &pools.consts),
         Some(p) => continued_functions(pools.functions, p.program),
     };
@@ -334,6 +334,7 @@ pub(crate) fn compile_module(
         ssa_functions,
         derivatives,
         budgeted: vec![],
+        typed,
         replayable: vec![],
         consts: pools.consts,
         structs: pools.structs,
@@ -353,7 +354,12 @@ pub(crate) fn compile_module(
     Ok((program, names))
 }
 
-type Functions = (Vec<Arc<zygvm_vm::program::Function>>, Vec<Arc<zygvm_vm::program::Function>>, Vec<Option<zygvm_vm::program::Derivative>>);
+type Functions = (
+    Vec<Arc<zygvm_vm::program::Function>>,
+    Vec<Arc<zygvm_vm::program::Function>>,
+    Vec<Option<zygvm_vm::program::Derivative>>,
+    Vec<Option<zygvm_vm::program::Typed>>,
+);
 
 /// The lowered functions in executable form (register allocated) beside their SSA form, with
 /// every function's derivative routines appended when `differentiate` says so.
@@ -364,15 +370,15 @@ fn executable_functions(
     consts: &[zygvm_vm::program::Const],
 ) -> Functions {
     let mut ssa_functions: Vec<_> = lowered.into_iter().map(|f| f.expect("every function is lowered")).collect();
-    let derivatives = if differentiate == Differentiate::Always {
-        let (derivatives, routines) = ad::differentiate_program(&ssa_functions, builtins, consts);
+    let (derivatives, typed) = if differentiate == Differentiate::Always {
+        let (derivatives, typed, routines) = ad::differentiate_program(&ssa_functions, builtins, consts);
         ssa_functions.extend(routines);
-        derivatives
+        (derivatives, typed)
     } else {
-        vec![None; ssa_functions.len()]
+        (vec![None; ssa_functions.len()], vec![])
     };
     let functions = ssa_functions.iter().map(|f| Arc::new(regalloc::allocate(f))).collect();
-    (functions, ssa_functions.into_iter().map(Arc::new).collect(), derivatives)
+    (functions, ssa_functions.into_iter().map(Arc::new).collect(), derivatives, typed)
 }
 
 /// A session entry's functions: the earlier program's, shared, where the entry did not lower
@@ -392,5 +398,5 @@ fn continued_functions(lowered: Vec<Option<zygvm_vm::program::Function>>, earlie
         }
     }
     let derivatives = vec![None; functions.len()];
-    (functions, ssa_functions, derivatives)
+    (functions, ssa_functions, derivatives, vec![])
 }

@@ -202,6 +202,7 @@ mod tests {
             tangent_transform: None,
             derivative_transform: None,
         budgeted: vec![],
+        typed: vec![],
         replayable: vec![],
         };
         Vm::new(zygvm_vm::verify::VerifiedProgram::new(Arc::new(program)).unwrap())

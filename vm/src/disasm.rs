@@ -117,6 +117,7 @@ pub fn adjoint_listing(p: &Program, only: Option<&str>, family: crate::program::
                 let Ok(m) = transform(&q, crate::bytecode::FuncId(i as u32), family) else { continue };
                 q.append_functions(m.functions);
                 q.record_derivatives(&m.derivatives, family);
+                q.record_typed(&m.typed);
             }
             made = q;
             &made
@@ -145,7 +146,11 @@ pub fn adjoint_listing(p: &Program, only: Option<&str>, family: crate::program::
             out.push_str("-- gradient routine at values (the same join, any control flow; numbers, float arrays, matrices): (x..) -> (y, gradients)\n");
             out.push_str(&function_listing(p, &p.ssa_functions[g.index()]));
         }
-        if let Some((q, a, kinds, constant)) = d.typed_pair {
+        let typed = match family {
+            crate::program::Routines::Plain => p.typed_of(crate::bytecode::FuncId(i as u32)).unwrap_or_default(),
+            crate::program::Routines::Budgeted => Default::default(),
+        };
+        if let Some((q, a, kinds, constant)) = typed.pair {
             let mut described = describe_kinds(p, &kinds, p.ssa_functions[q.index()].arity as usize);
             if constant != 0 {
                 let params: Vec<String> = (0..32).filter(|k| constant & (1 << k) != 0).map(|k| k.to_string()).collect();
@@ -156,7 +161,7 @@ pub fn adjoint_listing(p: &Program, only: Option<&str>, family: crate::program::
             out.push_str(&format!("-- typed adjoint routine ({described})\n"));
             out.push_str(&function_listing(p, &p.ssa_functions[a.index()]));
         }
-        if let Some((g, kinds)) = d.typed_values_gradient {
+        if let Some((g, kinds)) = typed.values_gradient {
             let f = &p.ssa_functions[g.index()];
             let described = describe_kinds(p, &kinds, f.arity as usize);
             out.push_str(&format!(

@@ -49,6 +49,7 @@ fn program(functions: Vec<Function>, consts: Vec<Const>) -> Program {
         tangent_transform: None,
         derivative_transform: None,
         budgeted: vec![],
+        typed: vec![],
         replayable: vec![],
     }
 }

@@ -373,10 +373,12 @@ fn routine_names(program: &Program) -> Vec<String> {
         if let Some(slot) = d.values_gradient.and_then(|g| names.get_mut(g.index())) {
             *slot = format!("{base} (gradient at values)");
         }
-        if let Some(slot) = d.typed_values_gradient.and_then(|(g, _)| names.get_mut(g.index())) {
-            *slot = format!("{base} (typed gradient at values)");
-        }
-        for (r, role) in d.typed_pair.into_iter().flat_map(|(q, a, _, _)| [(q, "typed quiet primal-with-tape"), (a, "typed adjoint")]) {
+    }
+    for (f, t) in program.typed.iter().enumerate().filter_map(|(f, t)| Some((f, (*t)?))) {
+        let base = program.functions[f].trace_name().to_string();
+        let values = t.values_gradient.map(|(g, _)| (g, "typed gradient at values"));
+        let pair = t.pair.into_iter().flat_map(|(q, a, _, _)| [(q, "typed quiet primal-with-tape"), (a, "typed adjoint")]);
+        for (r, role) in values.into_iter().chain(pair) {
             if let Some(slot) = names.get_mut(r.index()) {
                 *slot = format!("{base} ({role})");
             }

@@ -261,18 +261,26 @@ pub struct Derivative {
     /// may run on values (`sweeps_on_values`); the driver runs it at arguments that are
     /// numbers, float arrays and matrices; `None` where the join does not apply.
     pub values_gradient: Option<FuncId>,
-    /// The same routine made for the argument kinds the function's body suggests
-    /// (`compiler/src/ad/kinds.rs`): where those kinds make both operands of a `+`, `-` or
-    /// negation numbers, nothing records their shapes and the adjoint passes the cotangent
-    /// on as it is. The driver runs it when the arguments have these kinds
-    /// (`ArgKinds::admit`); `None` where the kinds type no such operation.
-    pub typed_values_gradient: Option<(FuncId, Kinds)>,
+}
+
+/// A function's typed routines at values (`compiler/src/ad/kinds.rs`), kept beside its
+/// `Derivative` (`Program::typed`, plain family only) rather than in it: a `Derivative` is
+/// copied through the interpreter's and the driver's frames, which a host thread with a
+/// small stack holds (`tests/embed.rs`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct Typed {
+    /// The gradient routine at values made for the argument kinds the function's body
+    /// suggests: where those kinds make both operands of a `+`, `-` or negation numbers,
+    /// nothing records their shapes and the adjoint passes the cotangent on as it is; it
+    /// calls callees' typed routines where their kinds hold. The driver runs it when the
+    /// arguments (and module variables) have these kinds (`Kinds::admit`).
+    pub values_gradient: Option<(FuncId, Kinds)>,
     /// The quiet primal-with-tape and adjoint routines typed the same way, for the function's
-    /// own body (its calls keep the untyped routines): what a typed gradient routine at
-    /// values of a caller calls where its arguments have these kinds.
-    /// The last field: the parameters (bit `k` for parameter `k`) they take constants in
-    /// (every caller that made them passes one there): no adjoint is made for those.
-    pub typed_pair: Option<(FuncId, FuncId, Kinds, u32)>,
+    /// own body (its calls keep the untyped routines): what a caller's typed routine calls
+    /// where its arguments have these kinds. The last field: the parameters (bit `k` for
+    /// parameter `k`) they take constants in (every caller that made them passes one
+    /// there): no adjoint is made for those.
+    pub pair: Option<(FuncId, FuncId, Kinds, u32)>,
 }
 
 /// The kinds a typed routine's arguments, and the module variables it reads, must have.
@@ -396,6 +404,9 @@ pub struct Program {
     /// can be recomputed keep checkpoints, `vm/src/ad/loop_checkpoints.rs`); made on first use
     /// by a VM with `Limits::max_tape`. May be shorter than `functions` (missing = `None`).
     pub budgeted: Vec<Option<Derivative>>,
+    /// For each function of the source with plain routines, its typed routines at values
+    /// (`Typed`), where it has any. May be shorter than `functions` (missing = `None`).
+    pub typed: Vec<Option<Typed>>,
     /// Per function of the source, once budgeted routines exist: whether running it again
     /// changes nothing (`compiler/src/ad/checkpoints.rs`), for the calls through a value
     /// inside a checkpointed loop (`LoopCkCallee`).
@@ -442,6 +453,8 @@ pub enum Routines {
 /// in order.
 pub struct MadeRoutines {
     pub derivatives: Vec<(FuncId, Derivative)>,
+    /// The typed routines among them (`Typed`; plain family only).
+    pub typed: Vec<(FuncId, Typed)>,
     /// `Program::replayable`, made with budgeted routines (empty otherwise).
     pub replayable: Vec<bool>,
     pub functions: Vec<(Function, Function)>,
@@ -470,6 +483,21 @@ impl Program {
             }
             table[g.index()] = Some(d);
         }
+    }
+
+    /// Records the typed routines made while running (`MadeRoutines::typed`).
+    pub fn record_typed(&mut self, made: &[(FuncId, Typed)]) {
+        for &(g, t) in made {
+            if self.typed.len() <= g.index() {
+                self.typed.resize(g.index() + 1, None);
+            }
+            self.typed[g.index()] = Some(t);
+        }
+    }
+
+    /// A function's typed routines at values, if it has any.
+    pub fn typed_of(&self, f: FuncId) -> Option<Typed> {
+        self.typed.get(f.index()).copied().flatten()
     }
 
     /// The routines of one family, by function (possibly shorter than `functions`).

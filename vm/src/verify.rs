@@ -156,9 +156,15 @@ pub fn verify_program(p: &Program) -> Result<(), String> {
     for (i, d) in p.derivatives.iter().chain(&p.budgeted).enumerate() {
         let Some(d) = d else { continue };
         let routines = [d.tape, d.adjoint, d.tangent, d.tangent_tape, d.tangent_adjoint, d.quiet_tape];
-        let typed = d.typed_values_gradient.map(|(g, _)| g).into_iter().chain(d.typed_pair.into_iter().flat_map(|(q, a, _, _)| [q, a]));
-        if routines.iter().chain(&d.gradient).chain(&d.values_gradient).copied().chain(typed).any(|r| r.index() >= n) {
+        if routines.iter().chain(&d.gradient).chain(&d.values_gradient).any(|r| r.index() >= n) {
             return Err(format!("derivative routines of function {i} out of range"));
+        }
+    }
+    for (i, t) in p.typed.iter().enumerate() {
+        let Some(t) = t else { continue };
+        let values = t.values_gradient.map(|(g, _)| g);
+        if values.into_iter().chain(t.pair.into_iter().flat_map(|(q, a, _, _)| [q, a])).any(|r| r.index() >= n) {
+            return Err(format!("typed routines of function {i} out of range"));
         }
     }
     Ok(())

@@ -1,6 +1,6 @@
 //! The argument kinds a function's body suggests, and the registers that are numbers
 //! whenever its arguments have them: what the typed gradient routine at values
-//! (`Derivative::typed_values_gradient`) is made for.
+//! (`Typed::values_gradient`, `Program::typed`) is made for.
 //!
 //! The adjoint of `a + b` must know whether either operand was broadcast (a number added to
 //! an array receives the sum of the cotangent), so the primal records the operands' shape
@@ -240,7 +240,7 @@ mod tests {
     fn typed(text: &str) -> Option<(Vec<ArgKind>, usize)> {
         let p = compiled(text);
         let i = p.functions.iter().position(|f| f.name == "f").unwrap();
-        let (g, kinds) = p.derivatives[i].unwrap().typed_values_gradient?;
+        let (g, kinds) = p.typed_of(zygvm_vm::bytecode::FuncId(i as u32))?.values_gradient?;
         let g = &p.ssa_functions[g.index()];
         let shapes = g.code.iter().filter(|i| matches!(i, Instr::TapeShape { .. } | Instr::TapePopCtl { .. })).count();
         Some(((0..g.arity as usize).map(|k| kinds.args.get(k)).collect(), shapes))
@@ -273,7 +273,8 @@ mod tests {
         let text = "fn dense(W, x) { let (m, k) = shape(W)\n let t = 0.0\n for i in 0..m { let z = 0.0\n for j in 0..k { z += W[i, j] * x[j] }\n t += tanh(z) }\n t }\nlet D = [1.0, 2.0]\nfn f(a) { dense(a, D) }";
         let p = compiled(text);
         let id = |name: &str| p.functions.iter().position(|f| f.name == name).unwrap();
-        let (quiet, adjoint, kinds, constant) = p.derivatives[id("dense")].unwrap().typed_pair.expect("typed routines");
+        let typed = |name: &str| p.typed_of(zygvm_vm::bytecode::FuncId(id(name) as u32)).expect("typed routines");
+        let (quiet, adjoint, kinds, constant) = typed("dense").pair.expect("typed routines");
         assert_eq!((kinds.args.get(0), kinds.args.get(1), constant), (ArgKind::Matrix, ArgKind::Floats, 0b10));
         let rules = |g: zygvm_vm::bytecode::FuncId| -> Vec<String> {
             p.ssa_functions[g.index()]
@@ -287,7 +288,7 @@ mod tests {
         };
         assert!(!rules(adjoint).contains(&"MulB".to_string()), "{:?}", rules(adjoint));
         assert!(rules(p.derivatives[id("dense")].unwrap().adjoint).contains(&"MulB".to_string()));
-        let (g, f_kinds) = p.derivatives[id("f")].unwrap().typed_values_gradient.expect("typed routine");
+        let (g, f_kinds) = typed("f").values_gradient.expect("typed routine");
         assert_eq!(f_kinds.globals.iter().flatten().map(|&(_, k)| k).collect::<Vec<_>>(), [ArgKind::Floats]);
         let calls: Vec<_> = p.ssa_functions[g.index()]
             .code

@@ -38,7 +38,7 @@ use zygvm_vm::builtin::Builtin;
 use zygvm_vm::bytecode::FuncId;
 use std::borrow::Borrow;
 use zygvm_vm::bytecode::Instr;
-use zygvm_vm::program::{Const, Derivative, FuncKind, Function, MadeRoutines, Program, Routines};
+use zygvm_vm::program::{Const, Derivative, FuncKind, Function, MadeRoutines, Program, Routines, Typed};
 
 /// The routines each differentiated function gets (the fields of `Derivative`).
 const ROUTINES_PER_FUNCTION: u32 = 6;
@@ -53,11 +53,12 @@ pub fn differentiable(f: &Function) -> bool {
 /// differentiable function of `ssa`, at compile time (`Differentiate::Always`).
 /// Returns, per function, its routines' ids, and the routines themselves (SSA form), which the
 /// caller appends to the program in order: their ids continue from `ssa.len()`.
-pub fn differentiate_program(ssa: &[Function], builtins: &[Builtin], consts: &[Const]) -> (Vec<Option<Derivative>>, Vec<Function>) {
+pub fn differentiate_program(ssa: &[Function], builtins: &[Builtin], consts: &[Const]) -> (Vec<Option<Derivative>>, Vec<Option<Typed>>, Vec<Function>) {
     let todo: Vec<FuncId> = (0..ssa.len()).filter(|&i| differentiable(&ssa[i])).map(|i| FuncId(i as u32)).collect();
     let mut derivatives = vec![None; ssa.len()];
-    let routines = differentiate(ssa, &mut derivatives, &todo, ssa.len() as u32, builtins, consts, Routines::Plain);
-    (derivatives, routines)
+    let mut typed = vec![None; ssa.len()];
+    let routines = differentiate(ssa, &mut derivatives, &mut typed, &todo, ssa.len() as u32, builtins, consts, Routines::Plain);
+    (derivatives, typed, routines)
 }
 
 /// The derivative routines of `f`, made while the program runs, the first time `f` is
@@ -72,6 +73,8 @@ pub fn differentiate_on_demand(p: &Program, f: FuncId, family: Routines) -> Resu
     }
     let mut derivatives = p.table(family).iter().copied().take(p.source_functions).collect::<Vec<_>>();
     derivatives.resize(p.source_functions, None);
+    let mut typed = p.typed.iter().copied().take(p.source_functions).collect::<Vec<_>>();
+    typed.resize(p.source_functions, None);
     let mut todo = vec![];
     let mut stack = vec![f];
     while let Some(g) = stack.pop() {
@@ -86,7 +89,7 @@ pub fn differentiate_on_demand(p: &Program, f: FuncId, family: Routines) -> Resu
         }
     }
     let first = p.functions.len() as u32;
-    let routines = differentiate(source, &mut derivatives, &todo, first, &p.builtins, &p.consts, family);
+    let routines = differentiate(source, &mut derivatives, &mut typed, &todo, first, &p.builtins, &p.consts, family);
     let replayable = match family {
         Routines::Budgeted if p.replayable.is_empty() => checkpoints::replayable_functions(source, &p.builtins),
         _ => vec![],
@@ -94,6 +97,7 @@ pub fn differentiate_on_demand(p: &Program, f: FuncId, family: Routines) -> Resu
     Ok(MadeRoutines {
         replayable,
         derivatives: todo.iter().map(|&g| (g, derivatives[g.index()].expect("just made"))).collect(),
+        typed: todo.iter().filter_map(|&g| Some((g, typed[g.index()]?))).collect(),
         functions: routines.into_iter().map(|r| { let exec = crate::regalloc::allocate(&r); (r, exec) }).collect(),
     })
 }
@@ -102,9 +106,11 @@ pub fn differentiate_on_demand(p: &Program, f: FuncId, family: Routines) -> Resu
 /// `first` on, in order, and generates the routines (SSA form, in id order). `derivatives`
 /// holds the routines of every function of `ssa` that has some (existing ones included:
 /// a routine calls its callee's routines directly), in `family`.
+#[allow(clippy::too_many_arguments)]
 fn differentiate<F: Borrow<Function>>(
     ssa: &[F],
     derivatives: &mut [Option<Derivative>],
+    typed: &mut [Option<Typed>],
     todo: &[FuncId],
     first: u32,
     builtins: &[Builtin],
@@ -125,24 +131,25 @@ fn differentiate<F: Borrow<Function>>(
             sweeps_on_values: false,
             gradient: None,
             values_gradient: None,
-            typed_values_gradient: None,
-            typed_pair: None,
         });
     }
     // The typed routines (`kinds.rs`) each function's own body gets, decided before any
     // routine is made so that a caller made first can name its callee's: their ids follow
     // the six of every function.
     let typed_kinds = match family {
-        Routines::Plain => typed_pair_kinds(ssa, derivatives, todo, builtins, consts, &globals),
+        Routines::Plain => typed_pair_kinds(ssa, typed, todo, builtins, consts, &globals),
         Routines::Budgeted => vec![None; todo.len()],
     };
     let mut typed_next = first + ROUTINES_PER_FUNCTION * todo.len() as u32;
     for (&g, kinds) in todo.iter().zip(&typed_kinds) {
-        if let (Some((kinds, constant)), Some(d)) = (kinds, derivatives[g.index()].as_mut()) {
-            d.typed_pair = Some((FuncId(typed_next), FuncId(typed_next + 1), *kinds, *constant));
+        typed[g.index()] = None;
+        if let Some((kinds, constant)) = kinds {
+            typed[g.index()] = Some(Typed { pair: Some((FuncId(typed_next), FuncId(typed_next + 1), *kinds, *constant)), values_gradient: None });
             typed_next += 2;
         }
     }
+    let typed_mut = typed;
+    let typed: &[Option<Typed>] = typed_mut;
     let gradient_routines_from = typed_next;
     let derivatives_mut = derivatives;
     let derivatives: &[Option<Derivative>] = derivatives_mut;
@@ -183,11 +190,12 @@ fn differentiate<F: Borrow<Function>>(
         .enumerate()
         .filter_map(|(h, d)| Some((h, (*d)?)))
         .flat_map(|(h, d)| {
-            let typed = d.typed_pair.into_iter().flat_map(move |(q, a, _, _)| [(q, h), (a, h)]);
-            [(d.tape, h), (d.quiet_tape, h), (d.adjoint, h)].into_iter().chain(typed)
+            let pair = typed.get(h).copied().flatten().and_then(|t| t.pair);
+            let pair = pair.into_iter().flat_map(move |(q, a, _, _)| [(q, h), (a, h)]);
+            [(d.tape, h), (d.quiet_tape, h), (d.adjoint, h)].into_iter().chain(pair)
         })
         .collect();
-    let callee_pair = |h: FuncId| derivatives.get(h.index()).copied().flatten().and_then(|d| d.typed_pair);
+    let callee_pair = |h: FuncId| typed.get(h.index()).copied().flatten().and_then(|t| t.pair);
     let mut typed_pairs = vec![];
     let callee_reads_only = |r: FuncId| {
         family == Routines::Plain && owner.get(&r).is_some_and(|&h| globals.writes_private.get(h).copied().unwrap_or(false))
@@ -320,7 +328,8 @@ fn differentiate<F: Borrow<Function>>(
             next += 1;
         }
         if let Some((routine, kinds)) = typed {
-            d.typed_values_gradient = Some((FuncId(next), kinds));
+            let t = typed_mut[g.index()].get_or_insert_with(Typed::default);
+            t.values_gradient = Some((FuncId(next), kinds));
             routines.push(routine);
             next += 1;
         }
@@ -381,7 +390,7 @@ impl Sweep {
 /// (`Globals::writes_private`).
 fn typed_pair_kinds<F: Borrow<Function>>(
     ssa: &[F],
-    derivatives: &[Option<Derivative>],
+    typed: &[Option<Typed>],
     todo: &[FuncId],
     builtins: &[Builtin],
     consts: &[Const],
@@ -390,7 +399,7 @@ fn typed_pair_kinds<F: Borrow<Function>>(
     let own: hashbrown::HashMap<FuncId, zygvm_vm::program::Kinds> =
         todo.iter().map(|&g| (g, kinds::guess(ssa[g.index()].borrow(), &|_| None))).collect();
     let callee_kinds = |h: FuncId| {
-        own.get(&h).copied().or_else(|| derivatives.get(h.index()).copied().flatten().and_then(|d| d.typed_pair).map(|(_, _, k, _)| k))
+        own.get(&h).copied().or_else(|| typed.get(h.index()).copied().flatten().and_then(|t| t.pair).map(|(_, _, k, _)| k))
     };
     // Per function of `todo`: the parameters every call from `todo` passes a constant in
     // (`None`: never called from `todo`).

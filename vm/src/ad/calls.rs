@@ -65,6 +65,9 @@ impl Vm {
             self.program_mut().replayable = made.replayable;
         }
         self.program_mut().record_derivatives(&made.derivatives, family);
+        if !made.typed.is_empty() {
+            self.program_mut().record_typed(&made.typed);
+        }
         self.program().derivative_in(f, family).ok_or_else(|| cannot(self.program()))
     }
 

@@ -109,7 +109,7 @@ pub fn value_and_gradient(vm: &mut Vm, f: &Value, args: &[Value]) -> VmResult<(V
         }
     }
     if let Some(d) = routines_on_values(vm, f, args)? {
-        return match values_gradient_for(vm, &d, args) {
+        return match values_gradient_for(vm, f, &d, args) {
             Some(g) => split_pair(run_values_gradient(vm, g, args)?),
             None => with_tape_mark(vm, |vm| sweep_on_values(vm, f, d, args)),
         };
@@ -152,10 +152,16 @@ fn routines_on_values(vm: &mut Vm, f: &Value, args: &[Value]) -> VmResult<Option
     Ok(d.sweeps_on_values.then_some(d))
 }
 
-/// The gradient routine at values to run at `args` (which `routines_on_values` accepted):
-/// the typed one where the arguments have its kinds, else the untyped one, if any.
-fn values_gradient_for(vm: &Vm, d: &Derivative, args: &[Value]) -> Option<crate::bytecode::FuncId> {
-    match d.typed_values_gradient {
+/// The gradient routine at values to run at `args` of `f` (which `routines_on_values`
+/// accepted, with its routines `d`): the typed one where the arguments have its kinds, else
+/// the untyped one, if any.
+fn values_gradient_for(vm: &Vm, f: &Value, d: &Derivative, args: &[Value]) -> Option<crate::bytecode::FuncId> {
+    let id = match f {
+        Value::Func(id) => *id,
+        Value::Closure(c) => c.func,
+        _ => return d.values_gradient,
+    };
+    match vm.program().typed_of(id).and_then(|t| t.values_gradient) {
         Some((g, kinds)) if kinds.admit(args, &vm.globals) => Some(g),
         _ => d.values_gradient,
     }
@@ -249,7 +255,7 @@ pub fn value_and_gradient_tuple(vm: &mut Vm, f: &Value, args: &[Value]) -> VmRes
             });
         }
     }
-    if let Some(g) = routines_on_values(vm, f, args)?.and_then(|d| values_gradient_for(vm, &d, args)) {
+    if let Some(g) = routines_on_values(vm, f, args)?.and_then(|d| values_gradient_for(vm, f, &d, args)) {
         return run_values_gradient(vm, g, args);
     }
     let (y, g) = value_and_gradient(vm, f, args)?;
