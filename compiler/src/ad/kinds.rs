@@ -226,14 +226,11 @@ pub fn without_number_shapes(f: &Function, records: &[Vec<Record>], numbers: &[b
 
 #[cfg(test)]
 mod tests {
-    use std::sync::Arc;
     use zygvm_vm::bytecode::Instr;
     use zygvm_vm::program::{ArgKind, Program};
 
     fn compiled(text: &str) -> Program {
-        let loader = |_: &std::path::Path| Err(std::io::Error::other("no imports in tests"));
-        let source = crate::Source { name: "t.zy", text, dir: Default::default(), differentiate: crate::Differentiate::Always };
-        crate::compile(source, Arc::from(zygvm_stdlib::builtins()), vec![], &loader).expect("compiles")
+        crate::ad::compiled_for_tests(text, crate::Differentiate::Always)
     }
 
     /// `f`'s typed routine at values: its kinds and how many shape records and pops it has.

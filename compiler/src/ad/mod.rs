@@ -43,6 +43,15 @@ use zygvm_vm::program::{Const, Derivative, FuncKind, Function, MadeRoutines, Pro
 /// The routines each differentiated function gets (the fields of `Derivative`).
 const ROUTINES_PER_FUNCTION: u32 = 6;
 
+/// `text` compiled with the standard built-ins and no imports (the differentiator's unit
+/// tests).
+#[cfg(test)]
+pub(crate) fn compiled_for_tests(text: &str, differentiate: crate::Differentiate) -> Program {
+    let loader = |_: &std::path::Path| Err(std::io::Error::other("no imports in tests"));
+    let source = crate::Source { name: "t.zy", text, dir: Default::default(), differentiate };
+    crate::compile(source, std::sync::Arc::from(zygvm_stdlib::builtins()), vec![], &loader).expect("compiles")
+}
+
 /// Whether a function of the source gets derivative routines: every one but module mains and
 /// a function whose entry block is a jump target.
 pub fn differentiable(f: &Function) -> bool {

@@ -162,19 +162,9 @@ fn reads_only(i: &Instr, builtins: &[Builtin]) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::Arc;
-    use zygvm_vm::program::Program;
-
-    /// `text` compiled with the standard built-ins, every function's routines made.
-    fn compiled(text: &str) -> Program {
-        let loader = |_: &std::path::Path| Err(std::io::Error::other("no imports in tests"));
-        let source = crate::Source { name: "t.zy", text, dir: Default::default(), differentiate: crate::Differentiate::Always };
-        crate::compile(source, Arc::from(zygvm_stdlib::builtins()), vec![], &loader).expect("compiles")
-    }
-
     /// Whether the function `name` of `text` sweeps on values.
     fn on_values(text: &str, name: &str) -> bool {
-        let p = compiled(text);
+        let p = crate::ad::compiled_for_tests(text, crate::Differentiate::Always);
         let i = p.functions.iter().position(|f| f.name == name).unwrap();
         p.derivatives[i].unwrap().sweeps_on_values
     }

@@ -93,16 +93,8 @@ pub fn quiet_calls(f: &Function, builtins: &[Builtin], pure: &[bool]) -> Vec<boo
 
 #[cfg(test)]
 mod tests {
-    use std::sync::Arc;
+    use crate::ad::compiled_for_tests as compiled;
     use zygvm_vm::bytecode::Instr;
-    use zygvm_vm::program::Program;
-
-    /// `text` compiled with the standard built-ins and no imports.
-    fn compiled(text: &str, differentiate: crate::Differentiate) -> Program {
-        let loader = |_: &std::path::Path| Err(std::io::Error::other("no imports in tests"));
-        let source = crate::Source { name: "t.zy", text, dir: Default::default(), differentiate };
-        crate::compile(source, Arc::from(zygvm_stdlib::builtins()), vec![], &loader).expect("compiles")
-    }
 
     fn quiet_calls_of(src: &str, name: &str) -> Vec<bool> {
         let p = compiled(src, crate::Differentiate::Never);
