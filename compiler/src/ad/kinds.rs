@@ -224,6 +224,61 @@ pub fn without_number_shapes(f: &Function, records: &[Vec<Record>], numbers: &[b
     any.then_some(out)
 }
 
+/// For each function of `todo`: the kinds its own typed routines are made for, and the
+/// parameters (a bit each) every direct call from `todo` passes a constant in, where its
+/// body has a `+`, `-` or negation of numbers at the kinds it suggests (`kinds::guess`,
+/// with the kinds of callees' typed routines: those of `todo` by their own uses, those made
+/// before by their routines) or such parameters, and it may sweep on values
+/// (`Globals::writes_private`).
+pub fn pair_kinds<F: std::borrow::Borrow<Function>>(
+    ssa: &[F],
+    typed: &[Option<zygvm_vm::program::Typed>],
+    todo: &[FuncId],
+    builtins: &[zygvm_vm::builtin::Builtin],
+    consts: &[Const],
+    globals: &super::activity::Globals,
+) -> Vec<Option<(Kinds, u32)>> {
+    let own: hashbrown::HashMap<FuncId, Kinds> =
+        todo.iter().map(|&g| (g, guess(ssa[g.index()].borrow(), &|_| None))).collect();
+    let callee_kinds = |h: FuncId| {
+        own.get(&h).copied().or_else(|| typed.get(h.index()).copied().flatten().and_then(|t| t.pair).map(|(_, _, k, _)| k))
+    };
+    // Per function of `todo`: the parameters every call from `todo` passes a constant in
+    // (`None`: never called from `todo`).
+    let mut constant: hashbrown::HashMap<FuncId, u32> = hashbrown::HashMap::new();
+    for &h in todo {
+        let f: &Function = ssa[h.index()].borrow();
+        let varied = super::activity::varied_registers(f, builtins, globals);
+        for i in &f.code {
+            let Instr::CallDirect { func, args, .. } = *i else { continue };
+            if !own.contains_key(&func) {
+                continue;
+            }
+            let mask = f.list(args).iter().enumerate().filter(|&(p, r)| p < 32 && !varied[r.index()]).fold(0u32, |m, (p, _)| m | 1 << p);
+            *constant.entry(func).or_insert(u32::MAX) &= mask;
+        }
+    }
+    todo.iter()
+        .map(|&g| {
+            let f: &Function = ssa[g.index()].borrow();
+            if !globals.writes_private.get(g.index()).copied().unwrap_or(false) {
+                return None;
+            }
+            let kinds = guess(f, &callee_kinds);
+            let constant = constant.get(&g).copied().unwrap_or(0) & (1u32.checked_shl(f.arity).unwrap_or(0).wrapping_sub(1));
+            let numbers = numbers(f, &kinds, consts);
+            let varied = super::activity::varied_registers_but(f, builtins, globals, constant);
+            let number = |r: zygvm_vm::bytecode::Reg| numbers[r.index()];
+            let typed = f.code.iter().any(|i| match *i {
+                Instr::Add { dst, a, b } | Instr::Sub { dst, a, b } => varied[dst.index()] && number(a) && number(b),
+                Instr::Neg { dst, src } => varied[dst.index()] && number(src),
+                _ => false,
+            });
+            (typed || constant != 0).then_some((kinds, constant))
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use zygvm_vm::bytecode::Instr;

@@ -146,7 +146,7 @@ fn differentiate<F: Borrow<Function>>(
     // routine is made so that a caller made first can name its callee's: their ids follow
     // the six of every function.
     let typed_kinds = match family {
-        Routines::Plain => typed_pair_kinds(ssa, typed, todo, builtins, consts, &globals),
+        Routines::Plain => kinds::pair_kinds(ssa, typed, todo, builtins, consts, &globals),
         Routines::Budgeted => vec![None; todo.len()],
     };
     let mut typed_next = first + ROUTINES_PER_FUNCTION * todo.len() as u32;
@@ -211,7 +211,7 @@ fn differentiate<F: Borrow<Function>>(
     };
     for (&g, own_kinds) in todo.iter().zip(&typed_kinds) {
         let f: &Function = ssa[g.index()].borrow();
-        let sweep = Sweep::of(f, builtins, consts, activity::varied_registers(f, builtins, &globals));
+        let sweep = saves::Sweep::of(f, builtins, consts, activity::varied_registers(f, builtins, &globals));
         // Under a tape budget, the loops that can be recomputed from checkpoints, each with a
         // register for its record in the primal-with-tape routine (after the function's own).
         let checkpointed = match family {
@@ -220,7 +220,7 @@ fn differentiate<F: Borrow<Function>>(
         };
         let records_in: Vec<zygvm_vm::bytecode::Reg> =
             (0..checkpointed.loops.len()).map(|k| zygvm_vm::bytecode::Reg(f.num_regs + k as u32)).collect();
-        let primal_routine = |sweep: &Sweep, quiet: Option<&[bool]>, records: &[Vec<saves::Record>], typed_calls: &[Option<(FuncId, FuncId)>]| {
+        let primal_routine = |sweep: &saves::Sweep, quiet: Option<&[bool]>, records: &[Vec<saves::Record>], typed_calls: &[Option<(FuncId, FuncId)>]| {
             primal::primal_with_tape(&primal::Context {
                 f,
                 varied: &sweep.varied,
@@ -240,7 +240,7 @@ fn differentiate<F: Borrow<Function>>(
         let tape = primal_routine(&sweep, None, records, &[]);
         let quiet_calls = quiet::quiet_calls(f, builtins, &globals.pure);
         let quiet_tape = primal_routine(&sweep, Some(&quiet_calls), records, &[]);
-        let adjoint_routine = |sweep: &Sweep, records: &[Vec<saves::Record>], typed_calls: &[Option<(FuncId, FuncId)>], numbers: &[bool]| {
+        let adjoint_routine = |sweep: &saves::Sweep, records: &[Vec<saves::Record>], typed_calls: &[Option<(FuncId, FuncId)>], numbers: &[bool]| {
             let mut adj = adjoint::adjoint(&adjoint::Context {
                 f,
                 varied: &sweep.varied,
@@ -286,7 +286,7 @@ fn differentiate<F: Borrow<Function>>(
         if let Some((kinds, constant)) = own_kinds {
             let pair_sweep = match constant {
                 0 => None,
-                mask => Some(Sweep::of(f, builtins, consts, activity::varied_registers_but(f, builtins, &globals, *mask))),
+                mask => Some(saves::Sweep::of(f, builtins, consts, activity::varied_registers_but(f, builtins, &globals, *mask))),
             };
             let pair_sweep = pair_sweep.as_ref().unwrap_or(&sweep);
             let numbers = kinds::numbers(f, kinds, consts);
@@ -355,93 +355,4 @@ pub fn tangent_of_routine(ssa: &Function, builtins: &[Builtin]) -> Result<(Funct
     let t = tangent::tangent_routine(&tangent::Context { f: ssa, varied: &varied, builtins, tangent_of: &|_| None })?;
     let exec = crate::regalloc::allocate(&t);
     Ok((t, exec))
-}
-
-/// What a sweep of a function needs decided before its routines are made, for one
-/// activity (`varied`): the active instructions and each one's records (`saves.rs`).
-struct Sweep {
-    varied: Vec<bool>,
-    active: Vec<bool>,
-    plan: saves::Plan,
-    records: Vec<Vec<saves::Record>>,
-}
-
-impl Sweep {
-    fn of(f: &Function, builtins: &[Builtin], consts: &[Const], varied: Vec<bool>) -> Sweep {
-        let differentiable = |b: zygvm_vm::bytecode::BuiltinId| activity::builtin_is_differentiable(&builtins[b.index()]);
-        let active: Vec<bool> = f.code.iter().map(|i| saves::is_active(f, i, &varied, differentiable)).collect();
-        // What each active instruction records, decided once for both routines.
-        let mut plan = saves::Plan::new(f, builtins, consts);
-        let block_of: Vec<usize> =
-            (0..f.blocks.len()).flat_map(|b| std::iter::repeat(b).take(cfg::block_end(f, b) - f.blocks[b].start as usize)).collect();
-        let mut records: Vec<Vec<saves::Record>> = f
-            .code
-            .iter()
-            .zip(&active)
-            .enumerate()
-            .map(|(pc, (i, &on))| if on { plan.records(f, i, block_of[pc]) } else { vec![] })
-            .collect();
-        saves::share_within_blocks(f, &mut records);
-        for r in records.iter().flatten() {
-            if let saves::Record::Recompute(r) = r {
-                plan.note_recompute(f, *r);
-            }
-        }
-        Sweep { varied, active, plan, records }
-    }
-}
-
-/// For each function of `todo`: the kinds its own typed routines are made for, and the
-/// parameters (a bit each) every direct call from `todo` passes a constant in, where its
-/// body has a `+`, `-` or negation of numbers at the kinds it suggests (`kinds::guess`,
-/// with the kinds of callees' typed routines: those of `todo` by their own uses, those made
-/// before by their routines) or such parameters, and it may sweep on values
-/// (`Globals::writes_private`).
-fn typed_pair_kinds<F: Borrow<Function>>(
-    ssa: &[F],
-    typed: &[Option<Typed>],
-    todo: &[FuncId],
-    builtins: &[Builtin],
-    consts: &[Const],
-    globals: &activity::Globals,
-) -> Vec<Option<(zygvm_vm::program::Kinds, u32)>> {
-    let own: hashbrown::HashMap<FuncId, zygvm_vm::program::Kinds> =
-        todo.iter().map(|&g| (g, kinds::guess(ssa[g.index()].borrow(), &|_| None))).collect();
-    let callee_kinds = |h: FuncId| {
-        own.get(&h).copied().or_else(|| typed.get(h.index()).copied().flatten().and_then(|t| t.pair).map(|(_, _, k, _)| k))
-    };
-    // Per function of `todo`: the parameters every call from `todo` passes a constant in
-    // (`None`: never called from `todo`).
-    let mut constant: hashbrown::HashMap<FuncId, u32> = hashbrown::HashMap::new();
-    for &h in todo {
-        let f: &Function = ssa[h.index()].borrow();
-        let varied = activity::varied_registers(f, builtins, globals);
-        for i in &f.code {
-            let Instr::CallDirect { func, args, .. } = *i else { continue };
-            if !own.contains_key(&func) {
-                continue;
-            }
-            let mask = f.list(args).iter().enumerate().filter(|&(p, r)| p < 32 && !varied[r.index()]).fold(0u32, |m, (p, _)| m | 1 << p);
-            *constant.entry(func).or_insert(u32::MAX) &= mask;
-        }
-    }
-    todo.iter()
-        .map(|&g| {
-            let f: &Function = ssa[g.index()].borrow();
-            if !globals.writes_private.get(g.index()).copied().unwrap_or(false) {
-                return None;
-            }
-            let kinds = kinds::guess(f, &callee_kinds);
-            let constant = constant.get(&g).copied().unwrap_or(0) & (1u32.checked_shl(f.arity).unwrap_or(0).wrapping_sub(1));
-            let numbers = kinds::numbers(f, &kinds, consts);
-            let varied = activity::varied_registers_but(f, builtins, globals, constant);
-            let number = |r: zygvm_vm::bytecode::Reg| numbers[r.index()];
-            let typed = f.code.iter().any(|i| match *i {
-                Instr::Add { dst, a, b } | Instr::Sub { dst, a, b } => varied[dst.index()] && number(a) && number(b),
-                Instr::Neg { dst, src } => varied[dst.index()] && number(src),
-                _ => false,
-            });
-            (typed || constant != 0).then_some((kinds, constant))
-        })
-        .collect()
 }

@@ -380,3 +380,37 @@ impl Plan {
         }
     }
 }
+
+/// What a sweep of a function needs decided before its routines are made, for one
+/// activity (`varied`): the active instructions and each one's records (`saves.rs`).
+pub struct Sweep {
+    pub varied: Vec<bool>,
+    pub active: Vec<bool>,
+    pub plan: Plan,
+    pub records: Vec<Vec<Record>>,
+}
+
+impl Sweep {
+    pub fn of(f: &Function, builtins: &[zygvm_vm::builtin::Builtin], consts: &[Const], varied: Vec<bool>) -> Sweep {
+        let differentiable = |b: zygvm_vm::bytecode::BuiltinId| super::activity::builtin_is_differentiable(&builtins[b.index()]);
+        let active: Vec<bool> = f.code.iter().map(|i| is_active(f, i, &varied, differentiable)).collect();
+        // What each active instruction records, decided once for both routines.
+        let mut plan = Plan::new(f, builtins, consts);
+        let block_of: Vec<usize> =
+            (0..f.blocks.len()).flat_map(|b| std::iter::repeat(b).take(super::cfg::block_end(f, b) - f.blocks[b].start as usize)).collect();
+        let mut records: Vec<Vec<Record>> = f
+            .code
+            .iter()
+            .zip(&active)
+            .enumerate()
+            .map(|(pc, (i, &on))| if on { plan.records(f, i, block_of[pc]) } else { vec![] })
+            .collect();
+        share_within_blocks(f, &mut records);
+        for r in records.iter().flatten() {
+            if let Record::Recompute(r) = r {
+                plan.note_recompute(f, *r);
+            }
+        }
+        Sweep { varied, active, plan, records }
+    }
+}
