@@ -154,11 +154,12 @@ fn routines_on_values(vm: &mut Vm, f: &Value, args: &[Value]) -> VmResult<Option
 
 /// The gradient routine at values to run at `args` of `f` (which `routines_on_values`
 /// accepted, with its routines `d`): the typed one where the arguments have its kinds, else
-/// the untyped one, if any.
+/// the untyped one, if any. Typed routines are made for the plain family only: under a tape
+/// budget `d` is the budgeted family's.
 fn values_gradient_for(vm: &Vm, f: &Value, d: &Derivative, args: &[Value]) -> Option<crate::bytecode::FuncId> {
     let id = match f {
-        Value::Func(id) => *id,
-        Value::Closure(c) => c.func,
+        Value::Func(id) if vm.routines() == crate::program::Routines::Plain => *id,
+        Value::Closure(c) if vm.routines() == crate::program::Routines::Plain => c.func,
         _ => return d.values_gradient,
     };
     match vm.program().typed_of(id).and_then(|t| t.values_gradient) {
