@@ -224,9 +224,9 @@ pub fn without_number_shapes(f: &Function, records: &[Vec<Record>], numbers: &[b
     any.then_some(out)
 }
 
-/// For each function of `todo`: the kinds its own typed routines are made for, and the
-/// parameters (a bit each) every direct call from `todo` passes a constant in, where its
-/// body has a `+`, `-` or negation of numbers at the kinds it suggests (`kinds::guess`,
+/// For each function of `todo` that a function of `todo` calls directly: the kinds its own
+/// typed routines are made for, and the parameters (a bit each) every such call passes a
+/// constant in, where its body has a `+`, `-` or negation of numbers at the kinds it suggests (`kinds::guess`,
 /// with the kinds of callees' typed routines: those of `todo` by their own uses, those made
 /// before by their routines) or such parameters, and it may sweep on values
 /// (`Globals::writes_private`).
@@ -248,12 +248,14 @@ pub fn pair_kinds<F: std::borrow::Borrow<Function>>(
     let mut constant: hashbrown::HashMap<FuncId, u32> = hashbrown::HashMap::new();
     for &h in todo {
         let f: &Function = ssa[h.index()].borrow();
-        let varied = super::activity::varied_registers(f, builtins, globals);
+        // (The caller's activity only where it calls into the batch.)
+        let mut varied: Option<Vec<bool>> = None;
         for i in &f.code {
             let Instr::CallDirect { func, args, .. } = *i else { continue };
             if !own.contains_key(&func) {
                 continue;
             }
+            let varied = varied.get_or_insert_with(|| super::activity::varied_registers(f, builtins, globals));
             let mask = f.list(args).iter().enumerate().filter(|&(p, r)| p < 32 && !varied[r.index()]).fold(0u32, |m, (p, _)| m | 1 << p);
             *constant.entry(func).or_insert(u32::MAX) &= mask;
         }
@@ -264,8 +266,10 @@ pub fn pair_kinds<F: std::borrow::Borrow<Function>>(
             if !globals.writes_private.get(g.index()).copied().unwrap_or(false) {
                 return None;
             }
+            // Only a function some function of the batch calls: a pair is for callers, and
+            // one made later finds none (its callee's untyped routines serve, slower).
+            let constant = constant.get(&g).copied()? & (1u32.checked_shl(f.arity).unwrap_or(0).wrapping_sub(1));
             let kinds = guess(f, &callee_kinds);
-            let constant = constant.get(&g).copied().unwrap_or(0) & (1u32.checked_shl(f.arity).unwrap_or(0).wrapping_sub(1));
             let numbers = numbers(f, &kinds, consts);
             let varied = super::activity::varied_registers_but(f, builtins, globals, constant);
             let number = |r: zygvm_vm::bytecode::Reg| numbers[r.index()];

@@ -38,7 +38,7 @@ use zygvm_vm::builtin::Builtin;
 use zygvm_vm::bytecode::FuncId;
 use std::borrow::Borrow;
 use zygvm_vm::bytecode::Instr;
-use zygvm_vm::program::{Const, Derivative, FuncKind, Function, MadeRoutines, Program, Routines, Typed};
+use zygvm_vm::program::{ArgKind, Const, Derivative, FuncKind, Function, MadeRoutines, Program, Routines, Typed};
 
 /// The routines each differentiated function gets (the fields of `Derivative`).
 const ROUTINES_PER_FUNCTION: u32 = 6;
@@ -303,7 +303,11 @@ fn differentiate<F: Borrow<Function>>(
             let numbers: Vec<bool> = ty.iter().map(|&t| t == kinds::Ty::Number).collect();
             let typed_records = kinds::without_number_shapes(f, records, &numbers);
             let calls = kinds::typed_calls(f, &ty, varied, &quiet_calls, &mut kinds, &callee_pair);
-            if typed_records.is_none() && calls.iter().all(Option::is_none) {
+            // At numbers only (no container kind among the arguments and module variables),
+            // the values path runs only for closures: not worth a routine.
+            let containers = (0..f.arity as usize).any(|k| matches!(kinds.args.get(k), ArgKind::Floats | ArgKind::Matrix))
+                || kinds.globals.iter().flatten().any(|&(_, k)| matches!(k, ArgKind::Floats | ArgKind::Matrix));
+            if !containers || (typed_records.is_none() && calls.iter().all(Option::is_none)) {
                 return None;
             }
             let typed_records = typed_records.unwrap_or_else(|| records.clone());
