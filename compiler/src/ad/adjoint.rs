@@ -453,19 +453,19 @@ impl<'a> Adjoint<'a> {
                 // identity), which the other shares; so each takes the other twice, and a
                 // factor nothing else needs is not read again (`fused::drop_unread_reads`).
                 let number = |r: Reg| self.cx.numbers.get(r.index()).copied().unwrap_or(false);
-                let numbers = matches!(i, Instr::Mul { .. }) && number(a) && number(b);
-                let (for_a, for_b) = match numbers {
-                    true => ([dy, popped[1], popped[1]], [dy, popped[0], popped[0]]),
-                    false => ([dy, popped[0], popped[1]], [dy, popped[0], popped[1]]),
+                let (x, y) = (popped[0], popped[1]);
+                let ((a_x, a_y), (b_x, b_y)) = match matches!(i, Instr::Mul { .. }) && number(a) && number(b) {
+                    true => ((y, y), (x, x)),
+                    false => ((x, y), (x, y)),
                 };
                 if self.varied(a) {
                     let dy = if is_matmul { self.dy_into(dy, a, span) } else { dy };
-                    let c = self.pull(ra, 0, &[dy, for_a[1], for_a[2]], span);
+                    let c = self.pull(ra, 0, &[dy, a_x, a_y], span);
                     self.accumulate(a, c, span);
                 }
                 if self.varied(b) {
                     let dy = if is_matmul { self.dy_into(dy, b, span) } else { dy };
-                    let c = self.pull(rb, 0, &[dy, for_b[1], for_b[2]], span);
+                    let c = self.pull(rb, 0, &[dy, b_x, b_y], span);
                     self.accumulate(b, c, span);
                 }
             }

@@ -12,7 +12,7 @@
 //! So the kinds are guessed from the body (`guess`: a parameter indexed twice is a matrix,
 //! once an array of floats, used in arithmetic a number), the registers that are then
 //! numbers found by a forward pass to a fixpoint (`numbers`), and the driver runs the typed
-//! routine only when the arguments have the guessed kinds (`ArgKinds::admit`), the untyped
+//! routine only when the arguments have the guessed kinds (`Kinds::admit`), the untyped
 //! one otherwise.
 
 use super::saves::{Record, Save};
@@ -105,10 +105,7 @@ fn join(a: Ty, b: Ty) -> Ty {
 }
 
 /// `numbers[r]`: register `r` of `f` (SSA form) holds an int or a float whenever the
-/// arguments have `kinds` (or the instruction defining it fails): `types`. Each rule below names a
-/// result the operation always has at such operands, anything else is `Other`, block
-/// parameters join what every edge passes, and the pass repeats until nothing changes, so
-/// the result holds on every path. (The doc of `types`.)
+/// arguments have `kinds` (or the instruction defining it fails), by `types`.
 pub fn numbers(f: &Function, kinds: &Kinds, consts: &[Const]) -> Vec<bool> {
     types(f, kinds, consts).iter().map(|&t| t == Ty::Number).collect()
 }
@@ -122,9 +119,12 @@ fn ty_of(kind: ArgKind) -> Ty {
     }
 }
 
-/// What each register of `f` holds whenever the arguments and module variables have
-/// `kinds` (`numbers` says which are numbers; the kinds of containers decide which calls may
-/// go to a callee's typed routines, `typed_calls`).
+/// What each register of `f` (SSA form) holds whenever the arguments and module variables
+/// have `kinds` (or the instruction defining it fails); the kinds of containers decide which
+/// calls may go to a callee's typed routines (`typed_calls`). Each rule below names a result
+/// the operation always has at such operands, anything else is `Other`, block parameters
+/// join what every edge passes, and the pass repeats until nothing changes, so the result
+/// holds on every path.
 pub fn types(f: &Function, kinds: &Kinds, consts: &[Const]) -> Vec<Ty> {
     let n = f.num_regs as usize;
     let mut ty = vec![Ty::Unseen; n];
@@ -184,9 +184,7 @@ pub fn types(f: &Function, kinds: &Kinds, consts: &[Const]) -> Vec<Ty> {
                 Instr::Len { dst, .. } => Some((dst, Ty::Number)),
                 Instr::GetGlobal { dst, slot } => Some((dst, ty_of(kinds.global(slot)))),
                 Instr::Jump { target, args } | Instr::JumpPar { target, args } => {
-                    let params = f.list(f.blocks[target.index()].params).to_vec();
-                    let args = f.list(args).to_vec();
-                    for (p, a) in params.into_iter().zip(args) {
+                    for (&p, &a) in f.list(f.blocks[target.index()].params).iter().zip(f.list(args)) {
                         let t = ty[a.index()];
                         update(&mut ty, p, t);
                     }

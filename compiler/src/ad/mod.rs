@@ -157,11 +157,10 @@ fn differentiate<F: Borrow<Function>>(
             typed_next += 2;
         }
     }
-    let typed_mut = typed;
-    let typed: &[Option<Typed>] = typed_mut;
+    let typed_table: &[Option<Typed>] = &*typed;
     let gradient_routines_from = typed_next;
     let derivatives_mut = derivatives;
-    let derivatives: &[Option<Derivative>] = derivatives_mut;
+    let derivatives: &[Option<Derivative>] = &*derivatives_mut;
     let tape_of = |g: FuncId| derivatives.get(g.index()).copied().flatten().map(|d| d.tape);
     let quiet_tape_of = |g: FuncId| derivatives.get(g.index()).copied().flatten().map(|d| d.quiet_tape);
     let adjoint_of = |g: FuncId| derivatives.get(g.index()).copied().flatten().map(|d| d.adjoint);
@@ -199,12 +198,12 @@ fn differentiate<F: Borrow<Function>>(
         .enumerate()
         .filter_map(|(h, d)| Some((h, (*d)?)))
         .flat_map(|(h, d)| {
-            let pair = typed.get(h).copied().flatten().and_then(|t| t.pair);
+            let pair = typed_table.get(h).copied().flatten().and_then(|t| t.pair);
             let pair = pair.into_iter().flat_map(move |(q, a, _, _)| [(q, h), (a, h)]);
             [(d.tape, h), (d.quiet_tape, h), (d.adjoint, h)].into_iter().chain(pair)
         })
         .collect();
-    let callee_pair = |h: FuncId| typed.get(h.index()).copied().flatten().and_then(|t| t.pair);
+    let callee_pair = |h: FuncId| typed_table.get(h.index()).copied().flatten().and_then(|t| t.pair);
     let mut typed_pairs = vec![];
     let callee_reads_only = |r: FuncId| {
         family == Routines::Plain && owner.get(&r).is_some_and(|&h| globals.writes_private.get(h).copied().unwrap_or(false))
@@ -279,35 +278,40 @@ fn differentiate<F: Borrow<Function>>(
         gradients.push(fused::gradient_routine(&quiet_tape, &adj, builtins, consts, &number_call));
         let sweeps_on_values = on_values::sweeps_on_values(&quiet_tape, &adj, builtins, &callee_reads_only);
         let at_values = sweeps_on_values.then(|| fused::values_gradient_routine(&quiet_tape, &adj));
-        // The function's own typed routines (`kinds.rs`: no shape records for sums of
-        // numbers), which callers' typed routines call.
-        // Made for the parameters every caller of the batch passes a constant in
-        // (`constant`): their adjoints are not made.
-        if let Some((kinds, constant)) = own_kinds {
+        // The kinds the body suggests (`kinds.rs`) and what each register then holds, for
+        // the typed routines below.
+        let has_values_routine = matches!(at_values, Some(Some(_)));
+        let guessed = own_kinds
+            .map(|(k, _)| k)
+            .or_else(|| has_values_routine.then(|| kinds::guess(f, &|h| callee_pair(h).map(|(_, _, k, _)| k))))
+            .map(|k| (k, kinds::types(f, &k, consts)));
+        let numbers: Vec<bool> = guessed.as_ref().map_or(vec![], |(_, ty)| ty.iter().map(|&t| t == kinds::Ty::Number).collect());
+        // The function's own typed routines (no shape records for sums of numbers), which
+        // callers' typed routines call, made for the parameters every caller of the batch
+        // passes a constant in (`constant`): their adjoints are not made.
+        if let Some((_, constant)) = own_kinds {
             let pair_sweep = match constant {
                 0 => None,
                 mask => Some(saves::Sweep::of(f, builtins, consts, activity::varied_registers_but(f, builtins, &globals, *mask))),
             };
             let pair_sweep = pair_sweep.as_ref().unwrap_or(&sweep);
-            let numbers = kinds::numbers(f, kinds, consts);
             let typed_records = kinds::without_number_shapes(f, &pair_sweep.records, &numbers).unwrap_or_else(|| pair_sweep.records.clone());
             typed_pairs.push(primal_routine(pair_sweep, Some(&quiet_calls), &typed_records, &[]));
             typed_pairs.push(adjoint_routine(pair_sweep, &typed_records, &[], &numbers));
         }
-        // For the kinds the body suggests, the gradient routine at values without the shape
-        // records of sums of numbers and calling callees' typed routines, where either
-        // applies.
-        let typed = at_values.as_ref().filter(|r| r.is_some()).and_then(|_| {
-            let mut kinds = own_kinds.map(|(k, _)| k).unwrap_or_else(|| kinds::guess(f, &|h| callee_pair(h).map(|(_, _, k, _)| k)));
-            let ty = kinds::types(f, &kinds, consts);
-            let numbers: Vec<bool> = ty.iter().map(|&t| t == kinds::Ty::Number).collect();
-            let typed_records = kinds::without_number_shapes(f, records, &numbers);
+        // The gradient routine at values without the shape records of sums of numbers and
+        // calling callees' typed routines, where either applies.
+        let typed_at_values = guessed.filter(|_| has_values_routine).and_then(|(mut kinds, ty)| {
             let calls = kinds::typed_calls(f, &ty, varied, &quiet_calls, &mut kinds, &callee_pair);
             // At numbers only (no container kind among the arguments and module variables),
             // the values path runs only for closures: not worth a routine.
             let containers = (0..f.arity as usize).any(|k| matches!(kinds.args.get(k), ArgKind::Floats | ArgKind::Matrix))
                 || kinds.globals.iter().flatten().any(|&(_, k)| matches!(k, ArgKind::Floats | ArgKind::Matrix));
-            if !containers || (typed_records.is_none() && calls.iter().all(Option::is_none)) {
+            if !containers {
+                return None;
+            }
+            let typed_records = kinds::without_number_shapes(f, records, &numbers);
+            if typed_records.is_none() && calls.iter().all(Option::is_none) {
                 return None;
             }
             let typed_records = typed_records.unwrap_or_else(|| records.clone());
@@ -318,7 +322,7 @@ fn differentiate<F: Borrow<Function>>(
                 .flatten()
                 .map(|r| (r, kinds))
         });
-        on_values.push(at_values.map(|r| (r, typed)));
+        on_values.push(at_values.map(|r| (r, typed_at_values)));
         routines.extend([tape, adj, tan, tan_tape, tan_adj, quiet_tape]);
     }
     // The typed pairs, in the order their ids were given, then the gradient routines,
@@ -334,14 +338,14 @@ fn differentiate<F: Borrow<Function>>(
             routines.push(routine);
             next += 1;
         }
-        let (at_values, typed) = on_values.map_or((None, None), |(r, t)| (r, t));
+        let (at_values, typed_at_values) = on_values.map_or((None, None), |(r, t)| (r, t));
         if let Some(routine) = at_values {
             d.values_gradient = Some(FuncId(next));
             routines.push(routine);
             next += 1;
         }
-        if let Some((routine, kinds)) = typed {
-            let t = typed_mut[g.index()].get_or_insert_with(Typed::default);
+        if let Some((routine, kinds)) = typed_at_values {
+            let t = typed[g.index()].get_or_insert_with(Typed::default);
             t.values_gradient = Some((FuncId(next), kinds));
             routines.push(routine);
             next += 1;

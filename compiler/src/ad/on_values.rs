@@ -23,7 +23,7 @@
 //! argument and as a module variable.
 
 use zygvm_vm::builtin::{Builtin, Deriv};
-use zygvm_vm::bytecode::{FuncId, Instr, Operand};
+use zygvm_vm::bytecode::{FuncId, Instr, Operand, Reg};
 use zygvm_vm::program::Function;
 
 /// Whether a sweep of `quiet` (a quiet primal-with-tape routine) then `adj` (its adjoint),
@@ -42,6 +42,11 @@ pub fn sweeps_on_values(quiet: &Function, adj: &Function, builtins: &[Builtin], 
     quiet.num_captures == 0 && [quiet, adj].iter().all(|g| g.code.iter().all(ok))
 }
 
+/// Built-ins that read their first argument and return numbers (or a tuple of them): a
+/// container passed to one gains no other name.
+const READS_TO_NUMBERS: &[&str] =
+    &["len", "shape", "rows", "cols", "sum", "prod", "mean", "dot", "norm", "logsumexp", "argmax", "argmin", "any", "all"];
+
 /// The registers of `g` (SSA form) that hold a container only they name: made by `g` (an
 /// array or matrix literal, or a built-in that returns a new container) and used only as the
 /// container an index reads or writes, as the first argument of a built-in that reads it to
@@ -52,11 +57,6 @@ pub fn sweeps_on_values(quiet: &Function, adj: &Function, builtins: &[Builtin], 
 /// write's pullback `TakeIndex` reads and clears the slot in that register's value, in
 /// place). An alias would keep the contribution in its own register until the sweep went
 /// back past the point the two met, after the write had taken a zero.
-/// Built-ins that read their first argument and return numbers (or a tuple of them): a
-/// container passed to one gains no other name.
-const READS_TO_NUMBERS: &[&str] =
-    &["len", "shape", "rows", "cols", "sum", "prod", "mean", "dot", "norm", "logsumexp", "argmax", "argmin", "any", "all"];
-
 pub(crate) fn private_containers(g: &Function, builtins: &[Builtin]) -> Vec<bool> {
     let mut private = vec![false; g.num_regs as usize];
     for i in &g.code {
@@ -65,7 +65,8 @@ pub(crate) fn private_containers(g: &Function, builtins: &[Builtin]) -> Vec<bool
         }
     }
     for i in &g.code {
-        // The one operand position in which the container may appear.
+        // The one operand position in which the container may appear (a built-in's first
+        // argument: the first register of its list).
         let mut allowed = match *i {
             Instr::Index { obj, .. } | Instr::Index2 { obj, .. } | Instr::SetIndex { obj, .. } | Instr::SetIndex2 { obj, .. } => {
                 Some(obj)
@@ -76,21 +77,13 @@ pub(crate) fn private_containers(g: &Function, builtins: &[Builtin]) -> Vec<bool
             }
             _ => None,
         };
-        // (A built-in's arguments are a list: its first is the allowed one, the rest not.)
-        if let (Some(r), Instr::CallBuiltin { args, .. }) = (allowed, *i) {
-            g.list(args)[1..].iter().for_each(|a| private[a.index()] = false);
-            if g.list(args)[1..].contains(&r) {
-                private[r.index()] = false;
-            }
-            if let Some(d) = i.def() {
-                private[d.index()] = false;
-            }
-            continue;
-        }
+        let mut used = |r: Reg| match allowed == Some(r) {
+            true => allowed = None,
+            false => private[r.index()] = false,
+        };
         i.for_each_operand(|o| match o {
-            Operand::Use(r) | Operand::Acc(r) if allowed == Some(r) => allowed = None,
-            Operand::Use(r) | Operand::Acc(r) => private[r.index()] = false,
-            Operand::List(l) => g.list(l).iter().for_each(|r| private[r.index()] = false),
+            Operand::Use(r) | Operand::Acc(r) => used(r),
+            Operand::List(l) => g.list(l).iter().for_each(|&r| used(r)),
             _ => {}
         });
     }
