@@ -26,7 +26,8 @@ const UNBUILT: usize = usize::MAX / 2;
 pub(crate) struct FrameImage {
     /// How many instructions at the start of the entry block the image has already done: only
     /// `LoadK`s of plain constants into registers after the arguments and captures, in a
-    /// block no jump enters (so they run once per call, first).
+    /// block no jump enters (so they run once per call, first). Always an instruction index of
+    /// the function (below its code's length, or 0), where the interpreter may start a frame.
     pub(crate) skip: u32,
     /// Where the function's back-edge counters start (`Vm::loop_base`), kept here too so
     /// that entering a frame reads one table.
@@ -91,8 +92,10 @@ impl FrameImage {
             skip = 0;
             regs.iter_mut().for_each(|r| *r = Value::Nil);
         }
-        // The entry block ends with a terminator, which is never skipped.
+        // The entry block ends with a terminator, which is never skipped; clamped all the same,
+        // because the interpreter starts a frame at `skip` without a check of its own.
         debug_assert!(skip < entry_end.max(1));
+        let skip = skip.min(f.code.len().saturating_sub(1));
         FrameImage { skip: skip as u32, loop_base, len, padded: regs.into_boxed_slice() }
     }
 

@@ -126,7 +126,13 @@ pub struct Vm {
     /// The native tier (the JIT) and its code.
     pub(crate) native: NativeState,
     memory_probe: Option<fn() -> usize>,
-    pub(crate) scratch: Vec<Value>,
+    /// A `JumpPar`'s block arguments, copied out before any parameter is written.
+    scratch: Vec<Value>,
+    /// Buffers for the argument copies of built-in calls and of general pullbacks, cleared,
+    /// one per nesting level in use (`take_arg_buffer`): a built-in that runs Zy code that
+    /// calls another built-in (`value_and_gradient` of a function that calls `len`) takes a
+    /// second one instead of allocating and freeing one per call.
+    arg_buffers: Vec<Vec<Value>>,
     /// Calls of each function (the JIT's trigger for compiling a function).
     pub(crate) calls: Vec<u32>,
     /// Backward jumps taken into each block (`loop_base[f] + block`): loop-header hotness, the
@@ -218,6 +224,7 @@ impl Vm {
             next_check: CHECK_INTERVAL,
             memory_probe: None,
             scratch: vec![],
+            arg_buffers: vec![],
             native_depth: 0,
             tape: crate::ad::Tape::default(),
             budget: Default::default(),
@@ -309,6 +316,7 @@ impl Vm {
         self.native_depth = 0;
         self.tape = crate::ad::Tape::default();
         self.scratch.clear();
+        self.arg_buffers.clear();
     }
 
     pub fn program(&self) -> &Arc<Program> {
@@ -816,8 +824,14 @@ impl Vm {
         // `r`; the caller's frame is live).
         unsafe {
             let p = stack.as_mut_ptr();
-            for (k, r) in args.iter().enumerate() {
-                clone_into(p.add(base + r.index()), p.add(new_base + k));
+            match args {
+                // One argument (the common recursive call) without the loop's setup.
+                [a] => clone_into(p.add(base + a.index()), p.add(new_base)),
+                _ => {
+                    for (k, r) in args.iter().enumerate() {
+                        clone_into(p.add(base + r.index()), p.add(new_base + k));
+                    }
+                }
             }
             image.write_to(p.add(new_base + args.len()));
             stack.set_len(new_base + num_regs);
@@ -1163,8 +1177,9 @@ impl Vm {
                     func = $func;
                     base = $base;
                     code_ptr = func.code.as_ptr();
-                    // SAFETY: both are instruction indices of `func` (a frame's saved pc, or a
-                    // frame image's skip clamped below the code's length).
+                    // SAFETY: both are instruction indices of `func` (a frame's saved pc, or the
+                    // `skip` of its frame image, which `FrameImage::of` clamps below the code's
+                    // length).
                     ip = unsafe { code_ptr.add($start) };
                     run_start = unsafe { code_ptr.add($counted_from) };
                     edge_base = $loop_base as usize;
@@ -1185,8 +1200,7 @@ impl Vm {
                     let f: FuncId = $f;
                     let callee: &Function = &program.functions[f.index()];
                     let image = &self.frame_images[f.index()];
-                    let skip = (image.skip as usize).min(callee.code.len().saturating_sub(1));
-                    resume!(f, callee, image.loop_base, $base, skip, 0);
+                    resume!(f, callee, image.loop_base, $base, image.skip as usize, 0);
                 }};
             }
 
@@ -1236,7 +1250,7 @@ impl Vm {
                         if self.native.on() || version != self.program_version {
                             continue 'frames;
                         }
-                        resume!(f, callee, loop_base, new_base, skip.min(callee.code.len().saturating_sub(1)), 0);
+                        resume!(f, callee, loop_base, new_base, skip, 0);
                     }
                     Instr::Call { dst, callee, args } => {
                         account!();
@@ -1784,13 +1798,22 @@ impl Vm {
     }
 
     pub(crate) fn call_builtin_regs(&mut self, b: BuiltinId, base: usize, args: &[Reg]) -> VmResult<Value> {
-        let mut buf = std::mem::take(&mut self.scratch);
-        buf.clear();
+        let mut buf = self.take_arg_buffer();
         buf.extend(args.iter().map(|r| self.stack[base + r.index()].clone()));
         let r = self.call_builtin(b, &buf);
-        buf.clear();
-        self.scratch = buf;
+        self.give_arg_buffer(buf);
         r
+    }
+
+    /// An empty buffer for argument copies, the one last given back if any (`arg_buffers`).
+    pub(crate) fn take_arg_buffer(&mut self) -> Vec<Value> {
+        self.arg_buffers.pop().unwrap_or_default()
+    }
+
+    /// Gives back what `take_arg_buffer` took, emptied.
+    pub(crate) fn give_arg_buffer(&mut self, mut buf: Vec<Value>) {
+        buf.clear();
+        self.arg_buffers.push(buf);
     }
 }
 

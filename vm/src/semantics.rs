@@ -480,13 +480,11 @@ impl Vm {
         if let Some(v) = first {
             return Ok(v);
         }
-        let mut buf = std::mem::take(&mut self.scratch);
-        buf.clear();
+        let mut buf = self.take_arg_buffer();
         // SAFETY: as above.
         buf.extend(list.iter().map(|r| unsafe { (*regs.add(r.index())).clone() }));
         let r = crate::ad::rules::apply(program, rule, &buf);
-        buf.clear();
-        self.scratch = buf;
+        self.give_arg_buffer(buf);
         r
     }
 

@@ -360,7 +360,14 @@ pub fn index2_accumulate(acc: Value, obj: &Value, i: &Value, j: &Value, dy: Valu
     if let Value::Matrix(m) = &acc {
         let mut m = m.borrow_mut();
         let (i, j) = (int_of(i)?, int_of(j)?);
-        let cols = m.cols;
+        let (rows, cols) = (m.rows, m.cols);
+        // (The primal read the element, so it is in range unless the adjoint is another
+        // matrix's: an error then, not another element's slot or a panic.)
+        if i >= rows || j >= cols {
+            return Err(VmError::new(format!(
+                "internal differentiation error: index ({i}, {j}) out of range for an adjoint of shape ({rows}, {cols})"
+            )));
+        }
         m.data[i * cols + j] += d;
     }
     Ok(acc)

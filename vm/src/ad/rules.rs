@@ -295,25 +295,38 @@ pub fn fast<'v>(program: &Program, code: u32, arg: impl Fn(usize) -> &'v Value) 
 }
 
 /// `Index`'s and `Index2`'s rule for an element's first contribution to a container's adjoint
-/// (the register still `nil`) within a sweep with shadows: the contribution added into the
-/// container's shadow, made here if it is not yet, which is the adjoint; what `apply`'s
-/// general path does through `shadows::merged`, without copying the operands. Once per
-/// container and sweep, so not in `fast` (whose code sits in the interpreter's `Pull` arm:
-/// the extra case there cost the interpreted `_loops` gradients 7%); the shared semantics
-/// try it before the general path (`Vm::pull_slowly`). `None` for any other rule, when no
-/// sweep is open, `obj` has no shadow, or the shadow is not of floats (the general path then
-/// finds it made).
+/// (the register still `nil`): the contribution added into a fresh adjoint of zeros shaped
+/// like `obj` (a float array or a matrix), or, within a sweep with shadows, into the
+/// container's shadow, made here if it is not yet, which is then the adjoint. What `apply`'s
+/// general path does (`adjoints::index_accumulate` from `nil`, `shadows::merged`), without
+/// copying the operands or its dispatch: once per container and gradient, but for a small
+/// function that is a good part of the gradient (`logsumexp_loops`' one array). Not in
+/// `fast` (whose code sits in the interpreter's `Pull` arm: the extra case there cost the
+/// interpreted `_loops` gradients 7%); the shared semantics try it before the general path
+/// (`Vm::pull_slowly`), which native code reaches through `step`. `None` for any other
+/// rule, or when the container has no such adjoint or the element is not a float within it
+/// (the general path then says what it does).
 pub fn first_contribution<'v>(code: u32, arg: impl Fn(usize) -> &'v Value) -> Option<Value> {
     let (rule, _) = Rule::decode(code);
-    if !matches!(rule, Rule::Index | Rule::Index2) || !matches!(arg(0), Value::Nil) || !shadows::active() {
+    if !matches!(rule, Rule::Index | Rule::Index2) || !matches!(arg(0), Value::Nil) {
         return None;
     }
-    let shadow = shadows::shadow_of(arg(1))?;
+    let adjoint = if shadows::active() { shadows::shadow_of(arg(1))? } else { zeros_of_floats(arg(1))? };
     let added = match rule {
-        Rule::Index => index_add(&shadow, arg(2), arg(3)),
-        _ => index2_add(&shadow, arg(2), arg(3), arg(4)),
+        Rule::Index => index_add(&adjoint, arg(2), arg(3)),
+        _ => index2_add(&adjoint, arg(2), arg(3), arg(4)),
     };
-    added.then_some(shadow)
+    added.then_some(adjoint)
+}
+
+/// The zero adjoint of a float array or a matrix (`adjoints::empty_like`'s), `None` for
+/// anything else.
+fn zeros_of_floats(obj: &Value) -> Option<Value> {
+    match obj {
+        Value::Array(a) if matches!(&*a.borrow(), Array::Floats(_)) => Some(adjoints::empty_like(obj)),
+        Value::Matrix(_) => Some(adjoints::empty_like(obj)),
+        _ => None,
+    }
 }
 
 /// `fast`'s case of `MulA` and `MulB` (`y = a * b`'s operand adjoints) on numbers: the
@@ -514,5 +527,63 @@ pub fn math1_builtin(code: u32) -> Option<BuiltinId> {
     match Rule::decode(code) {
         (Rule::Math1, b) => Some(BuiltinId(b)),
         _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::value::Array;
+
+    /// The bits of a float array's or a matrix's elements (`None` for anything else).
+    fn float_bits(v: &Value) -> Option<Vec<u64>> {
+        match v {
+            Value::Array(a) => match &*a.borrow() {
+                Array::Floats(x) => Some(x.iter().map(|f| f.to_bits()).collect()),
+                Array::Values(_) => None,
+            },
+            Value::Matrix(m) => Some(m.borrow().data.iter().map(|f| f.to_bits()).collect()),
+            _ => None,
+        }
+    }
+
+    /// The first contribution to a `nil` adjoint, where `first_contribution` takes it, is
+    /// bit for bit what the general rule makes (`-0.0` included: `0.0 + -0.0` is `+0.0`);
+    /// where it does not, the general path is left to say what happens.
+    #[test]
+    fn a_first_contribution_is_the_general_rules_result() {
+        let xs = Value::float_array(vec![1.0, 2.0, 3.0]);
+        let m = Value::matrix(2, 3, vec![0.5; 6]);
+        let values = Value::array(vec![Value::Int(1), Value::Int(2)]);
+        let ds = [Value::Float(2.5), Value::Float(-0.0), Value::Float(f64::NAN), Value::Nil, Value::Int(3)];
+        let mut taken = 0;
+        for d in &ds {
+            for i in [-1i64, 0, 2, 3] {
+                let (i, j) = (Value::Int(i), Value::Int(1));
+                let cases: [(Rule, &Value, Vec<&Value>); 3] = [
+                    (Rule::Index, &xs, vec![&i, d]),
+                    (Rule::Index, &values, vec![&i, d]),
+                    (Rule::Index2, &m, vec![&j, &i, d]),
+                ];
+                for (rule, obj, rest) in cases {
+                    let mut args = vec![&Value::Nil, obj];
+                    args.extend(rest);
+                    let fast = first_contribution(rule.encode(0), |k| args.get(k).copied().unwrap_or(&Value::Nil));
+                    let general = match rule {
+                        Rule::Index => adjoints::index_accumulate(Value::Nil, obj, args[2], args[3].clone()),
+                        _ => adjoints::index2_accumulate(Value::Nil, obj, args[2], args[3], args[4].clone()),
+                    };
+                    if let Some(v) = fast {
+                        taken += 1;
+                        let general = general.expect("the general rule fails where the fast one did not");
+                        assert_eq!(float_bits(&v), float_bits(&general), "{rule:?} at {:?} with {d:?}", args[2]);
+                        assert!(float_bits(&v).is_some());
+                    }
+                }
+            }
+        }
+        // The float array and the matrix, at two in-range indices each, with the three float
+        // cotangents.
+        assert_eq!(taken, 2 * 2 * 3, "the fast path applies where it should");
     }
 }
