@@ -1735,8 +1735,20 @@ impl Vm {
                             refresh!();
                         }
                     }
+                    // A module variable read in a loop (module-level data): its own arm, one
+                    // dispatch rather than two. Not in a debug build, where the arm's
+                    // temporaries would grow this frame (a host thread with a small stack
+                    // runs two `execute`s: `tests/embed.rs`, 96 KB): the shared semantics
+                    // below run it there.
+                    #[cfg(not(debug_assertions))]
+                    Instr::GetGlobal { dst, slot } => {
+                        let v = tri!(self.global_value(&program, slot));
+                        set!(dst, v);
+                    }
                     // The rest, named one by one (no catch-all): a full jump table without a
                     // range check on the hot dispatch, and a new opcode must choose its arm.
+                    // (`GetGlobal` is taken above in an optimised build.)
+                    #[allow(unreachable_patterns)]
                     Instr::LoadNil { .. } | Instr::LoadBool { .. } | Instr::LoadFunc { .. }
                     | Instr::LoadBuiltin { .. } | Instr::LoadStruct { .. }
                     | Instr::GetGlobal { .. } | Instr::SetGlobal { .. } | Instr::Mod { .. }

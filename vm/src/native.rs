@@ -890,8 +890,33 @@ pub unsafe extern "C" fn step(vm: *mut Vm, regs: *mut Value, func: u32, pc: u32)
 pub fn step_helper(instr: &Instr) -> *const () {
     match instr {
         Instr::GradOut { .. } => grad_out as *const (),
+        Instr::GetGlobal { .. } => get_global as *const (),
         _ => step as *const (),
     }
+}
+
+/// Runs the `GetGlobal` at `pc` of `func` (`Vm::global_value`, the interpreter's semantics)
+/// on the registers at `regs`: `step` without the general dispatch (a module variable read in
+/// a loop runs it every iteration). Returns `STEP_DONE`, or an `ERROR(pc)` status with the
+/// interpreter's error (read before set, a sweep's input reached).
+///
+/// # Safety
+/// As `step`'s; the instruction at `pc` is a `GetGlobal`.
+pub unsafe extern "C" fn get_global(vm: *mut Vm, regs: *mut Value, func: u32, pc: u32) -> u64 {
+    let body = |vm: &mut Vm| -> VmResult<u64> {
+        // SAFETY: reading a module variable adds no function to the program, which stays the
+        // allocation `vm` holds while it runs (see `step`).
+        let program: &Program = unsafe { &*std::sync::Arc::as_ptr(&vm.program) };
+        let Instr::GetGlobal { dst, slot } = program.functions[func as usize].code[pc as usize] else {
+            return Ok(status::encode(status::EXIT, pc, 0));
+        };
+        let v = vm.global_value(program, slot)?;
+        // SAFETY: `regs` is the frame of `func` (caller's contract), `dst` a verified register.
+        crate::semantics::store(unsafe { &mut *regs.add(dst.index()) }, v);
+        Ok(STEP_DONE)
+    };
+    // SAFETY: as in `step`.
+    unsafe { helper_call(vm, pc, body) }
 }
 
 /// Runs the `GradOut` at `pc` of `func` (`Vm::grad_out`, the interpreter's semantics) on the

@@ -112,19 +112,7 @@ impl Vm {
                 set!(dst, v);
             }
             Instr::LoadStruct { dst, strukt } => set!(dst, Value::StructCtor(strukt)),
-            Instr::GetGlobal { dst, slot } => match &self.globals[slot.index()] {
-                Some(v) => {
-                    // While a sweep runs, a module variable must not reach its inputs (`ad::inputs`).
-                    crate::ad::inputs::check_module_variable(v, &program.global_names[slot.index()])?;
-                    set!(dst, v.clone())
-                }
-                None => {
-                    return Err(VmError::new(format!(
-                        "module variable '{}' is read before it is set",
-                        program.global_names[slot.index()]
-                    )))
-                }
-            },
+            Instr::GetGlobal { dst, slot } => set!(dst, self.global_value(program, slot)?),
             Instr::SetGlobal { slot, src } => self.globals[slot.index()] = Some(reg!(src).clone()),
             Instr::Add { dst, a, b } => set!(dst, self.arith(BinOp::Add, &reg!(a), &reg!(b))?),
             Instr::Sub { dst, a, b } => set!(dst, self.arith(BinOp::Sub, &reg!(a), &reg!(b))?),
@@ -486,6 +474,25 @@ impl Vm {
         let r = crate::ad::rules::apply(program, rule, &buf);
         self.give_arg_buffer(buf);
         r
+    }
+
+    /// `GetGlobal`'s value: module variable `slot`'s, checked against the inputs of the
+    /// sweeps that run (a module variable must not reach them, `ad::inputs`), or the error of
+    /// one read before it is set. Shared by `exec_simple`, the interpreter's own arm and
+    /// native code's helper (`native::get_global`). Out of line in a debug build, where
+    /// `exec_simple` would otherwise keep its temporaries in a frame that is live under every
+    /// call a built-in makes back into Zy (a host thread with a small stack runs two such
+    /// chains: `tests/embed.rs`, 96 KB).
+    #[cfg_attr(debug_assertions, inline(never))]
+    #[cfg_attr(not(debug_assertions), inline(always))]
+    pub(crate) fn global_value(&self, program: &Program, slot: crate::bytecode::GlobalId) -> VmResult<Value> {
+        match &self.globals[slot.index()] {
+            Some(v) => {
+                crate::ad::inputs::check_module_variable(v, &program.global_names[slot.index()])?;
+                Ok(v.clone())
+            }
+            None => Err(VmError::new(format!("module variable '{}' is read before it is set", program.global_names[slot.index()]))),
+        }
     }
 
     /// `GradOut`: a gradient routine's `(y, gradients)` pair, refilled in place when nothing
