@@ -111,6 +111,10 @@ pub struct Vm {
     /// The last `(y, gradients)` pairs gradient routines made (`GradOut`), refilled in place
     /// by the next ones when nothing else holds them (`driver::gradient_pair_reusing`).
     pub(crate) gradient_results: [Option<Rc<crate::value::Tuple>>; 2],
+    /// A small float array a refilled gradient pair let go of, nothing else holding it: the
+    /// next first contribution to a `nil` adjoint of its length takes it instead of
+    /// allocating (`driver::gradient_pair_reusing`, `rules::first_contribution`).
+    pub(crate) spare_adjoint: crate::ad::rules::Spare,
     pub(crate) globals: Vec<Option<Value>>,
     modules_run: Vec<bool>,
     pub(crate) stack: Stack<Value>,
@@ -209,6 +213,7 @@ impl Vm {
         Vm {
             gradient_builtin,
             gradient_results: [None, None],
+            spare_adjoint: None,
             globals: vec![None; program.global_names.len()],
             modules_run: vec![false; program.functions.len()],
             consts,

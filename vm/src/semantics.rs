@@ -461,7 +461,7 @@ impl Vm {
     unsafe fn pull_slowly(&mut self, program: &Program, regs: *mut Value, rule: u32, list: &[Reg]) -> VmResult<Value> {
         let nil = std::mem::ManuallyDrop::new(Value::Nil);
         // SAFETY: the caller's contract (as in `pull`).
-        let first = crate::ad::rules::first_contribution(rule, |k| match list.get(k) {
+        let first = crate::ad::rules::first_contribution(rule, &mut self.spare_adjoint, |k| match list.get(k) {
             Some(r) => unsafe { &*regs.add(r.index()) },
             None => &*nil,
         });
@@ -505,7 +505,9 @@ impl Vm {
     pub(crate) unsafe fn grad_out(&mut self, program: &Program, func: &Function, regs: *mut Value, dst: Reg, items: ListId) {
         let list = func.list(items);
         // SAFETY: the caller's contract.
-        let pair = crate::ad::driver::gradient_pair_reusing(&mut self.gradient_results, program, list, |r| unsafe { &*regs.add(r.index()) });
+        let pair = crate::ad::driver::gradient_pair_reusing(&mut self.gradient_results, &mut self.spare_adjoint, program, list, |r| unsafe {
+            &*regs.add(r.index())
+        });
         store(unsafe { &mut *regs.add(dst.index()) }, pair);
     }
 }

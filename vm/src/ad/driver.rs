@@ -316,6 +316,7 @@ fn gradient_pair<'a>(program: &crate::program::Program, items: &[crate::bytecode
 /// and kept in place of the other.
 pub(crate) fn gradient_pair_reusing<'a>(
     last: &mut [Option<Rc<Tuple>>; 2],
+    spare: &mut super::rules::Spare,
     program: &crate::program::Program,
     items: &[crate::bytecode::Reg],
     reg: impl Fn(crate::bytecode::Reg) -> &'a Value,
@@ -327,7 +328,11 @@ pub(crate) fn gradient_pair_reusing<'a>(
         let Some(g) = Rc::get_mut(grads).filter(|g| g.0.len() == n) else { continue };
         let (xs, ds) = items[1..].split_at(n);
         for ((slot, &x), &d) in g.0.iter_mut().zip(xs).zip(ds) {
-            crate::semantics::store(slot, argument_gradient(reg(x), reg(d), program));
+            let old = std::mem::replace(slot, argument_gradient(reg(x), reg(d), program));
+            if !matches!(old, Value::Float(_)) {
+                // The last gradient's array, if nothing else took it: the next adjoint's.
+                super::rules::keep_spare(spare, old);
+            }
         }
         crate::semantics::store(y, reg(items[0]).clone());
         return Value::Tuple(slot.clone().expect("checked above"));

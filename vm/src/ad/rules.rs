@@ -34,6 +34,7 @@ use crate::error::{VmError, VmResult};
 use crate::ops::{self, BinOp};
 use crate::program::Program;
 use crate::value::{Array, Value};
+use std::rc::Rc;
 
 rule_enum! {
     /// A pullback rule, the `rule` operand of `Pull`.
@@ -306,12 +307,12 @@ pub fn fast<'v>(program: &Program, code: u32, arg: impl Fn(usize) -> &'v Value) 
 /// (`Vm::pull_slowly`), which native code reaches through `step`. `None` for any other
 /// rule, or when the container has no such adjoint or the element is not a float within it
 /// (the general path then says what it does).
-pub fn first_contribution<'v>(code: u32, arg: impl Fn(usize) -> &'v Value) -> Option<Value> {
+pub fn first_contribution<'v>(code: u32, spare: &mut Spare, arg: impl Fn(usize) -> &'v Value) -> Option<Value> {
     let (rule, _) = Rule::decode(code);
     if !matches!(rule, Rule::Index | Rule::Index2) || !matches!(arg(0), Value::Nil) {
         return None;
     }
-    let adjoint = if shadows::active() { shadows::shadow_of(arg(1))? } else { zeros_of_floats(arg(1))? };
+    let adjoint = if shadows::active() { shadows::shadow_of(arg(1))? } else { zeros_of_floats(arg(1), spare)? };
     let added = match rule {
         Rule::Index => index_add(&adjoint, arg(2), arg(3)),
         _ => index2_add(&adjoint, arg(2), arg(3), arg(4)),
@@ -319,10 +320,37 @@ pub fn first_contribution<'v>(code: u32, arg: impl Fn(usize) -> &'v Value) -> Op
     added.then_some(adjoint)
 }
 
+/// A float array no value holds, kept for reuse (`Vm::spare_adjoint`).
+pub type Spare = Option<Rc<std::cell::RefCell<Array>>>;
+
+/// The most elements a spare array keeps (the small arrays whose allocation and release cost
+/// as much as a gradient's arithmetic; glibc's per-thread cache bound, as `adjoints::zeros`').
+const SPARE_FLOATS: usize = 128;
+
+/// Keeps `v` as the spare when it is a small float array nothing else holds; else drops it.
+pub fn keep_spare(spare: &mut Spare, v: Value) {
+    if let Value::Array(a) = v {
+        let alone = Rc::strong_count(&a) == 1 && Rc::weak_count(&a) == 0;
+        if alone && matches!(&*a.borrow(), Array::Floats(x) if x.capacity() <= SPARE_FLOATS) {
+            *spare = Some(a);
+        }
+    }
+}
+
 /// The zero adjoint of a float array or a matrix (`adjoints::empty_like`'s), `None` for
-/// anything else.
-fn zeros_of_floats(obj: &Value) -> Option<Value> {
+/// anything else; for a float array, in the spare's buffer when it has the room (no value
+/// holds the spare, `keep_spare`, so the array is as new).
+fn zeros_of_floats(obj: &Value, spare: &mut Spare) -> Option<Value> {
     match obj {
+        Value::Array(a) if matches!(&*a.borrow(), Array::Floats(x) if spare.as_ref().is_some_and(|s| matches!(&*s.borrow(), Array::Floats(y) if y.capacity() >= x.len()))) => {
+            let n = a.borrow().len();
+            let s = spare.take().expect("just checked");
+            if let Array::Floats(y) = &mut *s.borrow_mut() {
+                y.clear();
+                y.resize(n, 0.0);
+            }
+            Some(Value::Array(s))
+        }
         Value::Array(a) if matches!(&*a.borrow(), Array::Floats(_)) => Some(adjoints::empty_like(obj)),
         Value::Matrix(_) => Some(adjoints::empty_like(obj)),
         _ => None,
@@ -568,7 +596,7 @@ mod tests {
                 for (rule, obj, rest) in cases {
                     let mut args = vec![&Value::Nil, obj];
                     args.extend(rest);
-                    let fast = first_contribution(rule.encode(0), |k| args.get(k).copied().unwrap_or(&Value::Nil));
+                    let fast = first_contribution(rule.encode(0), &mut None, |k| args.get(k).copied().unwrap_or(&Value::Nil));
                     let general = match rule {
                         Rule::Index => adjoints::index_accumulate(Value::Nil, obj, args[2], args[3].clone()),
                         _ => adjoints::index2_accumulate(Value::Nil, obj, args[2], args[3], args[4].clone()),
