@@ -34,8 +34,9 @@ pub struct Builtin {
     /// `derivatives.rs`; host functions have none).
     pub deriv: Deriv,
     /// For one-argument scalar math: the derivative as an f64 function (the adjoint's fast
-    /// path for `Math1`, and the elementwise rule on arrays).
-    pub scalar_deriv: Option<fn(f64) -> f64>,
+    /// path for `Math1`, and the elementwise rule on arrays), with the C calling convention
+    /// like `scalar`: native code calls it directly.
+    pub scalar_deriv: Option<ScalarFn>,
     /// One-argument math that is its own derivative, bit for bit (`exp`: `scalar_deriv(x)`
     /// is `f(x)`; a stdlib test checks it): reverse mode records the result `y` and its
     /// adjoint is `dy * y` (`compiler/src/ad/adjoint.rs`), with no second call of `f`.

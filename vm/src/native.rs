@@ -1056,20 +1056,6 @@ pub unsafe extern "C" fn parallel_copy(vm: *mut Vm, regs: *mut Value, func: u32,
     }
 }
 
-/// `f(x)` for a one-argument math built-in's scalar function (`Builtin::scalar`), called
-/// with the C convention native code uses: `f` arrives as an address.
-pub extern "C" fn call_scalar(f: usize, x: f64) -> f64 {
-    // SAFETY: native code passes the `fn(f64) -> f64` it read from `Builtin::scalar` of the
-    // program it was compiled from, as an address (`scalar_address`).
-    let f: fn(f64) -> f64 = unsafe { std::mem::transmute::<usize, fn(f64) -> f64>(f) };
-    f(x)
-}
-
-/// The address of a scalar function, as `call_scalar` takes it.
-pub fn scalar_address(f: fn(f64) -> f64) -> usize {
-    f as usize
-}
-
 /// `x ^ y` of two floats, as `semantics.rs` computes it.
 pub extern "C" fn pow_float(x: f64, y: f64) -> f64 {
     x.powf(y)

@@ -729,8 +729,7 @@ impl<'a> Emitter<'a> {
             Rule::Math1 => {
                 let deriv = self.program.builtins[payload as usize].scalar_deriv.expect("float_pull checked scalar_deriv");
                 self.load_float(pc, l[1], false);
-                self.imm(0, native::scalar_address(deriv) as u64);
-                self.call(native::call_scalar as *const ());
+                self.call(deriv as *const ());
                 dynasm!(self.ops ; .arch aarch64 ; fmov d1, d0);
                 self.load_float(pc, l[0], false);
                 self.times();

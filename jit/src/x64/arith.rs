@@ -78,8 +78,7 @@ impl<'a> Emitter<'a> {
             Rule::Math1 => {
                 let deriv = self.program.builtins[payload as usize].scalar_deriv.expect("float_pull checked scalar_deriv");
                 self.load_float(pc, l[1], false);
-                dynasm!(self.ops ; .arch x64 ; mov rdi, QWORD native::scalar_address(deriv) as i64);
-                self.call(native::call_scalar as *const ());
+                self.call(deriv as *const ());
                 dynasm!(self.ops ; .arch x64 ; movapd xmm1, xmm0);
                 self.load_float(pc, l[0], false);
                 self.times();

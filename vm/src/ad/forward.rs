@@ -153,7 +153,7 @@ impl Vm {
                 None => self.transposed(b, args, targs, &y)?,
             },
             Deriv::Pullback(_) => match (tangent, scalar_deriv) {
-                (_, Some(d)) if args.len() == 1 => super::chain::scale(&targs[0], &map_numbers(&args[0], d)?)?,
+                (_, Some(d)) if args.len() == 1 => super::chain::scale(&targs[0], &map_numbers(&args[0], |x| d(x))?)?,
                 (Tangent::Linear, _) => {
                     let program = self.program().clone();
                     let dense: Vec<Value> = args

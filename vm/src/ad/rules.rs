@@ -528,7 +528,7 @@ pub(crate) fn apply_to_values(program: &Program, code: u32, args: &[Value]) -> V
             };
             match (arg(0), arg(1)) {
                 (Value::Float(d), Value::Float(x)) => Ok(Value::Float(times(*d, deriv(*x)))),
-                (dy, x) => chain::scale(dy, &map_numbers(x, deriv)?),
+                (dy, x) => chain::scale(dy, &map_numbers(x, |x| deriv(x))?),
             }
         }
         Rule::Index => adjoints::index_accumulate(arg(0).clone(), arg(1), arg(2), arg(3).clone()),

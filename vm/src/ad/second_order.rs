@@ -173,7 +173,7 @@ pub fn pull_tangent(program: &Program, code: u32, a: &[Value], t: &[Value]) -> V
                 return Err(VmError::new(format!("second derivatives of {} are not supported", b.name)));
             };
             let (dy, x) = (arg(0), arg(1));
-            let first = times(tan(0), &map_numbers(x, d1)?)?;
+            let first = times(tan(0), &map_numbers(x, |x| d1(x))?)?;
             let second = times(&times(dy, tan(1))?, &map_numbers(x, d2)?)?;
             add(first, second)
         }
@@ -191,6 +191,6 @@ fn shaped(v: Value, like: &Value) -> Value {
 }
 
 /// `ḋy f'(x) + dy f''(x) ẋ`: the tangent of a one-argument built-in's pullback.
-pub fn unary_pullback_tangent(d1: fn(f64) -> f64, d2: fn(f64) -> f64, dy: &Value, tdy: &Value, x: &Value, tx: &Value) -> VmResult<Value> {
-    add(times(tdy, &map_numbers(x, d1)?)?, times(&times(dy, tx)?, &map_numbers(x, d2)?)?)
+pub fn unary_pullback_tangent(d1: crate::builtin::ScalarFn, d2: fn(f64) -> f64, dy: &Value, tdy: &Value, x: &Value, tx: &Value) -> VmResult<Value> {
+    add(times(tdy, &map_numbers(x, |x| d1(x))?)?, times(&times(dy, tx)?, &map_numbers(x, d2)?)?)
 }

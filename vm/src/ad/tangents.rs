@@ -184,7 +184,7 @@ pub fn apply(program: &Program, code: u32, args: &[Value]) -> VmResult<Value> {
             };
             match (x, t) {
                 (Value::Float(x), Value::Float(t)) => Ok(Value::Float(super::chain::times(*t, deriv(*x)))),
-                (x, t) => super::chain::scale(t, &map_numbers(x, deriv)?),
+                (x, t) => super::chain::scale(t, &map_numbers(x, |x| deriv(x))?),
             }
         }
         TanRule::Index => match (arg(0), arg(1)) {
