@@ -34,8 +34,10 @@ def median_seconds(group, name):
 
 
 def fmt(t):
+    # A time that rounds up to 1000 of a unit at three digits takes the next unit
+    # (999.7 ns is "1 µs", not "1e+03 ns").
     for unit, scale in (("s", 1), ("ms", 1e-3), ("µs", 1e-6), ("ns", 1e-9)):
-        if t >= scale:
+        if t >= scale * 0.9995:
             return f"{t / scale:.3g} {unit}"
     return f"{t / 1e-12:.3g} ps"
 
