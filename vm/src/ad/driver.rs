@@ -313,7 +313,8 @@ fn gradient_pair<'a>(program: &crate::program::Program, items: &[crate::bytecode
 /// the result then allocates and frees nothing per gradient. Two, because the caller's
 /// register still holds the previous result while the next is made. Tuples are immutable
 /// values, and one held by anything but `last` is never written; else the new pair is made
-/// and kept in place of the other.
+/// and kept in place of the other. A gradient array the refill replaces goes to `spare`
+/// (`rules::keep_spare`: kept only when nothing else holds it), for the next adjoint.
 pub(crate) fn gradient_pair_reusing<'a>(
     last: &mut [Option<Rc<Tuple>>; 2],
     spare: &mut super::rules::Spare,
