@@ -885,20 +885,12 @@ pub(crate) fn higher_derivatives(name: &str) -> fn(f64, usize) -> Vec<f64> {
     )
 }
 
-/// Derivatives that are a C library function themselves (`d/dx sin = cos`): native code and
-/// the adjoint's fast path call it directly, one jump fewer than through `UNARY`'s function
-/// (a test checks the two agree bit for bit; `math.rs` says why the jump matters).
-const C_DERIVATIVES: &[(&str, zygvm_vm::builtin::ScalarFn)] = {
-    use crate::math::c;
-    &[("sin", c::cos), ("sinh", c::cosh), ("cosh", c::sinh), ("exp", c::exp), ("expm1", c::exp)]
-};
-
 /// Writes the rules into the built-in table.
 pub fn attach(table: &mut [Builtin]) {
     for b in table.iter_mut() {
         let name = b.name.as_str();
         if let Some((_, d, pb, d2)) = UNARY.iter().find(|(n, _, _, _)| *n == name) {
-            b.scalar_deriv = Some(C_DERIVATIVES.iter().find(|(n, _)| *n == name).map_or(*d, |(_, c)| *c));
+            b.scalar_deriv = Some(*d);
             b.deriv_is_result = DERIVATIVE_IS_RESULT.contains(&name);
             b.scalar_deriv2 = Some(*d2);
             b.derivatives_at = Some(higher_derivatives(name));
@@ -917,22 +909,6 @@ pub fn attach(table: &mut [Builtin]) {
 
 #[cfg(test)]
 mod tests {
-    /// The C functions standing for derivatives give `UNARY`'s declared derivative, bit for
-    /// bit.
-    #[test]
-    fn c_derivatives_are_the_declared_ones() {
-        for (name, c) in super::C_DERIVATIVES {
-            let (_, d, _, _) = super::UNARY.iter().find(|(n, ..)| n == name).expect("a UNARY entry");
-            for k in -40000..=40000 {
-                let x = k as f64 * 0.0173 + 1e-3;
-                assert_eq!(c(x).to_bits(), d(x).to_bits(), "{name}'({x})");
-            }
-            for x in [0.0, -0.0, 700.0, -745.0, 1e300, f64::INFINITY, f64::NEG_INFINITY] {
-                assert_eq!(c(x).to_bits(), d(x).to_bits(), "{name}'({x})");
-            }
-        }
-    }
-
     /// A built-in marked as its own derivative is one, to the bit: the adjoint that multiplies
     /// by the recorded result is the declared rule, not an approximation of it.
     #[test]

@@ -342,19 +342,23 @@ pub fn keep_spare(spare: &mut Spare, v: Value) {
 /// holds the spare, `keep_spare`, so the array is as new).
 fn zeros_of_floats(obj: &Value, spare: &mut Spare) -> Option<Value> {
     match obj {
-        Value::Array(a) if matches!(&*a.borrow(), Array::Floats(x) if spare.as_ref().is_some_and(|s| matches!(&*s.borrow(), Array::Floats(y) if y.capacity() >= x.len()))) => {
-            let n = a.borrow().len();
-            let s = spare.take().expect("just checked");
-            if let Array::Floats(y) = &mut *s.borrow_mut() {
-                y.clear();
-                y.resize(n, 0.0);
-            }
-            Some(Value::Array(s))
-        }
-        Value::Array(a) if matches!(&*a.borrow(), Array::Floats(_)) => Some(adjoints::empty_like(obj)),
+        Value::Array(a) => match &*a.borrow() {
+            Array::Floats(x) => Some(spare_zeros(spare, x.len()).unwrap_or_else(|| adjoints::empty_like(obj))),
+            _ => None,
+        },
         Value::Matrix(_) => Some(adjoints::empty_like(obj)),
         _ => None,
     }
+}
+
+/// `n` float zeros in the spare array, taken, when its buffer has the room.
+fn spare_zeros(spare: &mut Spare, n: usize) -> Option<Value> {
+    let s = spare.take_if(|s| matches!(&*s.borrow(), Array::Floats(y) if y.capacity() >= n))?;
+    if let Array::Floats(y) = &mut *s.borrow_mut() {
+        y.clear();
+        y.resize(n, 0.0);
+    }
+    Some(Value::Array(s))
 }
 
 /// `fast`'s case of `MulA` and `MulB` (`y = a * b`'s operand adjoints) on numbers: the
