@@ -10,6 +10,7 @@ const PROMPT: &str = "zy> ";
 
 struct Prompt {
     pty: PtySession,
+    _one_at_a_time: std::sync::MutexGuard<'static, ()>,
     _dir: TempDir,
     history: std::path::PathBuf,
 }
@@ -22,7 +23,15 @@ impl Drop for TempDir {
     }
 }
 
+/// Held by the running test: the tests run one after another. Under emulation (the AArch64
+/// run of `.ci/aarch64`, where this test binary itself runs in qemu-user) a pseudo-terminal
+/// child forked while other test threads fork theirs hung before it ran `zygvm` (CI at stop 47:
+/// no output in 60 s; alone, all four pass in 2 s).
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 fn start(test: &str) -> Prompt {
+    // A test that failed poisons the lock; the next one still runs.
+    let guard = ONE_AT_A_TIME.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
     let dir = std::env::temp_dir().join(format!("zygvm-prompt-{test}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let history = dir.join("history");
@@ -40,6 +49,7 @@ fn start(test: &str) -> Prompt {
     .unwrap();
     let mut p = Prompt {
         pty,
+        _one_at_a_time: guard,
         _dir: TempDir(dir),
         history,
     };
