@@ -231,7 +231,7 @@ impl ProgramBuilder {
             };
             // A host function shadows a standard one of the same name.
             table.retain(|b| b.name != h.name);
-            table.push(Builtin { name: h.name.clone(), min_args: min, max_args: max, imp: BuiltinImpl::Host(i), scalar: None, deriv: if h.pullback.is_some() { zygvm_vm::builtin::Deriv::Host } else { zygvm_vm::builtin::Deriv::Missing }, scalar_deriv: None, deriv_is_result: false, tangent: zygvm_vm::builtin::Tangent::FromPullback, scalar_deriv2: None, derivatives_at: None, tower: None, second: None, custom_second: None, leaf: false, replayable: false });
+            table.push(Builtin { name: h.name.clone(), min_args: min, max_args: max, imp: BuiltinImpl::Host(i), scalar: None, deriv: if h.pullback.is_some() { zygvm_vm::builtin::Deriv::Host } else { zygvm_vm::builtin::Deriv::Missing }, scalar_deriv: None, deriv_is_result: false, scalar_pair: None, tangent: zygvm_vm::builtin::Tangent::FromPullback, scalar_deriv2: None, derivatives_at: None, tower: None, second: None, custom_second: None, leaf: false, replayable: false });
         }
         let source = zygvm_compiler::Source { name, text: source, dir, differentiate: self.differentiate };
         let loader = |p: &Path| read_source(p);

@@ -885,6 +885,22 @@ pub(crate) fn higher_derivatives(name: &str) -> fn(f64, usize) -> Vec<f64> {
     )
 }
 
+/// One-argument math whose value and derivative come cheaper in one call
+/// (`Builtin::scalar_pair`): `sin` and `cos` share the C library's `sincos`. A test checks
+/// each against the function and its declared derivative (`UNARY`), bit for bit.
+pub const PAIRS: &[(&str, zygvm_vm::builtin::ScalarPairFn)] = &[("sin", sin_pair), ("cos", cos_pair)];
+
+extern "C" fn sin_pair(x: f64, out: &mut [f64; 2]) {
+    let [s, c] = out;
+    crate::math::c::sincos(x, s, c);
+}
+
+extern "C" fn cos_pair(x: f64, out: &mut [f64; 2]) {
+    let (mut s, mut c) = (0.0, 0.0);
+    crate::math::c::sincos(x, &mut s, &mut c);
+    *out = [c, -s];
+}
+
 /// Writes the rules into the built-in table.
 pub fn attach(table: &mut [Builtin]) {
     for b in table.iter_mut() {
@@ -892,6 +908,7 @@ pub fn attach(table: &mut [Builtin]) {
         if let Some((_, d, pb, d2)) = UNARY.iter().find(|(n, _, _, _)| *n == name) {
             b.scalar_deriv = Some(*d);
             b.deriv_is_result = DERIVATIVE_IS_RESULT.contains(&name);
+            b.scalar_pair = PAIRS.iter().find(|(n, _)| *n == name).map(|(_, p)| *p);
             b.scalar_deriv2 = Some(*d2);
             b.derivatives_at = Some(higher_derivatives(name));
             b.deriv = Deriv::Pullback(*pb);
@@ -909,6 +926,38 @@ pub fn attach(table: &mut [Builtin]) {
 
 #[cfg(test)]
 mod tests {
+    /// A value-and-derivative pair gives the bits of the function and of its declared
+    /// derivative (native code uses it in place of both: the tiers must agree).
+    #[test]
+    fn pairs_are_the_function_and_its_derivative() {
+        let table = crate::builtins();
+        let paired: Vec<&str> = table.iter().filter(|b| b.scalar_pair.is_some()).map(|b| b.name.as_str()).collect();
+        assert_eq!(paired, super::PAIRS.iter().map(|p| p.0).collect::<Vec<_>>());
+        let mut xs = vec![0.0, -0.0, 1e-300, 5e-324, 0.5, -0.5, 1.0, 3.14159, 1e8, 1e22, 1e300, -1e300];
+        xs.extend([f64::NAN, -f64::NAN, f64::INFINITY, f64::NEG_INFINITY, std::f64::consts::FRAC_PI_2]);
+        let mut state = 0x9e37_79b9_7f4a_7c15_u64;
+        for k in 0..60_000 {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            let u = (state >> 11) as f64 / (1u64 << 53) as f64;
+            xs.push(match k % 3 {
+                0 => f64::from_bits(state),
+                1 => 40.0 * u - 20.0,
+                _ => 2e6 * u - 1e6,
+            });
+        }
+        for b in table.iter().filter(|b| b.scalar_pair.is_some()) {
+            let (pair, f, d) = (b.scalar_pair.unwrap(), b.scalar.expect("scalar math"), b.scalar_deriv.expect("declared derivative"));
+            for &x in &xs {
+                let mut out = [0.0; 2];
+                pair(x, &mut out);
+                assert_eq!(out[0].to_bits(), f(x).to_bits(), "{}({x:e})", b.name);
+                assert_eq!(out[1].to_bits(), d(x).to_bits(), "{}'({x:e})", b.name);
+            }
+        }
+    }
+
     /// A built-in marked as its own derivative is one, to the bit: the adjoint that multiplies
     /// by the recorded result is the declared rule, not an approximation of it.
     #[test]

@@ -184,6 +184,7 @@ pub fn builtins() -> Vec<Builtin> {
             deriv: zygvm_vm::builtin::Deriv::Missing,
             scalar_deriv: None,
             deriv_is_result: false,
+            scalar_pair: None,
             tangent: zygvm_vm::builtin::Tangent::FromPullback,
             scalar_deriv2: None,
             derivatives_at: None,

@@ -67,6 +67,8 @@ pub(crate) mod c {
         pub safe fn log2(x: f64) -> f64;
         pub safe fn log10(x: f64) -> f64;
         pub safe fn cbrt(x: f64) -> f64;
+        /// `*s, *c := sin(x), cos(x)` (a GNU extension, in glibc and musl alike).
+        pub safe fn sincos(x: f64, s: &mut f64, c: &mut f64);
     }
 }
 

@@ -19,6 +19,11 @@ pub enum BuiltinImpl {
 /// `xmm0` on x86-64).
 pub type ScalarFn = extern "C" fn(f64) -> f64;
 
+/// A scalar math function and its derivative in one call (`extern "C"`: `out := [f(x),
+/// f'(x)]`), bit for bit `scalar` and `scalar_deriv` (a stdlib test checks it): the C
+/// library's `sincos` gives both of `sin` and `cos` for about the cost of one.
+pub type ScalarPairFn = extern "C" fn(f64, &mut [f64; 2]);
+
 /// One entry of the built-in table.
 #[derive(Clone, Debug)]
 pub struct Builtin {
@@ -41,6 +46,11 @@ pub struct Builtin {
     /// is `f(x)`; a stdlib test checks it): reverse mode records the result `y` and its
     /// adjoint is `dy * y` (`compiler/src/ad/adjoint.rs`), with no second call of `f`.
     pub deriv_is_result: bool,
+    /// For one-argument scalar math whose value and derivative come cheaper together: both
+    /// in one call. Native code computes a `Math1` with it when the same routine's pullback
+    /// of that call follows in the same straight-line run (`jit/src/scalar_pairs.rs`), and
+    /// keeps the derivative for it.
+    pub scalar_pair: Option<ScalarPairFn>,
     /// How forward mode differentiates a call (`vm/src/ad/forward.rs`).
     pub tangent: Tangent,
     /// For one-argument scalar math: the second derivative (forward over reverse).
@@ -145,6 +155,7 @@ impl Builtin {
             deriv: Deriv::Missing,
             scalar_deriv: None,
             deriv_is_result: false,
+            scalar_pair: None,
             tangent: Tangent::FromPullback,
             scalar_deriv2: None,
             derivatives_at: None,

@@ -141,9 +141,21 @@ impl<'a> Emitter<'a> {
             }
             Instr::Math1 { dst, src, builtin } => {
                 self.prepare_def(pc, dst);
-                let f = self.program.builtins[builtin.index()].scalar.expect("Math1 names a scalar built-in");
+                let b = &self.program.builtins[builtin.index()];
                 self.load_float(pc, src, false);
-                self.call(f as *const ());
+                match (self.pair_slot(pc, true), b.scalar_pair) {
+                    // Value and derivative into the pair's slot (outside cached loops: `call`
+                    // stores no homes, so `x0` reaches the callee).
+                    (Some(o), Some(pair)) => {
+                        dynasm!(self.ops ; .arch aarch64 ; add x0, sp, o);
+                        self.call(pair as *const ());
+                        dynasm!(self.ops ; .arch aarch64 ; ldr d0, [sp, o]);
+                    }
+                    _ => {
+                        let f = b.scalar.expect("Math1 names a scalar built-in");
+                        self.call(f as *const ());
+                    }
+                }
                 self.store_float(dst);
             }
             Instr::MulAdd { dst, a, b } => {
@@ -727,10 +739,16 @@ impl<'a> Emitter<'a> {
                 self.times();
             }
             Rule::Math1 => {
-                let deriv = self.program.builtins[payload as usize].scalar_deriv.expect("float_pull checked scalar_deriv");
-                self.load_float(pc, l[1], false);
-                self.call(deriv as *const ());
-                dynasm!(self.ops ; .arch aarch64 ; fmov d1, d0);
+                if let Some(o) = self.pair_slot(pc, false) {
+                    // Computed with the value (`scalar_pairs.rs`).
+                    let o = o + 8;
+                    dynasm!(self.ops ; .arch aarch64 ; ldr d1, [sp, o]);
+                } else {
+                    let deriv = self.program.builtins[payload as usize].scalar_deriv.expect("float_pull checked scalar_deriv");
+                    self.load_float(pc, l[1], false);
+                    self.call(deriv as *const ());
+                    dynasm!(self.ops ; .arch aarch64 ; fmov d1, d0);
+                }
                 self.load_float(pc, l[0], false);
                 self.times();
             }

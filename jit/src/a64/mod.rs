@@ -59,6 +59,10 @@ use zygvm_vm::program::{Function, Program};
 const SCRATCH: u32 = 16;
 /// The first inline slot (`inline.rs`).
 const INLINE_AT: u32 = 32;
+/// The slots of scalar pairs (`scalar_pairs.rs`: a `Math1`'s value, then its derivative),
+/// sharing the inline slots as on x86-64: a pair's span holds no call.
+const PAIRS: u32 = INLINE_AT;
+const _: () = assert!(2 * crate::scalar_pairs::MAX_PAIRS <= crate::float_tree::INLINE_SLOTS);
 
 /// The stack offset of view `i` of a cached loop: data pointer, length or rows, columns,
 /// rows (`native::float_view`), after the inline slots.
@@ -147,6 +151,8 @@ pub(crate) struct Emitter<'a> {
     pc: Option<usize>,
     /// Where each lowered instruction's code starts (for `--dump asm`).
     pc_offsets: Vec<(u32, u32)>,
+    /// `Math1`s computed with their derivative for a pullback after them (`scalar_pairs.rs`).
+    pairs: Vec<crate::scalar_pairs::Pair>,
     /// Rare exits and out-of-line edges still to emit (`cold_leave`, `cold_edge`).
     cold: Vec<Cold>,
     /// The cached loops (`loops.rs`), the loop each instruction belongs to, and the one being
@@ -310,6 +316,13 @@ impl<'a> Emitter<'a> {
     /// branch-and-link immediate cannot reach the binary from mapped memory. Inside a cached
     /// loop, written-back homes are stored first and the homes in caller-saved registers
     /// reloaded from the (then exact) frame after; `x0`-`x3`, `d0` and `d1` are not homes.
+    /// The stack offset of the slot of the scalar pair whose `Math1` (`math`) or pullback
+    /// (`!math`) is at `pc`.
+    fn pair_slot(&self, pc: usize, math: bool) -> Option<u32> {
+        let p = self.pairs.iter().find(|p| pc == if math { p.math } else { p.pull })?;
+        Some(PAIRS + 16 * p.slot as u32)
+    }
+
     fn call(&mut self, addr: *const ()) {
         self.write_back();
         self.imm(16, addr as u64);
@@ -610,6 +623,7 @@ pub fn compile(program: &Program, func: FuncId, types: &Types) -> Result<NativeC
     );
     let live = crate::types::live_before(f);
     let (loops, loop_of) = crate::loops::lowerable(program, f, types, &live, &LOOP_REGS, class_of);
+    let pairs = crate::scalar_pairs::find(program, f, types, class_of, |pc| loop_of[pc].is_some());
     let mut e = Emitter {
         ops,
         program,
@@ -625,6 +639,7 @@ pub fn compile(program: &Program, func: FuncId, types: &Types) -> Result<NativeC
         carry: None,
         pc: None,
         pc_offsets: vec![],
+        pairs,
         cold: vec![],
         loops,
         loop_of,

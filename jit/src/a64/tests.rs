@@ -56,6 +56,7 @@ fn bare_emitter<'a>(p: &'a Program, f: &'a zygvm_vm::program::Function, types: &
         carry: None,
         pc: None,
         pc_offsets: vec![],
+        pairs: vec![],
         cold: vec![],
         loops: vec![],
         loop_of: vec![],

@@ -76,10 +76,15 @@ impl<'a> Emitter<'a> {
                 self.times();
             }
             Rule::Math1 => {
-                let deriv = self.program.builtins[payload as usize].scalar_deriv.expect("float_pull checked scalar_deriv");
-                self.load_float(pc, l[1], false);
-                self.call(deriv as *const ());
-                dynasm!(self.ops ; .arch x64 ; movapd xmm1, xmm0);
+                if let Some(o) = self.pair_slot(pc, false) {
+                    // Computed with the value (`scalar_pairs.rs`).
+                    dynasm!(self.ops ; .arch x64 ; movsd xmm1, QWORD [rsp + o + 8]);
+                } else {
+                    let deriv = self.program.builtins[payload as usize].scalar_deriv.expect("float_pull checked scalar_deriv");
+                    self.load_float(pc, l[1], false);
+                    self.call(deriv as *const ());
+                    dynasm!(self.ops ; .arch x64 ; movapd xmm1, xmm0);
+                }
                 self.load_float(pc, l[0], false);
                 self.times();
             }

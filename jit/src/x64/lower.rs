@@ -130,9 +130,21 @@ impl<'a> Emitter<'a> {
             }
             Instr::Math1 { dst, src, builtin } => {
                 self.prepare_def(pc, dst);
-                let f = self.program.builtins[builtin.index()].scalar.expect("Math1 names a scalar built-in");
+                let b = &self.program.builtins[builtin.index()];
                 self.load_float(pc, src, false);
-                self.call_scalar_at(pc, dst, f as *const ());
+                match (self.pair_slot(pc, true), b.scalar_pair) {
+                    // Value and derivative into the pair's slot (outside cached loops: no
+                    // homes to store around the call, so `rdi` survives until it).
+                    (Some(o), Some(pair)) => {
+                        dynasm!(self.ops ; .arch x64 ; lea rdi, [rsp + o]);
+                        self.call_scalar_at(pc, dst, pair as *const ());
+                        dynasm!(self.ops ; .arch x64 ; movsd xmm0, QWORD [rsp + o]);
+                    }
+                    _ => {
+                        let f = b.scalar.expect("Math1 names a scalar built-in");
+                        self.call_scalar_at(pc, dst, f as *const ());
+                    }
+                }
                 self.store_float(dst);
             }
             Instr::MulAdd { dst, a, b } => {
