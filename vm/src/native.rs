@@ -983,13 +983,18 @@ pub unsafe extern "C" fn call_builtin(vm: *mut Vm, func: u32, pc: u32) -> u64 {
         let crate::bytecode::Instr::CallBuiltin { dst, builtin, args } = f.code[pc as usize] else {
             return Ok(status::encode(status::EXIT, pc, 0));
         };
-        let regs: smallvec::SmallVec<[crate::bytecode::Reg; 8]> = f.list(args).into();
+        // Filled in place: a list collected and then moved was read back in 16 bytes right
+        // after its 4-byte writes (a store-forwarding stall).
+        let mut regs = smallvec::SmallVec::<[crate::bytecode::Reg; 8]>::new();
+        regs.extend_from_slice(f.list(args));
         let base = vm.frames.last().expect("native code runs a frame").base as usize;
         let stack_limit = vm.native.ctx.stack_limit;
         let registers_at = vm.stack.as_ptr();
         let r = vm.call_builtin_regs(builtin, base, &regs);
         vm.refresh_ctx(stack_limit);
-        vm.stack[base + dst.index()] = r?;
+        // The result stored before the old value is dropped: across the drop's call it was
+        // kept in two 8-byte halves and read back in one 16-byte load (a stall).
+        drop(std::mem::replace(&mut vm.stack[base + dst.index()], r?));
         // The stack grew and moved: the registers native activations point at are gone, so
         // they all leave and the interpreter goes on after the call.
         Ok(match vm.stack.as_ptr() == registers_at {

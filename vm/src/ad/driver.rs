@@ -109,7 +109,7 @@ pub fn value_and_gradient(vm: &mut Vm, f: &Value, args: &[Value]) -> VmResult<(V
         }
     }
     if let Some(d) = routines_on_values(vm, f, args)? {
-        return match values_gradient_for(vm, f, &d, args) {
+        return match values_gradient_for(vm, f, d.values_gradient, args) {
             Some(g) => split_pair(run_values_gradient(vm, g, args)?),
             None => with_tape_mark(vm, |vm| sweep_on_values(vm, f, d, args)),
         };
@@ -139,32 +139,56 @@ pub fn value_and_gradient(vm: &mut Vm, f: &Value, args: &[Value]) -> VmResult<(V
 /// number, a float array or a matrix, no container twice (two arguments that are one
 /// container share one adjoint, its shadow, on the general path).
 fn routines_on_values(vm: &mut Vm, f: &Value, args: &[Value]) -> VmResult<Option<Derivative>> {
-    let id = match f {
-        Value::Func(id) => *id,
-        Value::Closure(c) if c.captures.is_empty() => c.func,
-        _ => return Ok(None),
-    };
-    if shadows::active() || !plain_and_distinct(args) {
-        return Ok(None);
-    }
+    let Some(id) = on_values_at_run_time(f, args) else { return Ok(None) };
     // The general path's first fallible step too (`forward`): the same error.
     let d = vm.derivative_of(id)?;
     Ok(d.sweeps_on_values.then_some(d))
 }
 
+/// `routines_on_values`' run-time half: the function whose routines may run on values.
+fn on_values_at_run_time(f: &Value, args: &[Value]) -> Option<crate::bytecode::FuncId> {
+    let id = match f {
+        Value::Func(id) => *id,
+        Value::Closure(c) if c.captures.is_empty() => c.func,
+        _ => return None,
+    };
+    (!shadows::active() && plain_and_distinct(args)).then_some(id)
+}
+
+/// `routines_on_values` then `values_gradient_for`, reading the two fields they need where
+/// the routines are kept: a `Derivative` copied out through `VmResult<Option<_>>` took 3% of
+/// a small gradient on the JIT (each copy reads back 16 bytes at offsets the writes before
+/// it split differently, a store-forwarding stall per copy).
+fn values_gradient_routine(vm: &mut Vm, f: &Value, args: &[Value]) -> VmResult<Option<crate::bytecode::FuncId>> {
+    let Some(id) = on_values_at_run_time(f, args) else { return Ok(None) };
+    let kept = vm.program().table(vm.routines()).get(id.index()).and_then(Option::as_ref).map(|d| (d.sweeps_on_values, d.values_gradient));
+    let (sweeps_on_values, values_gradient) = match kept {
+        Some(fields) => fields,
+        // Made now (or the general path's first error: the same as `forward`'s).
+        None => {
+            let d = vm.derivative_of(id)?;
+            (d.sweeps_on_values, d.values_gradient)
+        }
+    };
+    if !sweeps_on_values {
+        return Ok(None);
+    }
+    Ok(values_gradient_for(vm, f, values_gradient, args))
+}
+
 /// The gradient routine at values to run at `args` of `f` (which `routines_on_values`
-/// accepted, with its routines `d`): the typed one where the arguments have its kinds, else
-/// the untyped one, if any. Typed routines are made for the plain family only: under a tape
-/// budget `d` is the budgeted family's.
-fn values_gradient_for(vm: &Vm, f: &Value, d: &Derivative, args: &[Value]) -> Option<crate::bytecode::FuncId> {
+/// accepted, with its routines' `values_gradient`): the typed one where the arguments have
+/// its kinds, else the untyped one, if any. Typed routines are made for the plain family
+/// only: under a tape budget the untyped one is the budgeted family's.
+fn values_gradient_for(vm: &Vm, f: &Value, values_gradient: Option<crate::bytecode::FuncId>, args: &[Value]) -> Option<crate::bytecode::FuncId> {
     let id = match f {
         Value::Func(id) if vm.routines() == crate::program::Routines::Plain => *id,
         Value::Closure(c) if vm.routines() == crate::program::Routines::Plain => c.func,
-        _ => return d.values_gradient,
+        _ => return values_gradient,
     };
     match vm.program().typed_of(id).and_then(|t| t.values_gradient) {
         Some((g, kinds)) if kinds.admit(args, &vm.globals) => Some(g),
-        _ => d.values_gradient,
+        _ => values_gradient,
     }
 }
 
@@ -256,7 +280,7 @@ pub fn value_and_gradient_tuple(vm: &mut Vm, f: &Value, args: &[Value]) -> VmRes
             });
         }
     }
-    if let Some(g) = routines_on_values(vm, f, args)?.and_then(|d| values_gradient_for(vm, f, &d, args)) {
+    if let Some(g) = values_gradient_routine(vm, f, args)? {
         return run_values_gradient(vm, g, args);
     }
     let (y, g) = value_and_gradient(vm, f, args)?;
@@ -337,6 +361,16 @@ pub(crate) fn gradient_pair_reusing<'a>(
                 *s = v;
                 continue;
             }
+            if let (Value::Array(s), Value::Array(xa), Value::Array(da)) = (&mut *slot, reg(x), reg(d)) {
+                if floats_of_one_length(xa, da) {
+                    // `to_gradient`'s hand-over of an adjoint of the argument's shape, the
+                    // pointer alone replaced (its result, returned through memory, was read
+                    // back in one 16-byte load: a stall as above).
+                    let old = std::mem::replace(s, da.clone());
+                    super::rules::keep_spare(spare, Value::Array(old));
+                    continue;
+                }
+            }
             let old = std::mem::replace(slot, argument_gradient(reg(x), reg(d), program));
             if !matches!(old, Value::Float(_)) {
                 // The last gradient's array, if nothing else took it: the next adjoint's.
@@ -356,6 +390,15 @@ pub(crate) fn gradient_pair_reusing<'a>(
         last[0] = Some(t.clone());
     }
     pair
+}
+
+/// Whether `x` and `d` are float arrays of one length (the gradient of `x` is then `d`).
+fn floats_of_one_length(x: &Rc<std::cell::RefCell<crate::value::Array>>, d: &Rc<std::cell::RefCell<crate::value::Array>>) -> bool {
+    use crate::value::Array;
+    match (&*x.borrow(), &*d.borrow()) {
+        (Array::Floats(x), Array::Floats(d)) => x.len() == d.len(),
+        _ => false,
+    }
 }
 
 /// A gradient routine's result `(y, gradients)` as its two parts.
