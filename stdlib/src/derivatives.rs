@@ -937,12 +937,7 @@ mod tests {
         assert_eq!(paired, super::PAIRS.iter().map(|p| p.0).collect::<Vec<_>>());
         let mut xs = vec![0.0, -0.0, 1e-300, 5e-324, 0.5, -0.5, 1.0, 3.14159, 1e8, 1e22, 1e300, -1e300];
         xs.extend([f64::NAN, -f64::NAN, f64::INFINITY, f64::NEG_INFINITY, std::f64::consts::FRAC_PI_2]);
-        let mut state = 0x9e37_79b9_7f4a_7c15_u64;
-        for k in 0..60_000 {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            let u = (state >> 11) as f64 / (1u64 << 53) as f64;
+        for (k, (state, u)) in crate::test_points::xorshift(60_000).enumerate() {
             xs.push(match k % 3 {
                 0 => f64::from_bits(state),
                 1 => 40.0 * u - 20.0,

@@ -25,6 +25,8 @@ pub mod linalg_towers;
 pub mod math_towers;
 pub mod matrices;
 pub mod random;
+#[cfg(test)]
+mod test_points;
 pub mod strings;
 pub mod taylor;
 pub mod text;

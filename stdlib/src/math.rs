@@ -280,12 +280,7 @@ mod tests {
         let mut xs = vec![0.0, -0.0, 1e-300, -1e-300, 0.5, -0.5, 1.0, -1.0, 2.0, 10.0, 700.0, 710.0, -745.0, 1e300];
         xs.extend([f64::NAN, f64::INFINITY, f64::NEG_INFINITY, f64::MIN_POSITIVE, f64::EPSILON]);
         // A sweep of the ranges these are used over, and far past them.
-        let mut state = 0x9e37_79b9_7f4a_7c15_u64;
-        for k in 0..20_000 {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            let u = (state >> 11) as f64 / (1u64 << 53) as f64;
+        for (k, (_, u)) in crate::test_points::xorshift(20_000).enumerate() {
             xs.push(if k % 2 == 0 { 40.0 * u - 20.0 } else { (1e6 * u).powi(2) - 1e11 });
         }
         for (name, fast, method) in pairs {
