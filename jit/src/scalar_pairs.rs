@@ -75,6 +75,24 @@ pub fn find(program: &Program, f: &Function, types: &Types, classify: Classifier
     pairs
 }
 
+/// The invariant the pairs rest on, checked against the entry points the emitter made: none
+/// lies inside a pair's span, where native code entered would read a slot never filled. A
+/// violation is this file's bug: the function is then not compiled (and debug builds stop).
+pub fn check_entries(pairs: &[Pair], entry_pcs: &[usize]) -> Result<(), String> {
+    match spanning_entry(pairs, entry_pcs) {
+        None => Ok(()),
+        Some(p) => {
+            debug_assert!(false, "scalar pair {p:?} spans an entry point");
+            Err(format!("internal error: scalar pair {p:?} spans an entry point"))
+        }
+    }
+}
+
+/// The first pair whose span (after its `Math1`, up to its pullback) holds an entry point.
+fn spanning_entry<'p>(pairs: &'p [Pair], entry_pcs: &[usize]) -> Option<&'p Pair> {
+    pairs.iter().find(|p| entry_pcs.iter().any(|&pc| p.math < pc && pc <= p.pull))
+}
+
 /// Instructions a pair's span may hold: numbers in, numbers out, the tape's pushes and pops
 /// of them; nothing that calls Zy code (or an inlined body, which would use the slots the
 /// pairs share), or that leaves when it succeeds and so makes an entry point after it. (A
@@ -128,6 +146,14 @@ mod tests {
         assert!(pairs.iter().all(|p| p.math < p.pull) && pairs[0].slot == 0 && pairs[1].slot == 1);
         // Other math keeps its own derivative call.
         assert!(pairs_of_gradient("fn f(x) { exp(x) * tan(x) }", "f").is_empty());
+    }
+
+    #[test]
+    fn an_entry_point_inside_a_span_is_caught() {
+        let pairs = [Pair { math: 2, pull: 6, slot: 0 }];
+        assert!(spanning_entry(&pairs, &[0, 2, 7]).is_none(), "at the math itself and after the pull: fine");
+        assert!(spanning_entry(&pairs, &[0, 4]).is_some());
+        assert!(spanning_entry(&pairs, &[6]).is_some(), "entered at the pull");
     }
 
     #[test]

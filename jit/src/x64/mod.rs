@@ -840,6 +840,7 @@ pub fn compile(program: &Program, func: FuncId, types: &Types) -> Result<NativeC
     e.cur = None;
     e.pc = None;
     e.pc_offsets.push((u32::MAX, e.ops.offset().0 as u32));
+    crate::scalar_pairs::check_entries(&e.pairs, &entry_pcs)?;
     let mut entries = vec![std::ptr::null(); f.code.len()];
     let mut offsets = vec![];
     for &pc in &entry_pcs {
