@@ -55,17 +55,18 @@ pub fn find(program: &Program, f: &Function, types: &Types, classify: Classifier
                 break;
             }
             let instr = f.code[pc];
-            let pull_args = match instr {
-                Instr::Pull { rule, args, .. } | Instr::PullAdd { rule, args, .. } => {
-                    Some((rule, f.list(args))).filter(|(rule, _)| Rule::decode(*rule) == (Rule::Math1, builtin.0 as u32))
+            // The operand of this built-in's pullback, if the instruction is one.
+            let pulled_at = match instr {
+                Instr::Pull { rule, args, .. } | Instr::PullAdd { rule, args, .. }
+                    if Rule::decode(rule) == (Rule::Math1, builtin.0 as u32) =>
+                {
+                    f.list(args).get(1).copied()
                 }
                 _ => None,
             };
-            if let Some((_, &[_, x])) = pull_args {
-                if x == src && float_at(pc) {
-                    pairs.push(Pair { math, pull: pc, slot: pairs.len() });
-                    break;
-                }
+            if pulled_at == Some(src) && float_at(pc) {
+                pairs.push(Pair { math, pull: pc, slot: pairs.len() });
+                break;
             }
             if !passes_through(&instr) || instr.def() == Some(src) {
                 break;
@@ -73,6 +74,11 @@ pub fn find(program: &Program, f: &Function, types: &Types, classify: Classifier
         }
     }
     pairs
+}
+
+/// The slot of the pair whose `Math1` (`math`) or pullback (`!math`) is at `pc`.
+pub fn slot_at(pairs: &[Pair], pc: usize, math: bool) -> Option<usize> {
+    pairs.iter().find(|p| pc == if math { p.math } else { p.pull }).map(|p| p.slot)
 }
 
 /// The invariant the pairs rest on, checked against the entry points the emitter made: none

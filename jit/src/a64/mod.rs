@@ -312,17 +312,16 @@ impl<'a> Emitter<'a> {
         dynasm!(self.ops ; .arch aarch64 ; =>ok);
     }
 
+    /// The stack offset of the slot of the scalar pair whose `Math1` (`math`) or pullback
+    /// (`!math`) is at `pc`.
+    fn pair_slot(&self, pc: usize, math: bool) -> Option<u32> {
+        crate::scalar_pairs::slot_at(&self.pairs, pc, math).map(|k| PAIRS + 16 * k as u32)
+    }
+
     /// Calls a runtime function at `addr` (arguments already in place) through `x16`: a
     /// branch-and-link immediate cannot reach the binary from mapped memory. Inside a cached
     /// loop, written-back homes are stored first and the homes in caller-saved registers
     /// reloaded from the (then exact) frame after; `x0`-`x3`, `d0` and `d1` are not homes.
-    /// The stack offset of the slot of the scalar pair whose `Math1` (`math`) or pullback
-    /// (`!math`) is at `pc`.
-    fn pair_slot(&self, pc: usize, math: bool) -> Option<u32> {
-        let p = self.pairs.iter().find(|p| pc == if math { p.math } else { p.pull })?;
-        Some(PAIRS + 16 * p.slot as u32)
-    }
-
     fn call(&mut self, addr: *const ()) {
         self.write_back();
         self.imm(16, addr as u64);

@@ -449,8 +449,7 @@ impl<'a> Emitter<'a> {
     /// The stack offset of the slot of the scalar pair whose `Math1` (`math`) or pullback
     /// (`!math`) is at `pc`.
     pub(super) fn pair_slot(&self, pc: usize, math: bool) -> Option<i32> {
-        let p = self.pairs.iter().find(|p| pc == if math { p.math } else { p.pull })?;
-        Some(PAIRS + 16 * p.slot as i32)
+        crate::scalar_pairs::slot_at(&self.pairs, pc, math).map(|k| PAIRS + 16 * k as i32)
     }
 
     /// The `xmm` home of `r` when it is typed float at `pc` (its value is in the register).

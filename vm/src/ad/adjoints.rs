@@ -463,6 +463,15 @@ fn sum_array(a: &Array) -> f64 {
     }
 }
 
+/// Whether the adjoint `d` of the array `x` is its gradient as it stands: both float arrays
+/// of one length (`to_gradient` then hands `d` over).
+pub(crate) fn hands_over(x: &Rc<RefCell<Array>>, d: &Rc<RefCell<Array>>) -> bool {
+    match (&*x.borrow(), &*d.borrow()) {
+        (Array::Floats(x), Array::Floats(d)) => x.len() == d.len(),
+        _ => false,
+    }
+}
+
 /// Turns an adjoint into the gradient the user sees for a primal value (§7's shapes): zeros
 /// where nothing arrived, `0.0` for numeric array elements, `nil` for ints, strings, bools and
 /// functions outside arrays.
@@ -470,17 +479,17 @@ pub fn to_gradient(adj: &Value, primal: &Value, program: &Program) -> Value {
     match primal {
         Value::Float(_) => Value::Float(adj.as_f64().unwrap_or(0.0)),
         Value::Array(a) => {
+            // The adjoint is ours alone: hand it over when it already has the shape.
+            if let Value::Array(d) = adj {
+                if hands_over(a, d) {
+                    return Value::Array(d.clone());
+                }
+            }
             let a = a.borrow();
             let n = a.len();
             let elem = |k: usize| element(adj, k);
             match &*a {
                 Array::Floats(_) => {
-                    // The adjoint is ours alone: hand it over when it already has the shape.
-                    if let Value::Array(d) = adj {
-                        if matches!(&*d.borrow(), Array::Floats(x) if x.len() == n) {
-                            return Value::Array(d.clone());
-                        }
-                    }
                     Value::float_array((0..n).map(|k| elem(k).as_f64().unwrap_or(0.0)).collect())
                 }
                 Array::Values(xs) => Value::array(

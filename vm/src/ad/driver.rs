@@ -362,7 +362,7 @@ pub(crate) fn gradient_pair_reusing<'a>(
                 continue;
             }
             if let (Value::Array(s), Value::Array(xa), Value::Array(da)) = (&mut *slot, reg(x), reg(d)) {
-                if floats_of_one_length(xa, da) {
+                if super::adjoints::hands_over(xa, da) {
                     // `to_gradient`'s hand-over of an adjoint of the argument's shape, the
                     // pointer alone replaced (its result, returned through memory, was read
                     // back in one 16-byte load: a stall as above).
@@ -390,15 +390,6 @@ pub(crate) fn gradient_pair_reusing<'a>(
         last[0] = Some(t.clone());
     }
     pair
-}
-
-/// Whether `x` and `d` are float arrays of one length (the gradient of `x` is then `d`).
-fn floats_of_one_length(x: &Rc<std::cell::RefCell<crate::value::Array>>, d: &Rc<std::cell::RefCell<crate::value::Array>>) -> bool {
-    use crate::value::Array;
-    match (&*x.borrow(), &*d.borrow()) {
-        (Array::Floats(x), Array::Floats(d)) => x.len() == d.len(),
-        _ => false,
-    }
 }
 
 /// A gradient routine's result `(y, gradients)` as its two parts.
