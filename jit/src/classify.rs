@@ -109,6 +109,10 @@ pub fn classify(program: &Program, f: &Function, types: &Types, pc: usize) -> Cl
         Instr::CallBuiltin { dst, builtin, args } if crate::types::is_len(program, *builtin, f.list(*args)) && ty(dst).plain() => {
             Class::Native
         }
+        // `float`, `int`, `abs`, `min`, `max` of typed numbers, inline (`scalar_builtins.rs`).
+        Instr::CallBuiltin { builtin, args, .. } if crate::scalar_builtins::find(program, *builtin, f.list(*args), t).is_some() => {
+            Class::Native
+        }
         Instr::CallBuiltin { builtin, .. } if program.builtins[builtin.index()].leaf => Class::Step,
         // A gradient as a direct call of the function's gradient routine (`gradient_call.rs`).
         Instr::CallBuiltin { .. } if types.gradient_call(pc).is_some() => Class::Native,

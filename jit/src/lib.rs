@@ -20,6 +20,7 @@ pub mod float_tree;
 pub mod gradient_call;
 pub mod loops;
 pub mod returns;
+pub mod scalar_builtins;
 pub mod scalar_pairs;
 pub mod types;
 #[cfg(target_arch = "x86_64")]

@@ -449,6 +449,7 @@ fn qualify(
                 }
                 num(src)
             }
+            Instr::CallBuiltin { builtin, args, .. } => crate::scalar_builtins::find(program, builtin, f.list(args), t).is_some(),
             Instr::Index { obj, idx, .. } => t[idx.index()] == Ty::Int && view(&mut views, obj, &replaced),
             Instr::Index2 { obj, ij, .. } => {
                 f.list(ij).iter().all(|&r| t[r.index()] == Ty::Int) && view(&mut views, obj, &replaced)

@@ -202,6 +202,9 @@ pub fn result_type(program: &Program, f: &Function, instr: &Instr, t: &[Ty]) -> 
         // Run by `step`, which stores the float `1.0` or fails.
         Instr::GradSeed { .. } => Ty::Float,
         Instr::CallBuiltin { builtin, args, .. } if is_len(program, *builtin, f.list(*args)) => Ty::Int,
+        Instr::CallBuiltin { builtin, args, .. } => {
+            crate::scalar_builtins::find(program, *builtin, f.list(*args), t).map_or(Ty::Any, |op| op.result())
+        }
         // Speculated: native code reads floats only and leaves to the interpreter otherwise.
         Instr::Index { idx, .. } if ty(idx) == Ty::Int => Ty::Float,
         Instr::Index2 { ij, .. } if f.list(*ij).iter().all(|r| ty(r) == Ty::Int) => Ty::Float,

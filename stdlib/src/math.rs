@@ -208,11 +208,10 @@ pub fn pow(_: &mut Vm, a: &[Value]) -> VmResult<Value> {
     }
 }
 
-fn min_max(name: &str, a: &Value, b: &Value, pick_first: fn(f64, f64) -> bool) -> VmResult<Value> {
+fn min_max(name: &str, a: &Value, b: &Value, pick_first: fn(f64, f64) -> bool, pick_first_int: fn(i64, i64) -> bool) -> VmResult<Value> {
     match (a, b) {
-        (Value::Int(x), Value::Int(y)) => {
-            Ok(Value::Int(if pick_first(*x as f64, *y as f64) || x == y { *x } else { *y }))
-        }
+        // Compared as ints: as floats, ints past 2^53 that differ can compare equal.
+        (Value::Int(x), Value::Int(y)) => Ok(Value::Int(if pick_first_int(*x, *y) { *x } else { *y })),
         (Value::Array(_), _) | (_, Value::Array(_)) => {
             binary_math(name, a, b, if name == "min" { |p, q| if q < p { q } else { p } } else { |p, q| if q > p { q } else { p } })
         }
@@ -225,10 +224,10 @@ fn min_max(name: &str, a: &Value, b: &Value, pick_first: fn(f64, f64) -> bool) -
 }
 
 pub fn min(_: &mut Vm, a: &[Value]) -> VmResult<Value> {
-    min_max("min", &a[0], &a[1], |x, y| x <= y)
+    min_max("min", &a[0], &a[1], |x, y| x <= y, |x, y| x <= y)
 }
 pub fn max(_: &mut Vm, a: &[Value]) -> VmResult<Value> {
-    min_max("max", &a[0], &a[1], |x, y| x >= y)
+    min_max("max", &a[0], &a[1], |x, y| x >= y, |x, y| x >= y)
 }
 
 pub fn pi(_: &mut Vm, _: &[Value]) -> VmResult<Value> {

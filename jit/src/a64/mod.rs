@@ -36,6 +36,7 @@
 #![allow(clippy::useless_conversion)]
 
 mod batch;
+mod builtins;
 mod calls;
 mod clamp;
 mod homes;

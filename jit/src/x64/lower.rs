@@ -112,6 +112,11 @@ impl<'a> Emitter<'a> {
                 let xs = self.f.list(args)[1..].to_vec();
                 self.call_direct_with(pc, dst, g, &xs)
             }
+            Instr::CallBuiltin { dst, builtin, args } if crate::scalar_builtins::find(self.program, builtin, self.f.list(args), &t).is_some() => {
+                let op = crate::scalar_builtins::find(self.program, builtin, self.f.list(args), &t).expect("just checked");
+                let args = self.f.list(args).to_vec();
+                self.scalar_builtin(pc, dst, op, &args);
+            }
             // Classified native only when it is the standard `len` (`types::is_len`).
             Instr::CallBuiltin { dst, args, .. } => {
                 let src = self.f.list(args)[0];

@@ -41,6 +41,7 @@
 
 mod arith;
 mod batch;
+mod builtins;
 mod calls;
 mod clamp;
 mod inline;

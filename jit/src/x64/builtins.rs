@@ -1,0 +1,72 @@
+//! `float`, `int`, `abs`, `min` and `max` of typed numbers inline (`scalar_builtins.rs` gives
+//! the semantics): `rax`/`rcx` and `xmm0`/`xmm1` only, no call, so they sit in cached loops.
+
+use super::*;
+use crate::scalar_builtins::{ScalarOp, INT_RANGE};
+
+impl<'a> Emitter<'a> {
+    /// `dst := op(args)`, leaving to the interpreter at `pc` where the built-in would fail.
+    pub(super) fn scalar_builtin(&mut self, pc: usize, dst: Reg, op: ScalarOp, args: &[Reg]) {
+        self.prepare_def(pc, dst);
+        match op {
+            // `load_float` converts an int as `i as f64` does.
+            ScalarOp::Float { .. } => {
+                self.load_float(pc, args[0], false);
+                self.store_float(dst);
+            }
+            ScalarOp::Int { from_int: true } => {
+                self.load_int(args[0], false);
+                self.store_int(dst);
+            }
+            ScalarOp::Int { from_int: false } => {
+                let (bad, (lo, hi)) = (self.cold_exit(pc), INT_RANGE);
+                self.load_float(pc, args[0], false);
+                dynasm!(self.ops ; .arch x64
+                    // `jbe`: below or equal, or unordered (a NaN).
+                    ; mov rax, QWORD lo.to_bits() as i64 ; movq xmm1, rax
+                    ; ucomisd xmm0, xmm1 ; jbe =>bad
+                    ; mov rax, QWORD hi.to_bits() as i64 ; movq xmm1, rax
+                    ; ucomisd xmm1, xmm0 ; jbe =>bad
+                    ; cvttsd2si rax, xmm0
+                );
+                self.store_int(dst);
+            }
+            ScalarOp::Abs { int: true } => {
+                // `-i` overflows only for `i64::MIN`, whose `abs` is the interpreter's error.
+                let bad = self.cold_exit(pc);
+                self.load_int(args[0], false);
+                dynasm!(self.ops ; .arch x64 ; mov rcx, rax ; neg rax ; jo =>bad ; cmovs rax, rcx);
+                self.store_int(dst);
+            }
+            ScalarOp::Abs { int: false } => {
+                self.load_float(pc, args[0], false);
+                dynasm!(self.ops ; .arch x64 ; movq rax, xmm0 ; btr rax, 63 ; movq xmm0, rax);
+                self.store_float(dst);
+            }
+            // `a` unless `b` wins: `min` keeps `a` when `a <= b`, `max` when `a >= b`.
+            ScalarOp::MinMax { max, int: true } => {
+                self.load_int(args[0], false);
+                self.load_int(args[1], true);
+                if max {
+                    dynasm!(self.ops ; .arch x64 ; cmp rax, rcx ; cmovl rax, rcx);
+                } else {
+                    dynasm!(self.ops ; .arch x64 ; cmp rax, rcx ; cmovg rax, rcx);
+                }
+                self.store_int(dst);
+            }
+            ScalarOp::MinMax { max, int: false } => {
+                let keep = self.ops.new_dynamic_label();
+                self.load_float(pc, args[0], false);
+                self.load_float(pc, args[1], true);
+                // `jae`: above or equal and ordered, so a NaN gives `b`.
+                if max {
+                    dynasm!(self.ops ; .arch x64 ; ucomisd xmm0, xmm1 ; jae =>keep);
+                } else {
+                    dynasm!(self.ops ; .arch x64 ; ucomisd xmm1, xmm0 ; jae =>keep);
+                }
+                dynasm!(self.ops ; .arch x64 ; movapd xmm0, xmm1 ; =>keep);
+                self.store_float(dst);
+            }
+        }
+    }
+}
