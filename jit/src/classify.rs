@@ -100,6 +100,11 @@ pub fn classify(program: &Program, f: &Function, types: &Types, pc: usize) -> Cl
         {
             Class::Native
         }
+        // A call through a value (a function or a closure): `native::call_value` pushes the
+        // frame, native code calls the callee's entry; a callee that is no Zy function with
+        // native code leaves (`CALLEE`), and if the VM cannot compile it the next compilation
+        // leaves this call to the interpreter.
+        Instr::Call { .. } if types.speculates(pc) => Class::Native,
         Instr::Return { .. } => Class::Native,
         i if i.is_terminator() => Class::Exit,
         // A leaf built-in (`Builtin::leaf`) runs no Zy code: the shared semantics call it.

@@ -305,6 +305,9 @@ pub fn infer_with(
                     Instr::Pull { rule, .. } if take_pull(rule) && !unspeculated.contains(&(pc as u32 + 1)) => Ty::Float,
                     // Speculated: the operand was not recorded (native code leaves otherwise).
                     Instr::TapePopIf { code, .. } if t[code.index()] == Ty::Int && !unspeculated.contains(&(pc as u32)) => Ty::Nil,
+                    // Speculated: a call through a value made natively returns a float (checked
+                    // after it; the callee is not known here).
+                    Instr::Call { .. } if !unspeculated.contains(&(pc as u32)) && !unspeculated.contains(&(pc as u32 + 1)) => Ty::Float,
                     Instr::CallDirect { func, args, .. } if !unspeculated.contains(&(pc as u32 + 1)) => {
                         let args: Vec<Ty> = f.list(args).iter().map(|a| t[a.index()]).collect();
                         returns.of(func, &args)

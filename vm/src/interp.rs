@@ -906,7 +906,7 @@ impl Vm {
 
     /// Appends the frame record of a frame whose registers are laid out from `base`.
     #[inline(always)]
-    fn push_frame_record(frames: &mut Stack<Frame>, func: FuncId, base: usize, ret: u32, closure: Option<Rc<Closure>>, boundary: bool) {
+    pub(crate) fn push_frame_record(frames: &mut Stack<Frame>, func: FuncId, base: usize, ret: u32, closure: Option<Rc<Closure>>, boundary: bool) {
         frames.reserve(1);
         let len = frames.len();
         // Written field by field in place: building the `Frame` on the stack and copying it

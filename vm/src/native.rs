@@ -804,18 +804,26 @@ impl Vm {
         use crate::bytecode::Instr;
         let f = &self.program.functions[caller.index()];
         let base = self.frames.last().map_or(0, |fr| fr.base as usize);
-        let (func, args) = match f.code.get(pc as usize).copied() {
-            Some(Instr::CallDirect { func, args, .. }) => (func, f.list(args)),
+        // The callee, and the tags of its arguments and then its captures.
+        let (func, args, captures) = match f.code.get(pc as usize).copied() {
+            Some(Instr::CallDirect { func, args, .. }) => (func, f.list(args), vec![]),
             Some(Instr::CallBuiltin { args, .. }) => match self.gradient_routine_at(base, f.list(args)) {
-                Some(routine) => (routine, &f.list(args)[1..]),
+                Some(routine) => (routine, &f.list(args)[1..], vec![]),
                 None => return false,
+            },
+            // A call through a value (`call_value`): a function, or a closure with captures.
+            Some(Instr::Call { callee, args, .. }) => match self.stack.get(base + callee.index()) {
+                Some(Value::Func(g)) => (*g, f.list(args), vec![]),
+                Some(Value::Closure(c)) => (c.func, f.list(args), c.captures.iter().map(tag_of).collect()),
+                _ => return false,
             },
             _ => return false,
         };
         let callee = &self.program.functions[func.index()];
         let mut tags = vec![tag::NIL; callee.num_regs as usize];
-        for (t, r) in tags.iter_mut().zip(args) {
-            *t = tag_of(&self.stack[base + r.index()]);
+        let known = args.iter().map(|r| tag_of(&self.stack[base + r.index()])).chain(captures);
+        for (t, k) in tags.iter_mut().zip(known) {
+            *t = k;
         }
         self.compile_now(func, 0, &tags);
         self.native.has_code(func)
@@ -1005,6 +1013,109 @@ pub unsafe extern "C" fn call_builtin(vm: *mut Vm, func: u32, pc: u32) -> u64 {
     // SAFETY: the caller's contract: `vm` is live and not otherwise borrowed while native
     // code runs (the interpreter waits in `run_native`).
     unsafe { helper_call(vm, pc, body) }
+}
+
+/// Where native code's `Call` goes (`call_value`): the callee's call entry and its registers,
+/// or in `entry` one of `CALL_LEAVE` and `CALL_NO_CODE`.
+#[repr(C)]
+pub struct CallTarget {
+    pub entry: usize,
+    pub regs: *mut Value,
+}
+
+/// `CallTarget::entry` when the interpreter is to make the call (native code leaves at it,
+/// nothing done): an arity or capture count it raises an error for, the depth limit, no
+/// room on a stack without growing it.
+pub const CALL_LEAVE: usize = 1;
+/// `CallTarget::entry` when the callee is not a Zy function or closure, or has no native
+/// code: native code leaves with `GUARD`/`CALLEE` (the VM compiles the callee, or stops
+/// making this call natively), nothing done.
+pub const CALL_NO_CODE: usize = 2;
+
+/// Sets up the `Call` at `pc` of `func` as the interpreter's `Call` does for a Zy function
+/// or closure (`Vm::push_call`): the callee's frame pushed with the arguments, the closure's
+/// captures after them and `nil`s (native code starts at instruction 0, so the entry block's
+/// constant loads run), the caller's pc the instruction after the call, the call counted;
+/// returns the callee's call entry and registers. Anything the interpreter would do
+/// differently is checked before anything is done, and returns `CALL_LEAVE` or
+/// `CALL_NO_CODE`. Native code has checked the budget and the machine stack, and counts the
+/// call after (the count is not read here).
+///
+/// # Safety
+/// Called by native code only, running the frame on top of `vm`'s frames, of `func`, and not
+/// otherwise borrowing `vm`.
+pub unsafe extern "C" fn call_value(vm: *mut Vm, func: u32, pc: u32) -> CallTarget {
+    let leave = |entry: usize| CallTarget { entry, regs: std::ptr::null_mut() };
+    // SAFETY: the caller's contract.
+    let vm = unsafe { &mut *vm };
+    let Some(f) = vm.program.functions.get(func as usize) else { return leave(CALL_LEAVE) };
+    let Some(&Instr::Call { dst, callee, args }) = f.code.get(pc as usize) else { return leave(CALL_LEAVE) };
+    let Some(base) = vm.frames.last().map(|fr| fr.base as usize) else { return leave(CALL_LEAVE) };
+    let (g, captures) = match vm.stack.get(base + callee.index()) {
+        Some(Value::Func(g)) => (*g, 0),
+        Some(Value::Closure(c)) => (c.func, c.captures.len()),
+        _ => return leave(CALL_NO_CODE),
+    };
+    let Some(callee_fn) = vm.program.functions.get(g.index()) else { return leave(CALL_LEAVE) };
+    let args = f.list(args);
+    let n = callee_fn.num_regs as usize;
+    let fits = args.len() == callee_fn.arity as usize
+        && captures == callee_fn.num_captures as usize
+        && args.len() + captures <= n
+        && vm.frames.len() < vm.limits.max_depth
+        && vm.frames.len() < vm.frames.capacity()
+        && vm.stack.capacity() - vm.stack.len() >= n;
+    if !fits {
+        return leave(CALL_LEAVE);
+    }
+    let entry = vm.native.call_entries.get(g.index()).copied().unwrap_or(std::ptr::null());
+    if entry.is_null() {
+        return leave(CALL_NO_CODE);
+    }
+    // The call happens.
+    let closure = match &vm.stack[base + callee.index()] {
+        Value::Closure(c) => Some(c.clone()),
+        _ => None,
+    };
+    let new_base = vm.stack.len();
+    let p = vm.stack.as_mut_ptr();
+    // SAFETY: `n` values after `new_base` are spare capacity (checked above): the arguments
+    // (read below `new_base`: the caller's live registers, verified in its frame), the
+    // captures (`captures` of them, checked to be the callee's count) and `nil`s fill all
+    // `n` (`args.len() + captures <= n`, checked) before `set_len` publishes them.
+    unsafe {
+        for (k, a) in args.iter().enumerate() {
+            p.add(new_base + k).write((*p.add(base + a.index())).clone());
+        }
+        let mut next = new_base + args.len();
+        for v in closure.iter().flat_map(|c| c.captures.iter()) {
+            p.add(next).write(v.clone());
+            next += 1;
+        }
+        for k in next..new_base + n {
+            p.add(k).write(Value::Nil);
+        }
+        vm.stack.set_len(new_base + n);
+    }
+    if let Some(caller) = vm.frames.last_mut() {
+        caller.pc = pc + 1;
+    }
+    Vm::push_frame_record(&mut vm.frames, g, new_base, dst.0, closure, false);
+    if let Some(c) = vm.calls.get_mut(g.index()) {
+        *c = c.saturating_add(1);
+    }
+    // SAFETY: `new_base + n <= len`: the callee's registers are initialised values.
+    CallTarget { entry: entry as usize, regs: unsafe { p.add(new_base) } }
+}
+
+/// Drops the closure of a frame native code returns from (`Frame::closure`, set to `None`),
+/// as the interpreter's `Return` drops it.
+///
+/// # Safety
+/// `closure` is the `closure` field of a live frame.
+pub unsafe extern "C" fn drop_frame_closure(closure: *mut Option<std::rc::Rc<crate::value::Closure>>) {
+    // SAFETY: the caller's contract. Dropping a closure runs no Zy code (value_drop.rs).
+    drop(unsafe { std::ptr::replace(closure, None) });
 }
 
 /// Drops the value in a register and leaves `nil` (before native code stores a number over a

@@ -174,8 +174,13 @@ impl<'a> Emitter<'a> {
         self.imm(16, status::RETURNED);
         let epilogue = self.epilogue;
         dynasm!(self.ops ; .arch aarch64 ; cmp x0, x16 ; b.ne =>epilogue);
-        // Returned: the value is in `dst`. The code after the call was typed with the type
-        // `returns.rs` found; check it (a failed speculation leaves after the call).
+        self.after_call(pc, dst);
+    }
+
+    /// After a native call returned, its value in `dst`: the code after the call was typed
+    /// with the type `returns.rs` found or `types.rs` speculated; check it (a failed
+    /// speculation leaves after the call).
+    fn after_call(&mut self, pc: usize, dst: Reg) {
         self.run_start = pc + 1;
         let Some(after_types) = self.types.before.get(pc + 1).cloned().flatten() else {
             // The inference saw no way for the callee to return: let the interpreter go on.
@@ -183,6 +188,47 @@ impl<'a> Emitter<'a> {
             return;
         };
         self.guard_result(pc, dst, after_types[dst.index()]);
+    }
+
+    /// `dst = callee(args)` for a callee in a register (`Call`): `native::call_value` checks
+    /// what the interpreter would check and pushes the frame (arguments, a closure's
+    /// captures, `nil`s), or says to leave at the call, nothing done (`CALL_LEAVE`: the
+    /// interpreter makes the call; `CALL_NO_CODE`: `GUARD`/`CALLEE`). Then as a direct call.
+    pub(super) fn call_value(&mut self, pc: usize, dst: Reg) {
+        let l = native::layout();
+        let counted = pc + 1 - self.run_start;
+        let (slow, no_code) = (self.cold_exit(pc), self.cold_guard(pc, status::CALLEE));
+        // The budget check due and the machine stack: the interpreter's, as for a direct call.
+        self.imm(0, counted as u64);
+        dynasm!(self.ops ; .arch aarch64 ; add x0, x0, x21);
+        self.load_vm(16, self.next_check);
+        dynasm!(self.ops ; .arch aarch64 ; cmp x0, x16 ; b.hs =>slow ; mov x16, sp);
+        self.load_vm(17, l.ctx_stack_limit as u32);
+        dynasm!(self.ops ; .arch aarch64 ; cmp x16, x17 ; b.lo =>slow ; mov x0, x20);
+        self.imm(1, self.func.0 as u64);
+        self.imm(2, pc as u64);
+        // A `CallTarget` comes back in `x0` (the entry) and `x1` (the registers).
+        self.call(native::call_value as *const ());
+        dynasm!(self.ops ; .arch aarch64
+            ; cmp x0, native::CALL_LEAVE as u32
+            ; b.eq =>slow
+            ; cmp x0, native::CALL_NO_CODE as u32
+            ; b.eq =>no_code
+            ; mov x23, x0
+        );
+        // The call happens: count it, and enter the callee with its registers in `x19`.
+        self.imm(16, counted as u64);
+        dynasm!(self.ops ; .arch aarch64
+            ; add x21, x21, x16
+            ; str x19, [sp, SAVED_X19]
+            ; mov x19, x1
+            ; blr x23
+            ; ldr x19, [sp, SAVED_X19]
+        );
+        self.imm(16, status::RETURNED);
+        let epilogue = self.epilogue;
+        dynasm!(self.ops ; .arch aarch64 ; cmp x0, x16 ; b.ne =>epilogue);
+        self.after_call(pc, dst);
     }
 
     /// `dst = builtin(args)` for a built-in that may run Zy or host code
@@ -207,16 +253,14 @@ impl<'a> Emitter<'a> {
         dynasm!(self.ops ; .arch aarch64 ; cmn x0, 1 ; b.ne =>epilogue);
     }
 
-    /// `Return src`. A closure's frame, or a discarded result, leaves to the interpreter.
+    /// `Return src`. A discarded result leaves to the interpreter.
     pub(super) fn ret(&mut self, pc: usize, src: Reg) {
         let l = native::layout();
-        let (f_ret, f_closure, f_boundary) = (l.frame_ret as u32, l.frame_closure as u32, l.frame_boundary as u32);
+        let (f_ret, f_boundary) = (l.frame_ret as u32, l.frame_boundary as u32);
         let slow = self.cold_exit(pc);
         let boundary = self.ops.new_dynamic_label();
         self.frame_address(1, false, -1);
         dynasm!(self.ops ; .arch aarch64
-            ; ldr x16, [x1, f_closure]
-            ; cbnz x16, =>slow
             // A boundary frame's value goes to Rust (its `ret` is the discard mark too).
             ; ldrb w16, [x1, f_boundary]
             ; cbnz w16, =>boundary
@@ -231,16 +275,22 @@ impl<'a> Emitter<'a> {
         self.pop_and_return(pc, src, true);
     }
 
-    /// The rest of a `Return`: counts, drops the frame's other heap values (the interpreter's
-    /// `truncate_registers`), pops the frame and moves the value into the caller's register,
-    /// or for a boundary frame into `NativeState::returned` (which holds `nil`).
+    /// The rest of a `Return`: counts, drops a closure's frame's closure (`call_value` pushes
+    /// them) and the frame's other heap values (the interpreter's `truncate_registers`), pops
+    /// the frame and moves the value into the caller's register, or for a boundary frame into
+    /// `NativeState::returned` (which holds `nil`).
     fn pop_and_return(&mut self, pc: usize, src: Reg, boundary: bool) {
         let l = native::layout();
         let (s_ptr, s_len, _) = stack_fields(l.stack);
         let (_, f_len, _) = stack_fields(l.frames);
         let size = l.frame_size as u32;
-        let (f_base, f_ret) = (l.frame_base as u32, l.frame_ret as u32);
+        let (f_base, f_ret, f_closure) = (l.frame_base as u32, l.frame_ret as u32, l.frame_closure as u32);
         self.count(pc + 1 - self.run_start);
+        let no_closure = self.ops.new_dynamic_label();
+        self.frame_address(0, false, -1);
+        dynasm!(self.ops ; .arch aarch64 ; ldr x16, [x0, f_closure] ; cbz x16, =>no_closure ; add x0, x0, f_closure);
+        self.call(native::drop_frame_closure as *const ());
+        dynasm!(self.ops ; .arch aarch64 ; =>no_closure);
         let t = self.types.before[pc].clone().expect("reached");
         for (r, ty) in t.iter().enumerate() {
             if r != src.index() && !ty.plain() {

@@ -499,6 +499,7 @@ impl<'a> Emitter<'a> {
             // Two numbers: shape code 0 (`rules::shape_code`).
             Instr::TapeShape { .. } => self.tape_push_control(0),
             Instr::CallDirect { dst, func, args } => self.call_direct(pc, dst, func, args),
+            Instr::Call { dst, .. } => self.call_value(pc, dst),
             Instr::Return { src } => self.ret(pc, src),
             other => unreachable!("{} classified native but not lowered", other.name()),
         }

@@ -19,7 +19,13 @@
 //! A return pops the frame and stores the value into the caller's register, as the
 //! interpreter's `Return` does, or, from a boundary frame (one `run_function` pushed for a
 //! call from Rust), into `NativeState::returned`, where the interpreter picks it up to hand
-//! back. A closure's frame, or a discarded result, it leaves to the interpreter at the `Return`.
+//! back (a closure's frame drops its closure first). A discarded result it leaves to the
+//! interpreter at the `Return`.
+//!
+//! A call through a value (`Call`: a function or a closure in a register) asks
+//! `native::call_value` to check and push the frame (the callee is known only at run time,
+//! its captures are copied from the closure), then calls the entry it returns as a direct
+//! call does; the result is speculated a float (`types.rs`) and checked after.
 
 use super::*;
 
@@ -135,8 +141,13 @@ impl<'a> Emitter<'a> {
             ; cmp rax, rcx
             ; jne =>epilogue
         );
-        // Returned: the value is in `dst`. The code after the call was typed with the type
-        // `returns.rs` found; check it (a failed speculation leaves after the call).
+        self.after_call(pc, dst);
+    }
+
+    /// After a native call returned, its value in `dst`: the code after the call was typed
+    /// with the type `returns.rs` found or `types.rs` speculated; check it (a failed
+    /// speculation leaves after the call).
+    fn after_call(&mut self, pc: usize, dst: Reg) {
         self.run_start = pc + 1;
         let Some(after_types) = self.types.before.get(pc + 1).cloned().flatten() else {
             // The inference saw no way for the callee to return: let the interpreter go on.
@@ -144,6 +155,46 @@ impl<'a> Emitter<'a> {
             return;
         };
         self.guard_result(pc, dst, after_types[dst.index()]);
+    }
+
+    /// `dst = callee(args)` for a callee in a register (`Call`): `native::call_value` checks
+    /// what the interpreter would check and pushes the frame (arguments, a closure's
+    /// captures, `nil`s), or says to leave at the call, nothing done (`CALL_LEAVE`: the
+    /// interpreter makes the call; `CALL_NO_CODE`: `GUARD`/`CALLEE`). Then as a direct call.
+    pub(super) fn call_value(&mut self, pc: usize, dst: Reg) {
+        let l = native::layout();
+        let (next, stack_limit) = (self.next_check, l.ctx_stack_limit as i32);
+        let counted = (pc + 1 - self.run_start) as i32;
+        let slow = self.cold_exit(pc);
+        let no_code = self.cold_guard(pc, status::CALLEE);
+        let epilogue = self.epilogue;
+        let (func, pcu) = (self.func.0 as i32, pc as i32);
+        dynasm!(self.ops ; .arch x64
+            ; lea rax, [r15 + counted]
+            ; cmp rax, QWORD [r12 + next]
+            ; jae =>slow
+            ; cmp rsp, QWORD [r12 + stack_limit]
+            ; jb =>slow
+            ; mov rdi, r12 ; mov esi, func ; mov edx, pcu
+        );
+        // A `CallTarget` comes back in `rax` (the entry) and `rdx` (the registers).
+        self.call(native::call_value as *const ());
+        dynasm!(self.ops ; .arch x64
+            ; cmp rax, native::CALL_LEAVE as i32
+            ; je =>slow
+            ; cmp rax, native::CALL_NO_CODE as i32
+            ; je =>no_code
+            // The call happens: count it, and enter the callee with its registers in `rbx`.
+            ; lea r15, [r15 + counted]
+            ; mov QWORD [rsp + SAVED_RBX], rbx
+            ; mov rbx, rdx
+            ; call rax
+            ; mov rbx, QWORD [rsp + SAVED_RBX]
+            ; mov rcx, QWORD status::RETURNED as i64
+            ; cmp rax, rcx
+            ; jne =>epilogue
+        );
+        self.after_call(pc, dst);
     }
 
     /// `dst = builtin(args)` for a built-in that may run Zy or host code
@@ -180,15 +231,13 @@ impl<'a> Emitter<'a> {
         let l = native::layout();
         let (f_ptr, f_len, _) = stack_fields(l.frames);
         let size = l.frame_size as i32;
-        let (f_ret, f_closure, f_boundary) = (l.frame_ret as i32, l.frame_closure as i32, l.frame_boundary as i32);
+        let (f_ret, f_boundary) = (l.frame_ret as i32, l.frame_boundary as i32);
         let slow = self.cold_exit(pc);
         let boundary = self.ops.new_dynamic_label();
         dynasm!(self.ops ; .arch x64
             ; mov rcx, QWORD [r12 + f_len]
             ; imul rcx, rcx, size
             ; add rcx, QWORD [r12 + f_ptr]
-            ; cmp QWORD [rcx - size + f_closure], 0
-            ; jne =>slow
             // A boundary frame's value goes to Rust (its `ret` is the discard mark too).
             ; cmp BYTE [rcx - size + f_boundary], 0
             ; jne =>boundary
@@ -202,17 +251,28 @@ impl<'a> Emitter<'a> {
         self.pop_and_return(pc, src, true);
     }
 
-    /// The rest of a `Return`: counts, drops the frame's other heap values (the interpreter's
-    /// `truncate_registers`), pops the frame and moves the value into the caller's register,
-    /// or for a boundary frame into `NativeState::returned` (which holds `nil`).
+    /// The rest of a `Return`: counts, drops a closure's frame's closure (`call_value` pushes
+    /// them) and the frame's other heap values (the interpreter's `truncate_registers`), pops
+    /// the frame and moves the value into the caller's register, or for a boundary frame into
+    /// `NativeState::returned` (which holds `nil`).
     fn pop_and_return(&mut self, pc: usize, src: Reg, boundary: bool) {
         let l = native::layout();
         let (s_ptr, s_len, _) = stack_fields(l.stack);
         let (f_ptr, f_len, _) = stack_fields(l.frames);
         let size = l.frame_size as i32;
-        let (f_base, f_ret) = (l.frame_base as i32, l.frame_ret as i32);
+        let (f_base, f_ret, f_closure) = (l.frame_base as i32, l.frame_ret as i32, l.frame_closure as i32);
         let epilogue = self.epilogue;
         self.count(pc + 1 - self.run_start);
+        let no_closure = self.ops.new_dynamic_label();
+        dynasm!(self.ops ; .arch x64
+            ; imul rdi, QWORD [r12 + f_len], size
+            ; add rdi, QWORD [r12 + f_ptr]
+            ; cmp QWORD [rdi - size + f_closure], 0
+            ; je =>no_closure
+            ; lea rdi, [rdi - size + f_closure]
+        );
+        self.call(native::drop_frame_closure as *const ());
+        dynasm!(self.ops ; .arch x64 ; =>no_closure);
         let t = self.types.before[pc].clone().expect("reached");
         for (r, ty) in t.iter().enumerate() {
             if r != src.index() && !ty.plain() {

@@ -483,6 +483,7 @@ impl<'a> Emitter<'a> {
             Instr::TapePushCtl { bit } => self.tape_push_control(bit as u8),
             Instr::TapeShape { .. } => self.tape_push_control(0),
             Instr::CallDirect { dst, func, args } => self.call_direct(pc, dst, func, args),
+            Instr::Call { dst, .. } => self.call_value(pc, dst),
             Instr::Return { src } => self.ret(pc, src),
             other => unreachable!("{} classified native but not lowered", other.name()),
         }
