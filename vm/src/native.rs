@@ -539,19 +539,22 @@ impl Vm {
         }
         let n = self.program.functions[func.index()].num_regs as usize;
         let tags: Vec<u64> = self.stack[base..base + n].iter().map(tag_of).collect();
-        self.compile_now(func, seed, &tags);
+        let profitable_only = self.native.mode == JitMode::Auto;
+        self.compile_now(func, seed, &tags, profitable_only);
     }
 
     /// Compiles `func` from instruction `seed` with its registers' tags `tags`, unless it has
-    /// code or has used its attempts.
-    fn compile_now(&mut self, func: FuncId, seed: u32, tags: &[u64]) {
+    /// code or has used its attempts; `profitable_only`: refused when its code would be mostly
+    /// helper calls (`auto` on its own hotness; a callee native code is calling is compiled
+    /// all the same, since the alternative is leaving that native code at every call).
+    fn compile_now(&mut self, func: FuncId, seed: u32, tags: &[u64], profitable_only: bool) {
         if self.native.code.get(func.index()).is_some_and(Option::is_some)
             || *NativeState::slot(&mut self.native.attempts, func) >= MAX_ATTEMPTS
         {
             return;
         }
         self.make_gradient_routines(func);
-        let Some(result) = self.compile_with(func, seed, tags, None) else { return };
+        let Some(result) = self.compile_with(func, seed, tags, None, profitable_only) else { return };
         *NativeState::slot(&mut self.native.attempts, func) += 1;
         match result {
             Ok(code) => {
@@ -586,7 +589,8 @@ impl Vm {
         let f = &self.program.functions[func.index()];
         let (n, inputs) = (f.num_regs as usize, (f.arity + f.num_captures) as usize);
         let entry: Vec<u64> = (0..n).map(|r| if r < inputs { tag_of(&self.stack[base + r]) } else { tag::NIL }).collect();
-        if let Some(Ok(code)) = self.compile_with(func, seed, &tags, Some(&entry)) {
+        let profitable_only = self.native.mode == JitMode::Auto;
+        if let Some(Ok(code)) = self.compile_with(func, seed, &tags, Some(&entry), profitable_only) {
             if code.entry(0).is_some() {
                 self.install(func, code);
             }
@@ -630,13 +634,19 @@ impl Vm {
     }
 
     /// Runs the tier on `func` (`None`: no tier is installed), counting the time it takes.
-    fn compile_with(&mut self, func: FuncId, seed: u32, tags: &[u64], entry: Option<&[u64]>) -> Option<Result<NativeCode, String>> {
+    fn compile_with(
+        &mut self,
+        func: FuncId,
+        seed: u32,
+        tags: &[u64],
+        entry: Option<&[u64]>,
+        profitable_only: bool,
+    ) -> Option<Result<NativeCode, String>> {
         let mut tier = self.native.tier.take()?;
         let started = std::time::Instant::now();
         let unspeculated = NativeState::slot(&mut self.native.unspeculated, func).clone();
-        let auto = self.native.mode == JitMode::Auto;
         let routines = self.routines();
-        let result = tier.compile(&self.program, func, seed, tags, &unspeculated, auto, entry, routines);
+        let result = tier.compile(&self.program, func, seed, tags, &unspeculated, profitable_only, entry, routines);
         self.native.stats.compile_time += started.elapsed();
         self.native.tier = Some(tier);
         Some(result)
@@ -799,7 +809,9 @@ impl Vm {
     /// Compiles the callee of the direct call at `pc` of `caller` (the caller's frame on top,
     /// the call not run), specialised on the arguments' tags; whether it has code now. A
     /// direct call is a `CallDirect`, or a `value_and_gradient` of a function with a gradient
-    /// routine, which native code calls directly (`jit/src/gradient_call.rs`).
+    /// routine, which native code calls directly (`jit/src/gradient_call.rs`), or a `Call`
+    /// through a value (`call_value`). Compiled even where its code would be mostly helper
+    /// calls: otherwise the caller's native code leaves at every such call.
     fn compile_callee(&mut self, caller: FuncId, pc: u32) -> bool {
         use crate::bytecode::Instr;
         let f = &self.program.functions[caller.index()];
@@ -825,7 +837,7 @@ impl Vm {
         for (t, k) in tags.iter_mut().zip(known) {
             *t = k;
         }
-        self.compile_now(func, 0, &tags);
+        self.compile_now(func, 0, &tags, false);
         self.native.has_code(func)
     }
 
@@ -1088,9 +1100,11 @@ pub unsafe extern "C" fn call_value(vm: *mut Vm, func: u32, pc: u32) -> CallTarg
             p.add(new_base + k).write((*p.add(base + a.index())).clone());
         }
         let mut next = new_base + args.len();
-        for v in closure.iter().flat_map(|c| c.captures.iter()) {
-            p.add(next).write(v.clone());
-            next += 1;
+        if let Some(c) = &closure {
+            for v in c.captures.iter() {
+                p.add(next).write(v.clone());
+                next += 1;
+            }
         }
         for k in next..new_base + n {
             p.add(k).write(Value::Nil);
