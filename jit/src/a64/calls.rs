@@ -164,8 +164,14 @@ impl<'a> Emitter<'a> {
         self.store_vm(1, f_len);
         self.store_vm(2, s_len);
         self.count_call(g);
+        self.enter_callee();
+        self.after_call(pc, dst);
+    }
+
+    /// Calls the entry in `x23` with the callee's registers (in `x22`) pinned in `x19`, ours
+    /// kept in our frame; leaves with the callee's status unless it returned.
+    fn enter_callee(&mut self) {
         dynasm!(self.ops ; .arch aarch64
-            // Enter the callee with its registers pinned in `x19` (ours kept in our frame).
             ; str x19, [sp, SAVED_X19]
             ; mov x19, x22
             ; blr x23
@@ -174,7 +180,6 @@ impl<'a> Emitter<'a> {
         self.imm(16, status::RETURNED);
         let epilogue = self.epilogue;
         dynasm!(self.ops ; .arch aarch64 ; cmp x0, x16 ; b.ne =>epilogue);
-        self.after_call(pc, dst);
     }
 
     /// After a native call returned, its value in `dst`: the code after the call was typed
@@ -215,19 +220,12 @@ impl<'a> Emitter<'a> {
             ; cmp x0, native::CALL_NO_CODE as u32
             ; b.eq =>no_code
             ; mov x23, x0
+            ; mov x22, x1
         );
-        // The call happens: count it, and enter the callee with its registers in `x19`.
+        // The call happens: count it, and enter the callee.
         self.imm(16, counted as u64);
-        dynasm!(self.ops ; .arch aarch64
-            ; add x21, x21, x16
-            ; str x19, [sp, SAVED_X19]
-            ; mov x19, x1
-            ; blr x23
-            ; ldr x19, [sp, SAVED_X19]
-        );
-        self.imm(16, status::RETURNED);
-        let epilogue = self.epilogue;
-        dynasm!(self.ops ; .arch aarch64 ; cmp x0, x16 ; b.ne =>epilogue);
+        dynasm!(self.ops ; .arch aarch64 ; add x21, x21, x16);
+        self.enter_callee();
         self.after_call(pc, dst);
     }
 

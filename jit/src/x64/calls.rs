@@ -58,7 +58,6 @@ impl<'a> Emitter<'a> {
         let slow = self.cold_exit(pc);
         let no_code = self.cold_guard(pc, status::CALLEE);
         let entry = 8 * g.0 as i32;
-        let epilogue = self.epilogue;
         dynasm!(self.ops ; .arch x64
             // What the interpreter would check or do itself: leave it to the interpreter.
             ; lea rax, [r15 + counted]
@@ -132,7 +131,16 @@ impl<'a> Emitter<'a> {
             ; mov rax, QWORD [r12 + calls]
             ; add DWORD [rax + count], 1
             ; sbb DWORD [rax + count], 0
-            // Enter the callee with its registers pinned in `rbx` (ours kept in our frame).
+        );
+        self.enter_callee();
+        self.after_call(pc, dst);
+    }
+
+    /// Calls the entry in `r14` with the callee's registers (in `r13`) pinned in `rbx`, ours
+    /// kept in our frame; leaves with the callee's status unless it returned.
+    fn enter_callee(&mut self) {
+        let epilogue = self.epilogue;
+        dynasm!(self.ops ; .arch x64
             ; mov QWORD [rsp + SAVED_RBX], rbx
             ; mov rbx, r13
             ; call r14
@@ -141,7 +149,6 @@ impl<'a> Emitter<'a> {
             ; cmp rax, rcx
             ; jne =>epilogue
         );
-        self.after_call(pc, dst);
     }
 
     /// After a native call returned, its value in `dst`: the code after the call was typed
@@ -167,7 +174,6 @@ impl<'a> Emitter<'a> {
         let counted = (pc + 1 - self.run_start) as i32;
         let slow = self.cold_exit(pc);
         let no_code = self.cold_guard(pc, status::CALLEE);
-        let epilogue = self.epilogue;
         let (func, pcu) = (self.func.0 as i32, pc as i32);
         dynasm!(self.ops ; .arch x64
             ; lea rax, [r15 + counted]
@@ -184,16 +190,12 @@ impl<'a> Emitter<'a> {
             ; je =>slow
             ; cmp rax, native::CALL_NO_CODE as i32
             ; je =>no_code
-            // The call happens: count it, and enter the callee with its registers in `rbx`.
+            // The call happens: count it, and enter the callee.
             ; lea r15, [r15 + counted]
-            ; mov QWORD [rsp + SAVED_RBX], rbx
-            ; mov rbx, rdx
-            ; call rax
-            ; mov rbx, QWORD [rsp + SAVED_RBX]
-            ; mov rcx, QWORD status::RETURNED as i64
-            ; cmp rax, rcx
-            ; jne =>epilogue
+            ; mov r14, rax
+            ; mov r13, rdx
         );
+        self.enter_callee();
         self.after_call(pc, dst);
     }
 
