@@ -37,8 +37,9 @@ pub enum Stmt {
     /// here are valid, so the bounds past the end are `clamped_loops_agree_on_every_tier`'s).
     Scan(u8, u8, u8, u8),
     /// A counted loop mixing its int counter into a float through `float`, `int`, `abs`,
-    /// `min` and `max` (computed inline by native code: `jit/src/scalar_builtins.rs`); the
-    /// ints depend on the counter alone, so the result stays smooth in `x` and `y`.
+    /// `min`, `max`, `sign`, `floor`, `ceil` and `round` (computed by native code:
+    /// `jit/src/scalar_builtins.rs`); what they round depends on the counter alone, so the
+    /// result stays smooth in `x` and `y`.
     Counted(u8, Expr, u8),
 }
 
@@ -216,7 +217,10 @@ impl Render {
             }
             Stmt::Counted(k, e, n) => {
                 let (i, vk) = (self.fresh("i"), self.var(*k));
-                let ints = format!("float(int(float({i}) * 1.5) - abs(max({i}, 1) - 2) + min({i}, 2)) * 0.125");
+                let ints = format!(
+                    "float(int(float({i}) * 1.5) - abs(max({i}, 1) - 2) + min({i}, 2) + sign({i} - 1) + round({i})) * 0.125 \
+                     + (floor(float({i}) * 0.75) - ceil(float({i}) * 0.4) + round(float({i}) * 0.5) + sign(float({i}) - 1.5)) * 0.0625"
+                );
                 let t = format!("{vk} = tanh({vk} * 0.5 + float({i}) * 0.25 + {ints} + min({}, float({i})) - abs({vk} + 3.0) * 0.25)", self.expr(e, 0));
                 self.line(depth, &format!("for {i} in 0..{} {{", n % 4 + 1));
                 self.line(depth + 1, &t);

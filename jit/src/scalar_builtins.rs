@@ -1,5 +1,6 @@
 //! The standard built-ins of numbers that native code computes inline: `float`, `int`, `abs`,
-//! `min` and `max` of arguments typed int or float (`x += float(i) * h`, `abs(a - b)`).
+//! `min`, `max`, `sign`, `floor`, `ceil` and `round` of arguments typed int or float
+//! (`x += float(i) * h`, `abs(a - b)`, `int(floor(x / h))`).
 //! Through `step` each was a call of the shared semantics with its argument copies (about 40 ns
 //! on x86-64), and its result was of no known type, so everything after it in the loop ran
 //! through `step` too: a loop of `s += sq(float(i))` ran 13x slower than `s += sq(i * 1.0)`.
@@ -12,6 +13,10 @@
 //! - `abs(i)`: `i64::MIN` leaves (the interpreter's overflow error); `abs(x)` clears the sign bit.
 //! - `min(a, b)` is `a` when `a <= b`, else `b` (`max`: `a >= b`); as floats when either is a
 //!   float (a NaN makes it `b`), as ints when both are ints.
+//! - `sign(i)` is `i.signum()`; `sign(x)` is `1.0` above zero, `-1.0` below, else `x` (zeros
+//!   and NaNs as they are).
+//! - `floor`, `ceil`, `round` of an int are the int; of a float, the standard library's own
+//!   functions (`native::floor_float` and kin: Rust's `f64::floor`, `ceil`, `round`), called.
 //!
 //! The built-in is the standard one when it has the standard name and is native (a host
 //! function registered under that name replaces it and is a `Host` built-in), as `len`
@@ -33,6 +38,30 @@ pub enum ScalarOp {
     Abs { int: bool },
     /// `min(a, b)` (`max`: `max(a, b)`) of two ints (`int`), or of numbers as floats.
     MinMax { max: bool, int: bool },
+    /// `sign(x)` of an int or a float.
+    Sign { int: bool },
+    /// `floor`, `ceil` or `round` of an int (`int`: the int itself) or a float.
+    Rounding { op: Rounding, int: bool },
+}
+
+/// Which rounding built-in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Rounding {
+    Floor,
+    Ceil,
+    Round,
+}
+
+impl Rounding {
+    /// The function native code calls for a float (the standard library's operation).
+    pub fn of_float(self) -> extern "C" fn(f64) -> f64 {
+        use zygvm_vm::native;
+        match self {
+            Rounding::Floor => native::floor_float,
+            Rounding::Ceil => native::ceil_float,
+            Rounding::Round => native::round_float,
+        }
+    }
 }
 
 impl ScalarOp {
@@ -41,7 +70,13 @@ impl ScalarOp {
         match self {
             ScalarOp::Float { .. } => Ty::Float,
             ScalarOp::Int { .. } => Ty::Int,
-            ScalarOp::Abs { int } | ScalarOp::MinMax { int, .. } => if int { Ty::Int } else { Ty::Float },
+            ScalarOp::Abs { int } | ScalarOp::MinMax { int, .. } | ScalarOp::Sign { int } | ScalarOp::Rounding { int, .. } => {
+                if int {
+                    Ty::Int
+                } else {
+                    Ty::Float
+                }
+            }
         }
     }
 }
@@ -59,6 +94,10 @@ pub fn find(program: &Program, builtin: BuiltinId, args: &[Reg], t: &[Ty]) -> Op
         ("float", [x]) if number(x) => Some(ScalarOp::Float { from_int: int(x) }),
         ("int", [x]) if number(x) => Some(ScalarOp::Int { from_int: int(x) }),
         ("abs", [x]) if number(x) => Some(ScalarOp::Abs { int: int(x) }),
+        ("sign", [x]) if number(x) => Some(ScalarOp::Sign { int: int(x) }),
+        ("floor", [x]) if number(x) => Some(ScalarOp::Rounding { op: Rounding::Floor, int: int(x) }),
+        ("ceil", [x]) if number(x) => Some(ScalarOp::Rounding { op: Rounding::Ceil, int: int(x) }),
+        ("round", [x]) if number(x) => Some(ScalarOp::Rounding { op: Rounding::Round, int: int(x) }),
         (name @ ("min" | "max"), [a, b]) if number(a) && number(b) => {
             Some(ScalarOp::MinMax { max: name == "max", int: int(a) && int(b) })
         }

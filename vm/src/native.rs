@@ -1204,6 +1204,18 @@ pub extern "C" fn rem_float(x: f64, y: f64) -> f64 {
     x % y
 }
 
+/// `floor`, `ceil` and `round` of a float, as the standard library computes them
+/// (`stdlib/src/math.rs`: `f64::floor`, `f64::ceil`, and `f64::round`, half away from zero).
+pub extern "C" fn floor_float(x: f64) -> f64 {
+    x.floor()
+}
+pub extern "C" fn ceil_float(x: f64) -> f64 {
+    x.ceil()
+}
+pub extern "C" fn round_float(x: f64) -> f64 {
+    x.round()
+}
+
 /// Pops a control decision for `BranchCtl`: 0 or 1, or -1 when the control stack is empty
 /// (native code then leaves to the interpreter, which raises the underflow).
 ///

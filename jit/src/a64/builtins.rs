@@ -1,5 +1,7 @@
-//! `float`, `int`, `abs`, `min` and `max` of typed numbers inline (`scalar_builtins.rs` gives
-//! the semantics): `x0`/`x1`/`x16` and `d0`/`d1` only, no call, so they sit in cached loops.
+//! `float`, `int`, `abs`, `min`, `max`, `sign`, `floor`, `ceil` and `round` of typed numbers
+//! (`scalar_builtins.rs` gives the semantics): inline with `x0`/`x1`/`x16` and `d0`/`d1` only,
+//! or for a float's rounding a call of a pure scalar function, as `Math1`'s; both sit in
+//! cached loops.
 
 use super::*;
 use crate::scalar_builtins::{ScalarOp, INT_RANGE};
@@ -70,6 +72,35 @@ impl<'a> Emitter<'a> {
                     dynasm!(self.ops ; .arch aarch64 ; fcmp D(a), D(b) ; fcsel D(d), D(a), D(b), ls);
                 }
                 self.store_float_from(dst, d);
+            }
+            ScalarOp::Sign { int: true } => {
+                // 1 above zero, 0 at zero (`cset`), else the inverse of zero: -1.
+                self.load_int(args[0], false);
+                dynasm!(self.ops ; .arch aarch64 ; cmp x0, 0 ; cset x1, gt ; csinv x0, x1, xzr, ge);
+                self.store_int(dst);
+            }
+            ScalarOp::Sign { int: false } => {
+                let x = self.float_reg(pc, args[0], false);
+                let d = self.float_dst(dst);
+                // `gt` and `mi` after `fcmp` are ordered: a NaN and the zeros stay as they are.
+                // `x` is read into `d1` before `d0` (which may be `x`) is written.
+                dynasm!(self.ops ; .arch aarch64
+                    ; fcmp D(x), 0.0
+                    ; fmov d1, 1.0
+                    ; fcsel d1, d1, D(x), gt
+                    ; fmov d0, -1.0
+                    ; fcsel D(d), d0, d1, mi
+                );
+                self.store_float_from(dst, d);
+            }
+            ScalarOp::Rounding { int: true, .. } => {
+                self.load_int(args[0], false);
+                self.store_int(dst);
+            }
+            ScalarOp::Rounding { op, int: false } => {
+                self.load_float(pc, args[0], false);
+                self.call(op.of_float() as *const ());
+                self.store_float(dst);
             }
         }
     }

@@ -1,5 +1,7 @@
-//! `float`, `int`, `abs`, `min` and `max` of typed numbers inline (`scalar_builtins.rs` gives
-//! the semantics): `rax`/`rcx` and `xmm0`/`xmm1` only, no call, so they sit in cached loops.
+//! `float`, `int`, `abs`, `min`, `max`, `sign`, `floor`, `ceil` and `round` of typed numbers
+//! (`scalar_builtins.rs` gives the semantics): inline with `rax`/`rcx` and `xmm0`/`xmm1` only,
+//! or for a float's rounding a call of a pure scalar function, as `Math1`'s; both sit in
+//! cached loops.
 
 use super::*;
 use crate::scalar_builtins::{ScalarOp, INT_RANGE};
@@ -65,6 +67,41 @@ impl<'a> Emitter<'a> {
                     dynasm!(self.ops ; .arch x64 ; ucomisd xmm1, xmm0 ; jae =>keep);
                 }
                 dynasm!(self.ops ; .arch x64 ; movapd xmm0, xmm1 ; =>keep);
+                self.store_float(dst);
+            }
+            ScalarOp::Sign { int: true } => {
+                // -1 from the sign bits of a negative, else 1 above zero, 0 at zero.
+                self.load_int(args[0], false);
+                dynasm!(self.ops ; .arch x64 ; xor ecx, ecx ; test rax, rax ; setg cl ; sar rax, 63 ; or rax, rcx);
+                self.store_int(dst);
+            }
+            ScalarOp::Sign { int: false } => {
+                let (keep, below) = (self.ops.new_dynamic_label(), self.ops.new_dynamic_label());
+                self.load_float(pc, args[0], false);
+                dynasm!(self.ops ; .arch x64
+                    // A NaN (parity) and the zeros stay as they are.
+                    ; xorpd xmm1, xmm1
+                    ; ucomisd xmm0, xmm1
+                    ; jp =>keep
+                    ; je =>keep
+                    ; jb =>below
+                    ; mov rax, QWORD 1.0f64.to_bits() as i64
+                    ; movq xmm0, rax
+                    ; jmp =>keep
+                    ; =>below
+                    ; mov rax, QWORD (-1.0f64).to_bits() as i64
+                    ; movq xmm0, rax
+                    ; =>keep
+                );
+                self.store_float(dst);
+            }
+            ScalarOp::Rounding { int: true, .. } => {
+                self.load_int(args[0], false);
+                self.store_int(dst);
+            }
+            ScalarOp::Rounding { op, int: false } => {
+                self.load_float(pc, args[0], false);
+                self.call_scalar_at(pc, dst, op.of_float() as *const ());
                 self.store_float(dst);
             }
         }
