@@ -3,8 +3,9 @@
 //! calls `Native` narrows the class (`a64::class_of`); the profitability checks take the
 //! backend's classifier.
 
+use crate::scalar_builtins::ScalarOp;
 use crate::types::{float_pull, index_pull, Ty, Types};
-use zygvm_vm::bytecode::{Instr, Reg};
+use zygvm_vm::bytecode::{FuncId, Instr, Reg};
 use zygvm_vm::program::{Function, Program};
 
 /// How one instruction is lowered.
@@ -18,6 +19,31 @@ pub enum Class {
     CallOut,
     /// Leave to the interpreter at this instruction.
     Exit,
+}
+
+/// The `CallBuiltin`s native code makes itself, which each backend lowers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NativeBuiltin {
+    /// A gradient as a direct call of the function's gradient routine (`gradient_call.rs`).
+    Gradient(FuncId),
+    /// A built-in of numbers (`scalar_builtins.rs`).
+    Scalar(ScalarOp),
+    /// The standard `len` (`types::is_len`: a helper returning the length, -1 to leave) into
+    /// a register holding no heap value (otherwise dropping it would come first: `step`).
+    Len,
+}
+
+/// Which of the `NativeBuiltin`s the `CallBuiltin` at `pc` is, if any.
+pub fn native_builtin(program: &Program, f: &Function, types: &Types, pc: usize) -> Option<NativeBuiltin> {
+    let (Instr::CallBuiltin { dst, builtin, args }, Some(t)) = (f.code[pc], types.before[pc].as_deref()) else { return None };
+    let args = f.list(args);
+    if let Some(g) = types.gradient_call(pc) {
+        Some(NativeBuiltin::Gradient(g))
+    } else if let Some(op) = crate::scalar_builtins::find(program, builtin, args, t) {
+        Some(NativeBuiltin::Scalar(op))
+    } else {
+        (crate::types::is_len(program, builtin, args) && t[dst.index()].plain()).then_some(NativeBuiltin::Len)
+    }
 }
 
 /// Operand types this file lowers to machine code, per instruction; everything the shared
@@ -107,20 +133,12 @@ pub fn classify(program: &Program, f: &Function, types: &Types, pc: usize) -> Cl
         Instr::Call { .. } if types.speculates(pc) => Class::Native,
         Instr::Return { .. } => Class::Native,
         i if i.is_terminator() => Class::Exit,
-        // A leaf built-in (`Builtin::leaf`) runs no Zy code: the shared semantics call it.
         // `len` (a helper returning the length, -1 to leave) into a register holding no heap
         // value (otherwise dropping it would come first: `step`).
         Instr::Len { dst, .. } if ty(dst).plain() => Class::Native,
-        Instr::CallBuiltin { dst, builtin, args } if crate::types::is_len(program, *builtin, f.list(*args)) && ty(dst).plain() => {
-            Class::Native
-        }
-        // `float`, `int`, `abs`, `min`, `max` of typed numbers, inline (`scalar_builtins.rs`).
-        Instr::CallBuiltin { builtin, args, .. } if crate::scalar_builtins::find(program, *builtin, f.list(*args), t).is_some() => {
-            Class::Native
-        }
+        Instr::CallBuiltin { .. } if native_builtin(program, f, types, pc).is_some() => Class::Native,
+        // A leaf built-in (`Builtin::leaf`) runs no Zy code: the shared semantics call it.
         Instr::CallBuiltin { builtin, .. } if program.builtins[builtin.index()].leaf => Class::Step,
-        // A gradient as a direct call of the function's gradient routine (`gradient_call.rs`).
-        Instr::CallBuiltin { .. } if types.gradient_call(pc).is_some() => Class::Native,
         // Any other built-in runs where the interpreter would run it, Zy callbacks included.
         Instr::CallBuiltin { .. } => Class::CallOut,
         // What the shared semantics run without calling out.

@@ -208,26 +208,30 @@ pub fn pow(_: &mut Vm, a: &[Value]) -> VmResult<Value> {
     }
 }
 
-fn min_max(name: &str, a: &Value, b: &Value, pick_first: fn(f64, f64) -> bool, pick_first_int: fn(i64, i64) -> bool) -> VmResult<Value> {
+/// `min` (`max`: `max`): the first operand when it orders before (after) the second or
+/// equal to it, else the second (so a NaN gives the second). Two ints are compared as ints:
+/// as floats, ints past 2^53 that differ can compare equal.
+fn min_max(name: &str, a: &Value, b: &Value, max: bool) -> VmResult<Value> {
+    use std::cmp::Ordering::{Equal, Greater, Less};
+    let keep_first = |o: Option<std::cmp::Ordering>| matches!((o, max), (Some(Less | Equal), false) | (Some(Greater | Equal), true));
     match (a, b) {
-        // Compared as ints: as floats, ints past 2^53 that differ can compare equal.
-        (Value::Int(x), Value::Int(y)) => Ok(Value::Int(if pick_first_int(*x, *y) { *x } else { *y })),
+        (Value::Int(x), Value::Int(y)) => Ok(Value::Int(if keep_first(Some(x.cmp(y))) { *x } else { *y })),
         (Value::Array(_), _) | (_, Value::Array(_)) => {
-            binary_math(name, a, b, if name == "min" { |p, q| if q < p { q } else { p } } else { |p, q| if q > p { q } else { p } })
+            binary_math(name, a, b, if max { |p, q| if q > p { q } else { p } } else { |p, q| if q < p { q } else { p } })
         }
         _ => {
             let (x, y) = (num(name, a)?, num(name, b)?);
-            // The first argument wins ties; the result keeps the selected operand's value.
-            Ok(if pick_first(x, y) || x == y { Value::Float(x) } else { Value::Float(y) })
+            // The result keeps the selected operand's value (`-0.0` and `0.0` tie: the first).
+            Ok(Value::Float(if keep_first(x.partial_cmp(&y)) { x } else { y }))
         }
     }
 }
 
 pub fn min(_: &mut Vm, a: &[Value]) -> VmResult<Value> {
-    min_max("min", &a[0], &a[1], |x, y| x <= y, |x, y| x <= y)
+    min_max("min", &a[0], &a[1], false)
 }
 pub fn max(_: &mut Vm, a: &[Value]) -> VmResult<Value> {
-    min_max("max", &a[0], &a[1], |x, y| x >= y, |x, y| x >= y)
+    min_max("max", &a[0], &a[1], true)
 }
 
 pub fn pi(_: &mut Vm, _: &[Value]) -> VmResult<Value> {

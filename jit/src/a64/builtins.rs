@@ -20,7 +20,8 @@ impl<'a> Emitter<'a> {
                 }
                 self.store_float_from(dst, d);
             }
-            ScalarOp::Int { from_int: true } => {
+            // An int rounded or made an int is itself.
+            ScalarOp::Int { from_int: true } | ScalarOp::Rounding { int: true, .. } => {
                 self.load_int(args[0], false);
                 self.store_int(dst);
             }
@@ -92,10 +93,6 @@ impl<'a> Emitter<'a> {
                     ; fcsel D(d), d0, d1, mi
                 );
                 self.store_float_from(dst, d);
-            }
-            ScalarOp::Rounding { int: true, .. } => {
-                self.load_int(args[0], false);
-                self.store_int(dst);
             }
             ScalarOp::Rounding { op, int: false } => {
                 self.load_float(pc, args[0], false);

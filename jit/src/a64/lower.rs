@@ -3,7 +3,7 @@
 //! x86-64 emitter falls back to, so both tiers run the same code for them.
 
 use super::*;
-use crate::classify::{classify, Class};
+use crate::classify::{classify, Class, NativeBuiltin};
 use crate::types::{float_pull, index_pull};
 use zygvm_vm::bytecode::{Instr, ListId};
 use zygvm_vm::program::Const;
@@ -117,21 +117,14 @@ impl<'a> Emitter<'a> {
                 self.store_bool(dst);
             }
             Instr::Len { dst, src } => self.length(pc, dst, src),
-            // A gradient (`gradient_call.rs`): a direct call of the gradient routine.
-            Instr::CallBuiltin { dst, args, .. } if self.types.gradient_call(pc).is_some() => {
-                let g = self.types.gradient_call(pc).expect("just checked");
-                let xs = self.f.list(args)[1..].to_vec();
-                self.call_direct_with(pc, dst, g, &xs)
-            }
-            Instr::CallBuiltin { dst, builtin, args } if crate::scalar_builtins::find(self.program, builtin, self.f.list(args), &t).is_some() => {
-                let op = crate::scalar_builtins::find(self.program, builtin, self.f.list(args), &t).expect("just checked");
-                let args = self.f.list(args).to_vec();
-                self.scalar_builtin(pc, dst, op, &args);
-            }
-            // Classified native only when it is the standard `len` (`types::is_len`).
             Instr::CallBuiltin { dst, args, .. } => {
-                let src = self.f.list(args)[0];
-                self.length(pc, dst, src)
+                let args = self.f.list(args).to_vec();
+                match crate::classify::native_builtin(self.program, self.f, self.types, pc) {
+                    Some(NativeBuiltin::Gradient(g)) => self.call_direct_with(pc, dst, g, &args[1..]),
+                    Some(NativeBuiltin::Scalar(op)) => self.scalar_builtin(pc, dst, op, &args),
+                    Some(NativeBuiltin::Len) => self.length(pc, dst, args[0]),
+                    None => unreachable!("a built-in call classified native is a NativeBuiltin"),
+                }
             }
             Instr::CheckInt { src } if t[src.index()] != Ty::Int => {
                 let (s, bad) = (slot(src), self.cold_exit(pc));

@@ -16,7 +16,8 @@ impl<'a> Emitter<'a> {
                 self.load_float(pc, args[0], false);
                 self.store_float(dst);
             }
-            ScalarOp::Int { from_int: true } => {
+            // An int rounded or made an int is itself.
+            ScalarOp::Int { from_int: true } | ScalarOp::Rounding { int: true, .. } => {
                 self.load_int(args[0], false);
                 self.store_int(dst);
             }
@@ -94,10 +95,6 @@ impl<'a> Emitter<'a> {
                     ; =>keep
                 );
                 self.store_float(dst);
-            }
-            ScalarOp::Rounding { int: true, .. } => {
-                self.load_int(args[0], false);
-                self.store_int(dst);
             }
             ScalarOp::Rounding { op, int: false } => {
                 self.load_float(pc, args[0], false);

@@ -50,7 +50,7 @@ mod quiet;
 mod tape;
 mod ways;
 
-use crate::classify::{classify, Class};
+use crate::classify::{classify, Class, NativeBuiltin};
 
 
 use crate::loops::{CachedLoop, Home};
