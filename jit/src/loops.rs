@@ -424,6 +424,8 @@ fn qualify(
             Instr::Add { a, b, .. } | Instr::Sub { a, b, .. } | Instr::Mul { a, b, .. } | Instr::Div { a, b, .. } => {
                 num(a) && num(b)
             }
+            // `powi` inline, or a call of the float power (homes reloaded after).
+            Instr::Pow { a, b, .. } => num(a) && num(b) && !(t[a.index()] == Ty::Int && t[b.index()] == Ty::Int),
             Instr::Neg { src, .. } => num(src),
             Instr::Not { src, .. } | Instr::CheckBool { src } => t[src.index()] == Ty::Bool,
             Instr::CheckInt { src } => t[src.index()] == Ty::Int,

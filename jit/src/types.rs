@@ -138,6 +138,7 @@ fn numeric_result(a: Ty, b: Ty) -> Ty {
 pub fn float_pull(program: &Program, rule: u32, args: &[Reg], t: &[Ty]) -> bool {
     use zygvm_vm::ad::rules::Rule;
     let float = |k: usize| args.get(k).is_some_and(|r| t[r.index()] == Ty::Float);
+    let numeric = |k: usize| args.get(k).is_some_and(|r| t[r.index()].numeric());
     let (r, payload) = Rule::decode(rule);
     float(0)
         && match r {
@@ -146,6 +147,8 @@ pub fn float_pull(program: &Program, rule: u32, args: &[Reg], t: &[Ty]) -> bool 
             Rule::MulB => float(1),
             Rule::DivB => float(1) && float(2),
             Rule::Math1 => float(1) && program.builtins.get(payload as usize).is_some_and(|b| b.scalar_deriv.is_some()),
+            // `^` at numbers (`rules::fast`'s case): the base and the exponent numbers.
+            Rule::PowA | Rule::PowB => numeric(1) && numeric(2),
             _ => false,
         }
 }

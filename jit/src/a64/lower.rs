@@ -560,8 +560,14 @@ impl<'a> Emitter<'a> {
         if matches!(instr, Instr::Mod { .. } | Instr::Pow { .. }) {
             self.load_float(pc, a, false);
             if matches!(instr, Instr::Pow { .. }) && self.ty(pc, b) == Ty::Int && self.ty(pc, a) == Ty::Float {
+                // `powi` inline for an exponent of `i32`, the float power past it.
+                let (wide, done) = (self.ops.new_dynamic_label(), self.ops.new_dynamic_label());
                 self.load_int(b, false);
+                dynasm!(self.ops ; .arch aarch64 ; sxtw x1, w0 ; cmp x1, x0 ; b.ne =>wide);
+                self.powi();
+                dynasm!(self.ops ; .arch aarch64 ; fmov d0, d1 ; b =>done ; =>wide);
                 self.call(native::pow_int as *const ());
+                dynasm!(self.ops ; .arch aarch64 ; =>done);
                 return 0;
             }
             self.load_float(pc, b, true);
@@ -751,8 +757,62 @@ impl<'a> Emitter<'a> {
                 self.load_float(pc, l[0], false);
                 self.times();
             }
+            // `^`: the partial derivative into `d1`, then the strong-zero product.
+            Rule::PowA if self.ty(pc, l[2]) == Ty::Int => {
+                self.load_float(pc, l[1], false);
+                self.load_int(l[2], false);
+                self.pow_da_int();
+                self.load_float(pc, l[0], false);
+                self.times();
+            }
+            Rule::PowA | Rule::PowB => {
+                self.load_float(pc, l[1], false);
+                self.load_float(pc, l[2], true);
+                let f = if r == Rule::PowA { native::pow_da_float as *const () } else { native::pow_db_float as *const () };
+                self.call(f);
+                dynasm!(self.ops ; .arch aarch64 ; fmov d1, d0);
+                self.load_float(pc, l[0], false);
+                self.times();
+            }
             other => unreachable!("{} is not a float pull (types::float_pull)", other.name()),
         }
+    }
+
+    /// `d1 := d0 ^ w1` as `f64::powi` computes it (`native::powi_by_squaring`: the squarings
+    /// of the base that the exponent's bits select multiplied into `1.0`, lowest first, then
+    /// inverted for a negative exponent). Clobbers `d0`, `w2`, `x3`.
+    fn powi(&mut self) {
+        let (next, skip, done, end) =
+            (self.ops.new_dynamic_label(), self.ops.new_dynamic_label(), self.ops.new_dynamic_label(), self.ops.new_dynamic_label());
+        self.imm(3, 1.0f64.to_bits());
+        dynasm!(self.ops ; .arch aarch64
+            ; cmp w1, 0 ; cneg w2, w1, lt
+            ; fmov d1, x3
+            ; =>next
+            ; tbz w2, 0, =>skip ; fmul d1, d1, d0
+            ; =>skip
+            ; lsr w2, w2, 1 ; cbz w2, =>done ; fmul d0, d0, d0 ; b =>next
+            ; =>done
+            ; tbz w1, 31, =>end
+            ; fmov d0, x3 ; fdiv d1, d0, d1
+            ; =>end);
+    }
+
+    /// `d1 := d(x^n)/dx` for `x` in `d0` and the int `n` in `x0` (`rules::pow_da_int`):
+    /// `n * x^(n-1)` with the power inline where `n - 1` is an `i32`, zero for `n = 0`, the
+    /// helper otherwise.
+    fn pow_da_int(&mut self) {
+        let (zero, wide, done) = (self.ops.new_dynamic_label(), self.ops.new_dynamic_label(), self.ops.new_dynamic_label());
+        dynasm!(self.ops ; .arch aarch64
+            ; cbz x0, =>zero
+            ; sub x1, x0, 1 ; sxtw x2, w1 ; cmp x2, x1 ; b.ne =>wide);
+        self.powi();
+        dynasm!(self.ops ; .arch aarch64
+            ; scvtf d0, x0 ; fmul d0, d0, d1 ; b =>done
+            ; =>zero ; fmov d0, xzr ; b =>done
+            ; =>wide);
+        self.call(native::pow_da_wide as *const ());
+        dynasm!(self.ops ; .arch aarch64 ; =>done ; fmov d1, d0);
     }
 
     /// `d0 := times(d0, d1)` (`ad::chain::times`): zero when either factor is ±0 (an

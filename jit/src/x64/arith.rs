@@ -88,8 +88,61 @@ impl<'a> Emitter<'a> {
                 self.load_float(pc, l[0], false);
                 self.times();
             }
+            // `^`: the partial derivative into `xmm1`, then the strong-zero product.
+            Rule::PowA if self.ty(pc, l[2]) == Ty::Int => {
+                self.load_float(pc, l[1], false);
+                self.load_int(l[2], false);
+                self.pow_da_int();
+                self.load_float(pc, l[0], false);
+                self.times();
+            }
+            Rule::PowA | Rule::PowB => {
+                self.load_float(pc, l[1], false);
+                self.load_float(pc, l[2], true);
+                let f = if r == Rule::PowA { native::pow_da_float as *const () } else { native::pow_db_float as *const () };
+                self.call(f);
+                dynasm!(self.ops ; .arch x64 ; movapd xmm1, xmm0);
+                self.load_float(pc, l[0], false);
+                self.times();
+            }
             other => unreachable!("{} is not a float pull (types::float_pull)", other.name()),
         }
+    }
+
+    /// `xmm1 := xmm0 ^ ecx` as `f64::powi` computes it (`native::powi_by_squaring`: the
+    /// squarings of the base that the exponent's bits select multiplied into `1.0`, lowest
+    /// first, then inverted for a negative exponent). Clobbers `xmm0`, `edx`, `rsi`.
+    pub(super) fn powi(&mut self) {
+        let (next, skip, done, end) =
+            (self.ops.new_dynamic_label(), self.ops.new_dynamic_label(), self.ops.new_dynamic_label(), self.ops.new_dynamic_label());
+        dynasm!(self.ops ; .arch x64
+            ; mov edx, ecx ; neg edx ; test ecx, ecx ; cmovns edx, ecx
+            ; mov rsi, QWORD 1.0f64.to_bits() as i64 ; movq xmm1, rsi
+            ; =>next
+            ; test edx, 1 ; jz =>skip ; mulsd xmm1, xmm0
+            ; =>skip
+            ; shr edx, 1 ; jz =>done ; mulsd xmm0, xmm0 ; jmp =>next
+            ; =>done
+            ; test ecx, ecx ; jns =>end
+            ; movq xmm0, rsi ; divsd xmm0, xmm1 ; movapd xmm1, xmm0
+            ; =>end);
+    }
+
+    /// `xmm1 := d(x^n)/dx` for `x` in `xmm0` and the int `n` in `rax` (`rules::pow_da_int`):
+    /// `n * x^(n-1)` with the power inline where `n - 1` is an `i32`, zero for `n = 0`, the
+    /// helper otherwise.
+    fn pow_da_int(&mut self) {
+        let (zero, wide, done) = (self.ops.new_dynamic_label(), self.ops.new_dynamic_label(), self.ops.new_dynamic_label());
+        dynasm!(self.ops ; .arch x64
+            ; test rax, rax ; jz =>zero
+            ; lea rcx, [rax - 1] ; movsxd rdx, ecx ; cmp rdx, rcx ; jne =>wide);
+        self.powi();
+        dynasm!(self.ops ; .arch x64
+            ; cvtsi2sd xmm0, rax ; mulsd xmm0, xmm1 ; jmp =>done
+            ; =>zero ; xorpd xmm0, xmm0 ; jmp =>done
+            ; =>wide ; mov rdi, rax);
+        self.call(native::pow_da_wide as *const ());
+        dynasm!(self.ops ; .arch x64 ; =>done ; movapd xmm1, xmm0);
     }
 
     /// `xmm0 := times(xmm0, xmm1)` (`ad::chain::times`): zero when either factor is ±0 (an
@@ -301,9 +354,14 @@ impl<'a> Emitter<'a> {
         self.load_float(pc, a, false);
         match instr {
             Instr::Pow { .. } if self.ty(pc, b) == Ty::Int && self.ty(pc, a) == Ty::Float => {
-                let sb = slot(b) + 8;
-                dynasm!(self.ops ; .arch x64 ; mov rdi, QWORD [rbx + sb]);
+                // `powi` inline for an exponent of `i32`, the float power past it.
+                let (wide, done) = (self.ops.new_dynamic_label(), self.ops.new_dynamic_label());
+                self.load_int(b, false);
+                dynasm!(self.ops ; .arch x64 ; movsxd rcx, eax ; cmp rcx, rax ; jne =>wide);
+                self.powi();
+                dynasm!(self.ops ; .arch x64 ; movapd xmm0, xmm1 ; jmp =>done ; =>wide ; mov rdi, rax);
                 self.call(native::pow_int as *const ());
+                dynasm!(self.ops ; .arch x64 ; =>done);
                 return;
             }
             _ => {}

@@ -143,8 +143,8 @@ fn flat(v: &Value) -> VmResult<Vec<f64>> {
     }
 }
 
-/// `dy * d(a^b)/da`.
-pub(crate) fn pow_da(x: f64, y: f64) -> f64 {
+/// `d(a^b)/da` for a float exponent: `b a^(b-1)`, exactly zero where `b = 0`.
+pub fn pow_da(x: f64, y: f64) -> f64 {
     if y == 0.0 {
         0.0
     } else {
@@ -152,8 +152,32 @@ pub(crate) fn pow_da(x: f64, y: f64) -> f64 {
     }
 }
 
+/// `d(a^n)/da` for an int exponent: `n a^(n-1)` with the power by repeated multiplication
+/// (`powi`), as `a ^ n` itself is computed for a float `a` (`semantics.rs`), exactly zero
+/// where `n = 0`; the float rule where `n - 1` leaves `i32`. Native code computes the same
+/// (the JIT's `Pow`/`PowA` lowerings multiply inline, `native::powi_by_squaring`'s order).
+pub fn pow_da_int(x: f64, n: i64) -> f64 {
+    if n == 0 {
+        return 0.0;
+    }
+    match n.checked_sub(1).and_then(|m| i32::try_from(m).ok()) {
+        Some(m) => n as f64 * x.powi(m),
+        None => pow_da(x, n as f64),
+    }
+}
+
+/// `d(a^b)/da` at values: [`pow_da_int`] at each base for an int exponent, else
+/// [`pow_da`] elementwise. The one declaration every mode's rule of `^` uses (reverse,
+/// forward, forward over reverse).
+pub(crate) fn pow_da_of(a: &Value, b: &Value) -> VmResult<Value> {
+    match b {
+        &Value::Int(n) => map_numbers(a, |x| pow_da_int(x, n)),
+        _ => zip_numbers(a, b, pow_da),
+    }
+}
+
 /// `d(a^b)/db`; exactly zero where `a = 0` (the limit from the right for `b > 0`).
-pub(crate) fn pow_db(x: f64, y: f64) -> f64 {
+pub fn pow_db(x: f64, y: f64) -> f64 {
     if x == 0.0 {
         0.0
     } else {
@@ -282,6 +306,16 @@ pub fn fast<'v>(program: &Program, code: u32, arg: impl Fn(usize) -> &'v Value) 
         },
         (Rule::DivB, F(d)) => match (arg(1), arg(2)) {
             (F(a), F(b)) => F(times(*d, -a / (b * b))),
+            _ => return None,
+        },
+        // `^` of numbers: `apply`'s rule on scalars (no operand was broadcast).
+        (Rule::PowA, F(d)) => match (arg(1).as_f64(), arg(2)) {
+            (Some(x), &Value::Int(n)) => F(times(*d, pow_da_int(x, n))),
+            (Some(x), &F(y)) => F(times(*d, pow_da(x, y))),
+            _ => return None,
+        },
+        (Rule::PowB, F(d)) => match (arg(1).as_f64(), arg(2).as_f64()) {
+            (Some(x), Some(y)) => F(times(*d, pow_db(x, y))),
             _ => return None,
         },
         (Rule::Math1, F(d)) => match (arg(1), program.builtins[payload as usize].scalar_deriv) {
@@ -516,7 +550,7 @@ pub(crate) fn apply_to_values(program: &Program, code: u32, args: &[Value]) -> V
             Ok(unbroadcast_fresh(bin(BinOp::Mul, arg(0), &q)?, arg(2)))
         }
         Rule::PowA => {
-            let d = zip_numbers(arg(1), arg(2), pow_da)?;
+            let d = pow_da_of(arg(1), arg(2))?;
             Ok(unbroadcast_fresh(chain::scale(arg(0), &d)?, arg(1)))
         }
         Rule::PowB => {

@@ -160,7 +160,7 @@ pub fn pull_tangent(program: &Program, code: u32, a: &[Value], t: &[Value]) -> V
         Rule::PowA | Rule::PowB => {
             let (dy, x, y) = (arg(0), arg(1), arg(2));
             let (first, d_x, d_y, like) = if rule == Rule::PowA {
-                (zip_numbers(x, y, rules::pow_da)?, zip_numbers(x, y, p_aa)?, zip_numbers(x, y, p_ab)?, x)
+                (rules::pow_da_of(x, y)?, zip_numbers(x, y, p_aa)?, zip_numbers(x, y, p_ab)?, x)
             } else {
                 (zip_numbers(x, y, rules::pow_db)?, zip_numbers(x, y, p_ab)?, zip_numbers(x, y, p_bb)?, y)
             };

@@ -31,7 +31,7 @@
 //! zero. A container written inside the function gets a real tangent container when it is
 //! created, so writes into it and reads through its aliases see the same tangent.
 
-use super::rules::{bin, map_numbers, neg, pow_da, pow_db, zip_numbers};
+use super::rules::{bin, map_numbers, neg, pow_da_of, pow_db, zip_numbers};
 use crate::access;
 use crate::error::{VmError, VmResult};
 use crate::ops::BinOp;
@@ -159,7 +159,7 @@ pub fn apply(program: &Program, code: u32, args: &[Value]) -> VmResult<Value> {
         }
         TanRule::Pow => {
             let (a, b, ta, tb) = (arg(0), arg(1), arg(2), arg(3));
-            let da = if is_zero(ta) { Value::Nil } else { scaled(ta, &zip_numbers(a, b, pow_da)?)? };
+            let da = if is_zero(ta) { Value::Nil } else { scaled(ta, &pow_da_of(a, b)?)? };
             let db = if is_zero(tb) { Value::Nil } else { scaled(tb, &zip_numbers(a, b, pow_db)?)? };
             add(da, db)
         }
