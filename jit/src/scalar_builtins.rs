@@ -1,6 +1,7 @@
 //! The standard built-ins of numbers that native code computes inline: `float`, `int`, `abs`,
 //! `min`, `max`, `sign`, `floor`, `ceil` and `round` of arguments typed int or float
-//! (`x += float(i) * h`, `abs(a - b)`, `int(floor(x / h))`).
+//! (`x += float(i) * h`, `abs(a - b)`, `int(floor(x / h))`), and that it calls directly:
+//! `atan2`, `hypot` and `pow` of two numbers.
 //! Through `step` each was a call of the shared semantics with its argument copies (about 40 ns
 //! on x86-64), and its result was of no known type, so everything after it in the loop ran
 //! through `step` too: a loop of `s += sq(float(i))` ran 13x slower than `s += sq(i * 1.0)`.
@@ -17,6 +18,9 @@
 //!   and NaNs as they are).
 //! - `floor`, `ceil`, `round` of an int are the int; of a float, the standard library's own
 //!   functions (`native::floor_float` and kin: Rust's `f64::floor`, `ceil`, `round`), called.
+//! - `atan2(a, b)`, `hypot(a, b)` and `pow(a, b)` convert ints as `i as f64` and call Rust's
+//!   `f64::atan2`, `hypot`, `powf` (`native::atan2_float` and kin), as `binary_math` does;
+//!   `pow` of two ints is the int power, left to `step`.
 //!
 //! The built-in is the standard one when it has the standard name and is native (a host
 //! function registered under that name replaces it and is a `Host` built-in), as `len`
@@ -42,6 +46,30 @@ pub enum ScalarOp {
     Sign { int: bool },
     /// `floor`, `ceil` or `round` of an int (`int`: the int itself) or a float.
     Rounding { op: Rounding, int: bool },
+    /// `atan2`, `hypot` or `pow` of two numbers as floats (not `pow` of two ints, which is
+    /// the int power).
+    Binary(Binary),
+}
+
+/// Which two-argument float built-in (`stdlib/src/math.rs` `binary_math`: both operands as
+/// floats, then Rust's `f64` function).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Binary {
+    Atan2,
+    Hypot,
+    Pow,
+}
+
+impl Binary {
+    /// The function native code calls (the standard library's operation).
+    pub fn function(self) -> extern "C" fn(f64, f64) -> f64 {
+        use zygvm_vm::native;
+        match self {
+            Binary::Atan2 => native::atan2_float,
+            Binary::Hypot => native::hypot_float,
+            Binary::Pow => native::pow_float,
+        }
+    }
 }
 
 /// Which rounding built-in.
@@ -68,7 +96,7 @@ impl ScalarOp {
     /// The type of the result.
     pub fn result(self) -> Ty {
         match self {
-            ScalarOp::Float { .. } => Ty::Float,
+            ScalarOp::Float { .. } | ScalarOp::Binary(_) => Ty::Float,
             ScalarOp::Int { .. } => Ty::Int,
             ScalarOp::Abs { int } | ScalarOp::MinMax { int, .. } | ScalarOp::Sign { int } | ScalarOp::Rounding { int, .. } => {
                 if int {
@@ -101,6 +129,9 @@ pub fn find(program: &Program, builtin: BuiltinId, args: &[Reg], t: &[Ty]) -> Op
         (name @ ("min" | "max"), [a, b]) if number(a) && number(b) => {
             Some(ScalarOp::MinMax { max: name == "max", int: int(a) && int(b) })
         }
+        ("atan2", [a, b]) if number(a) && number(b) => Some(ScalarOp::Binary(Binary::Atan2)),
+        ("hypot", [a, b]) if number(a) && number(b) => Some(ScalarOp::Binary(Binary::Hypot)),
+        ("pow", [a, b]) if number(a) && number(b) && !(int(a) && int(b)) => Some(ScalarOp::Binary(Binary::Pow)),
         _ => None,
     }
 }

@@ -1199,6 +1199,56 @@ pub extern "C" fn pow_int(x: f64, n: i64) -> f64 {
     }
 }
 
+/// `atan2(y, x)` of two numbers as floats, as the standard library computes it.
+pub extern "C" fn atan2_float(y: f64, x: f64) -> f64 {
+    y.atan2(x)
+}
+
+/// `hypot(x, y)` of two numbers as floats, as the standard library computes it.
+pub extern "C" fn hypot_float(x: f64, y: f64) -> f64 {
+    x.hypot(y)
+}
+
+/// `x ^ n` for an `n` of `i32`, as `f64::powi` computes it (compiler-builtins'
+/// `__powidf2`): the product of the squarings of `x` that `n`'s bits select, lowest first,
+/// from `1.0`, inverted when `n < 0`. The JIT's `Pow` and `PowA` lowerings emit exactly this
+/// loop (the same products in the same order, so the same bits); a test checks it against
+/// `powi` itself.
+pub fn powi_by_squaring(x: f64, n: i32) -> f64 {
+    let (mut a, mut bits, mut product) = (x, n.unsigned_abs(), 1.0f64);
+    loop {
+        if bits & 1 != 0 {
+            product *= a;
+        }
+        bits >>= 1;
+        if bits == 0 {
+            break;
+        }
+        a *= a;
+    }
+    if n < 0 {
+        1.0 / product
+    } else {
+        product
+    }
+}
+
+/// `d(x^y)/dx` of two floats (`rules::pow_da`), for native code's `PowA` pullback.
+pub extern "C" fn pow_da_float(x: f64, y: f64) -> f64 {
+    crate::ad::rules::pow_da(x, y)
+}
+
+/// `d(x^n)/dx` of a float and an int (`rules::pow_da_int`): native code's `PowA` pullback
+/// where `n - 1` leaves `i32` (inside it, native code multiplies inline).
+pub extern "C" fn pow_da_wide(x: f64, n: i64) -> f64 {
+    crate::ad::rules::pow_da_int(x, n)
+}
+
+/// `d(x^y)/dy` of two floats (`rules::pow_db`), for native code's `PowB` pullback.
+pub extern "C" fn pow_db_float(x: f64, y: f64) -> f64 {
+    crate::ad::rules::pow_db(x, y)
+}
+
 /// `x % y` of two floats.
 pub extern "C" fn rem_float(x: f64, y: f64) -> f64 {
     x % y
@@ -1590,6 +1640,31 @@ mod tests {
     fn status_round_trips() {
         let s = status::encode(status::LIMIT, 0x7fff_fffe, 12345);
         assert_eq!((status::kind(s), status::pc(s), status::next(s)), (status::LIMIT, 0x7fff_fffe, 12345));
+    }
+
+    #[test]
+    fn powi_by_squaring_is_powi() {
+        let mut state = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        let edges = [0.0, -0.0, 1.0, -1.0, 0.5, -2.5, 1e-300, 1e300, f64::INFINITY, f64::NEG_INFINITY, f64::NAN, f64::MIN_POSITIVE];
+        let exps = [0, 1, -1, 2, -2, 3, 7, 64, -65, 1023, 1 << 20, i32::MAX, i32::MIN, i32::MIN + 1];
+        for &x in &edges {
+            for &n in &exps {
+                assert_eq!(powi_by_squaring(x, n).to_bits(), x.powi(n).to_bits(), "{x} ^ {n}");
+            }
+        }
+        for _ in 0..20_000 {
+            let x = f64::from_bits(next()) % 1e6;
+            let n = (next() % 200) as i32 - 100;
+            if x.is_finite() {
+                assert_eq!(powi_by_squaring(x, n).to_bits(), x.powi(n).to_bits(), "{x} ^ {n}");
+            }
+        }
     }
 
     #[test]

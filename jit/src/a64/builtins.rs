@@ -1,7 +1,7 @@
 //! `float`, `int`, `abs`, `min`, `max`, `sign`, `floor`, `ceil` and `round` of typed numbers
 //! (`scalar_builtins.rs` gives the semantics): inline with `x0`/`x1`/`x16` and `d0`/`d1` only,
-//! or for a float's rounding a call of a pure scalar function, as `Math1`'s; both sit in
-//! cached loops.
+//! or for a float's rounding and `atan2`, `hypot`, `pow` a call of a pure scalar function, as
+//! `Math1`'s; both sit in cached loops.
 
 use super::*;
 use crate::scalar_builtins::{ScalarOp, INT_RANGE};
@@ -97,6 +97,13 @@ impl<'a> Emitter<'a> {
             ScalarOp::Rounding { op, int: false } => {
                 self.load_float(pc, args[0], false);
                 self.call(op.of_float() as *const ());
+                self.store_float(dst);
+            }
+            // Both operands as floats (`load_float` converts an int as `i as f64`).
+            ScalarOp::Binary(f) => {
+                self.load_float(pc, args[0], false);
+                self.load_float(pc, args[1], true);
+                self.call(f.function() as *const ());
                 self.store_float(dst);
             }
         }
