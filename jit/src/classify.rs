@@ -98,6 +98,13 @@ pub fn classify(program: &Program, f: &Function, types: &Types, pc: usize) -> Cl
             (Ty::Nil, t) | (t, Ty::Nil) if t.plain() => Class::Native,
             _ => Class::Step,
         },
+        // A pure built-in's recording call and pullback: the shared semantics (they run no
+        // Zy code).
+        Instr::CallBuiltinTape { builtin, .. } | Instr::CallBuiltinAdj { builtin, .. }
+            if program.builtins[builtin.index()].pure_pullback() =>
+        {
+            Class::Step
+        }
         // Speculated float (`types.rs`), unless that failed here before.
         Instr::TapePop { .. } if types.speculates(pc) => Class::Native,
         Instr::TapePopCtl { .. } => Class::Native,

@@ -173,6 +173,14 @@ impl Builtin {
         self.tower.is_some() && self.custom_second.is_none() && matches!(self.deriv, Deriv::Custom { .. } | Deriv::Nested)
     }
 
+    /// Whether its pullback (`CallBuiltinAdj`) is a Rust rule alone, running no Zy or host
+    /// code and making no frame: a pure function's (`Deriv::Pullback`, on the `leaf`
+    /// built-ins only) or none (`Deriv::Constant`). The shared semantics run it then, so
+    /// native code calls it through `step` instead of leaving to the interpreter.
+    pub fn pure_pullback(&self) -> bool {
+        self.leaf && matches!(self.deriv, Deriv::Pullback(_) | Deriv::Constant)
+    }
+
     pub fn accepts(&self, n: usize) -> bool {
         n >= self.min_args && n <= self.max_args
     }

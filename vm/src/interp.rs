@@ -1446,13 +1446,10 @@ impl Vm {
                     Instr::CallBuiltinAdj { dst, builtin, args } => {
                         account!();
                         self.frames.last_mut().unwrap().pc = pc!() as u32;
-                        let mut vals: Vec<Value> =
-                            func.list(args).iter().map(|r| reg!(r).clone()).collect();
-                        let dy = vals.remove(0);
-                        tri!(self.adjoint_builtin(builtin, dy, &mut vals));
+                        let vals: Vec<Value> = func.list(args).iter().map(|r| reg!(r).clone()).collect();
+                        let v = tri!(self.builtin_adjoint(builtin, vals));
                         refresh!();
-                        vals.insert(0, Value::Nil);
-                        set!(dst, Value::tuple(vals));
+                        set!(dst, v);
                     }
                     Instr::Jump { target, args } => {
                         let args = list!(args);

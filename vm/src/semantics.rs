@@ -111,6 +111,17 @@ impl Vm {
                 let v = self.call_builtin(builtin, &argv)?;
                 set!(dst, v);
             }
+            // A pure built-in's call that records its arguments and result, and its pullback
+            // (a Rust rule over those records), run no Zy code either
+            // (`Builtin::pure_pullback`).
+            Instr::CallBuiltinTape { dst, builtin, args } if program.builtins[builtin.index()].pure_pullback() => {
+                let v = self.tape_builtin(builtin, &values!(args))?;
+                set!(dst, v);
+            }
+            Instr::CallBuiltinAdj { dst, builtin, args } if program.builtins[builtin.index()].pure_pullback() => {
+                let v = self.builtin_adjoint(builtin, values!(args))?;
+                set!(dst, v);
+            }
             Instr::LoadStruct { dst, strukt } => set!(dst, Value::StructCtor(strukt)),
             Instr::GetGlobal { dst, slot } => set!(dst, self.global_value(program, slot)?),
             Instr::SetGlobal { slot, src } => self.globals[slot.index()] = Some(reg!(src).clone()),
@@ -493,6 +504,16 @@ impl Vm {
             }
             None => Err(VmError::new(format!("module variable '{}' is read before it is set", program.global_names[slot.index()]))),
         }
+    }
+
+    /// `CallBuiltinAdj`'s result for `vals = (dy, incoming adjoints..)`: `(nil, d args..)`,
+    /// the incoming adjoints with the built-in's contributions added (`adjoint_builtin`,
+    /// which pops its records). The interpreter's arm and the shared semantics both run this.
+    pub(crate) fn builtin_adjoint(&mut self, builtin: BuiltinId, mut vals: Vec<Value>) -> VmResult<Value> {
+        let dy = vals.remove(0);
+        self.adjoint_builtin(builtin, dy, &mut vals)?;
+        vals.insert(0, Value::Nil);
+        Ok(Value::tuple(vals))
     }
 
     /// `GradOut`: a gradient routine's `(y, gradients)` pair, refilled in place when nothing
