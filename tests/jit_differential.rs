@@ -321,6 +321,23 @@ fn gradient_routines_called_directly_agree() {
             assert_eq!(want, got, "--jit {mode:?} with fuel {fuel}");
         }
     }
+    // Gradient wrappers called from a compiled loop (`float_tree::gradient_wrapper`: both
+    // bodies in place on x86-64): values, counts, hotness and fuel at every instruction of
+    // a few iterations, on every tier.
+    let wrapped = "fn sc(x) { sin(cos(x)) * x }\nfn two(a, b) { a * exp(b) / b }\nfn w1(t) { value_and_gradient(sc, t) }\nfn w2(t) { value_and_gradient(two, t, 0.75) }\nfn f(x, y) { let p = w1(x)\n let q = w2(y)\n for i in 0..400 { p = w1(x * i)\n q = w2(y + i) }\n p[0] + p[1][0] + q[0] + q[1][0] + q[1][1] }\n";
+    let wrapped = zygvm::Program::compile("wrapped.zy", wrapped).unwrap();
+    let (want, steps, calls, _) = limited_call(&wrapped, zygvm::JitMode::Off, with_fuel(None), "f", args());
+    for mode in [zygvm::JitMode::Eager, zygvm::JitMode::Auto] {
+        let (got, got_steps, got_calls, _) = limited_call(&wrapped, mode, with_fuel(None), "f", args());
+        assert_eq!((&want, steps, &calls), (&got, got_steps, &got_calls), "wrappers, --jit {mode:?}");
+    }
+    for fuel in (4000..4080).chain(steps.saturating_sub(40)..steps) {
+        let (want, ..) = limited_call(&wrapped, zygvm::JitMode::Off, with_fuel(Some(fuel)), "f", args());
+        for mode in [zygvm::JitMode::Eager, zygvm::JitMode::Auto] {
+            let (got, ..) = limited_call(&wrapped, mode, with_fuel(Some(fuel)), "f", args());
+            assert_eq!(want, got, "wrappers, --jit {mode:?} with fuel {fuel}");
+        }
+    }
 }
 
 /// A function whose code is dropped (its entry guard failing too often) while one of its

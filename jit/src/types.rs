@@ -77,12 +77,20 @@ pub struct Types {
     /// Calls of `value_and_gradient` made direct calls of a gradient routine
     /// (`gradient_call.rs`): instruction index and routine.
     pub gradient_calls: Vec<(u32, zygvm_vm::bytecode::FuncId)>,
+    /// Direct calls of a function that returns `value_and_gradient` of a gradient tree
+    /// (`float_tree::gradient_wrapper`): instruction index and what inlining it takes.
+    pub gradient_wrappers: Vec<(u32, crate::float_tree::Wrapper)>,
 }
 
 impl Types {
     /// The gradient routine the `CallBuiltin` at `pc` calls directly, if it does.
     pub fn gradient_call(&self, pc: usize) -> Option<zygvm_vm::bytecode::FuncId> {
         self.gradient_calls.iter().find(|c| c.0 == pc as u32).map(|c| c.1)
+    }
+
+    /// The gradient wrapper the `CallDirect` at `pc` calls, if it is inlined.
+    pub fn gradient_wrapper(&self, pc: usize) -> Option<&crate::float_tree::Wrapper> {
+        self.gradient_wrappers.iter().find(|c| c.0 == pc as u32).map(|c| &c.1)
     }
 
     /// Whether native code may speculate on the result of the instruction at `pc`.
@@ -354,7 +362,7 @@ pub fn infer_with(
             }
         }
     }
-    Ok(Types { before, unspeculated: unspeculated.clone(), gradient_calls: vec![] })
+    Ok(Types { before, unspeculated: unspeculated.clone(), gradient_calls: vec![], gradient_wrappers: vec![] })
 }
 
 /// The types at a function's first instruction, guessed while it runs elsewhere (`tags` are

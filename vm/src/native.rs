@@ -962,6 +962,61 @@ pub unsafe extern "C" fn grad_out(vm: *mut Vm, regs: *mut Value, func: u32, pc: 
     unsafe { helper_call(vm, pc, body) }
 }
 
+/// The `GradOut` of a gradient routine that native code ran without its frame (an inlined
+/// gradient tree, `jit/src/float_tree.rs`): `vals` holds the `count` items `(y, x_1 .. x_k,
+/// d_1 .. d_k)` as floats (a `nil` adjoint as `+0.0`, whose gradient of a float is the same
+/// `0.0`: `to_gradient`), and the pair is stored into `dst`, a register of the caller's
+/// frame. The interpreter's `GradOut` on those values (`gradient_pair_reusing`, the same
+/// function), so the same pairs are refilled. Infallible.
+///
+/// # Safety
+/// `vm` is the running VM, `vals` points at `count` floats, `dst` is a live register.
+pub unsafe extern "C" fn grad_out_floats(vm: *mut Vm, vals: *const f64, count: u32, dst: *mut Value) {
+    // SAFETY: the caller's contract.
+    let (vm, vals) = unsafe { (&mut *vm, std::slice::from_raw_parts(vals, count as usize)) };
+    let pair = match refill_float_pair(&mut vm.gradient_results, vals) {
+        Some(pair) => pair,
+        None => new_float_pair(vm, vals),
+    };
+    // SAFETY: the caller's contract.
+    crate::semantics::store(unsafe { &mut *dst }, pair);
+}
+
+/// The pair `gradient_pair_reusing` refills (the first that nothing else holds, nor its
+/// gradient tuple of `k`), refilled here when it holds floats only, as it would be: the
+/// floats written as words, with no `Value` built and read back (a store-forwarding stall
+/// per value). `None` when that pair holds anything else, or there is none.
+#[inline(always)]
+fn refill_float_pair(last: &mut [Option<std::rc::Rc<crate::value::Tuple>>; 2], vals: &[f64]) -> Option<Value> {
+    let k = vals.len() / 2;
+    for slot in last.iter_mut() {
+        let Some(pair) = slot.as_mut().and_then(std::rc::Rc::get_mut) else { continue };
+        let [y, Value::Tuple(grads)] = &mut pair.0[..] else { continue };
+        let Some(g) = std::rc::Rc::get_mut(grads).filter(|g| g.0.len() == k) else { continue };
+        let (Value::Float(y), true) = (y, g.0.iter().all(|v| matches!(v, Value::Float(_)))) else { return None };
+        *y = vals[0];
+        for (v, &d) in g.0.iter_mut().zip(&vals[1 + k..]) {
+            if let Value::Float(v) = v {
+                *v = d;
+            }
+        }
+        return slot.clone().map(Value::Tuple);
+    }
+    None
+}
+
+/// `grad_out_floats` where no float pair can be refilled: the interpreter's `GradOut` on the
+/// values themselves (`gradient_pair_reusing`, which makes or refills a pair as it does).
+#[cold]
+#[inline(never)]
+fn new_float_pair(vm: &mut Vm, vals: &[f64]) -> Value {
+    let values: smallvec::SmallVec<[Value; 9]> = vals.iter().map(|&x| Value::Float(x)).collect();
+    let items: smallvec::SmallVec<[crate::bytecode::Reg; 9]> = (0..vals.len() as u32).map(crate::bytecode::Reg).collect();
+    // SAFETY: nothing here adds a function to the program (see `step`).
+    let program: &Program = unsafe { &*std::sync::Arc::as_ptr(&vm.program) };
+    crate::ad::driver::gradient_pair_reusing(&mut vm.gradient_results, &mut vm.spare_adjoint, program, &items, |r| &values[r.index()])
+}
+
 /// Runs a helper's `body` on the VM: its error becomes the pending error of an `ERROR(pc)`
 /// status, and so does a panic (which must not unwind into machine code).
 ///

@@ -84,6 +84,11 @@ impl<'a> Emitter<'a> {
         if let (true, true, Some(tree)) = (floats, float_after, crate::float_tree::float_tree(self.program, callee)) {
             return self.call_inline(pc, dst, g, args, tree);
         }
+        if let Some(w) = self.types.gradient_wrapper(pc).cloned() {
+            // The callee is `value_and_gradient` of a gradient tree: both bodies in place.
+            let sources: Vec<_> = w.args.iter().map(|&a| a.in_caller(self.f.list(args))).collect();
+            return self.call_gradient_inline(pc, dst, w.routine, &sources, &w.tree, Some(&w));
+        }
         let args = self.f.list(args).to_vec();
         self.call_direct_with(pc, dst, g, &args)
     }
@@ -185,7 +190,7 @@ impl<'a> Emitter<'a> {
     /// After a native call returned, its value in `dst`: the code after the call was typed
     /// with the type `returns.rs` found or `types.rs` speculated; check it (a failed
     /// speculation leaves after the call).
-    fn after_call(&mut self, pc: usize, dst: Reg) {
+    pub(super) fn after_call(&mut self, pc: usize, dst: Reg) {
         self.run_start = pc + 1;
         let Some(after_types) = self.types.before.get(pc + 1).cloned().flatten() else {
             // The inference saw no way for the callee to return: let the interpreter go on.

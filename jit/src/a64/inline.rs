@@ -3,7 +3,7 @@
 //! the callees' registers in the activation's inline slots (`INLINE_AT`), each a float's bits.
 
 use super::*;
-use crate::float_tree::{Tree, INLINE_SLOTS};
+use crate::float_tree::{GradTree, Source, Tree, Wrapper, INLINE_SLOTS};
 use zygvm_vm::bytecode::{Instr, ListId};
 use zygvm_vm::program::Const;
 
@@ -129,5 +129,176 @@ impl<'a> Emitter<'a> {
             }
         }
         unreachable!("a float tree ends in a Return")
+    }
+}
+
+impl<'a> Emitter<'a> {
+    /// `dst = value_and_gradient(f, args)` with the body of `f`'s gradient routine `g` in
+    /// place, and with a wrapper's before it (`x64/inline.rs` `call_gradient_inline` says why
+    /// that is exact; the same checks, counts and helper).
+    pub(super) fn call_gradient_inline(&mut self, pc: usize, dst: Reg, g: FuncId, args: &[Source], tree: &GradTree, wrapper: Option<&Wrapper>) {
+        use zygvm_vm::ad::rules::Rule;
+        let l = native::layout();
+        let f_len = (l.frames + zygvm_vm::stack::LEN_OFFSET) as u32;
+        let routine = &self.program.functions[g.index()];
+        let counted = pc + 1 - self.run_start;
+        let (before, deeper, outer) = wrapper.map_or((0, 0, 0), |w| (w.before, 1, w.len));
+        let slow = self.cold_exit(pc);
+        // What would make the interpreter do more than run the bodies: leave it the call.
+        self.imm(0, (counted + before) as u64);
+        let (next, depth) = (self.next_check, l.ctx_max_depth as u32);
+        dynasm!(self.ops ; .arch aarch64
+            ; add x0, x0, x21
+            ; ldr x16, [x20, next]
+            ; cmp x0, x16
+            ; b.hs =>slow
+            ; ldr x1, [x20, f_len]
+        );
+        self.imm(16, deeper as u64);
+        dynasm!(self.ops ; .arch aarch64 ; add x1, x1, x16 ; ldr x16, [x20, depth] ; cmp x1, x16 ; b.hs =>slow);
+        // The calls happen: the caller's run and the bodies, and their counts.
+        self.count(counted + outer + routine.code.len());
+        if let Some(w) = wrapper {
+            self.count_call(w.func);
+        }
+        self.count_call(g);
+        let at = |r: Reg| inline_offset(tree.slot[r.index()].expect("a used register has a slot"));
+        for (k, &a) in args.iter().enumerate() {
+            match a {
+                Source::Reg(a) => self.load_float(pc, a, false),
+                Source::Const(x) => self.float_constant(0, x),
+            }
+            let o = at(Reg(k as u32));
+            dynasm!(self.ops ; .arch aarch64 ; str d0, [sp, o]);
+        }
+        let pair_of = |pc: usize, math: bool| {
+            tree.pairs.iter().position(|&(m, p)| pc == if math { m } else { p }).map(|k| inline_offset(tree.pair_slots + 2 * k))
+        };
+        for (k, instr) in routine.code.clone().into_iter().enumerate() {
+            let nil = |r: Reg| tree.nil[k][r.index()];
+            match instr {
+                Instr::LoadK { dst, k } => {
+                    let Const::Float(x) = self.program.consts[k.index()] else { unreachable!("gradient_tree") };
+                    let o = at(dst);
+                    self.imm(16, x.to_bits());
+                    dynasm!(self.ops ; .arch aarch64 ; str x16, [sp, o]);
+                }
+                Instr::LoadNil { .. } => {}
+                Instr::Math1 { dst, src, builtin } => {
+                    let b = &self.program.builtins[builtin.index()];
+                    let (s, d) = (at(src), at(dst));
+                    dynasm!(self.ops ; .arch aarch64 ; ldr d0, [sp, s]);
+                    match (pair_of(k, true), b.scalar_pair) {
+                        (Some(o), Some(pair)) => {
+                            dynasm!(self.ops ; .arch aarch64 ; add x0, sp, o);
+                            self.call(pair as *const ());
+                            dynasm!(self.ops ; .arch aarch64 ; ldr d0, [sp, o]);
+                        }
+                        _ => self.call(b.scalar.expect("gradient_tree") as *const ()),
+                    }
+                    dynasm!(self.ops ; .arch aarch64 ; str d0, [sp, d]);
+                }
+                Instr::Neg { dst, src } => {
+                    let (s, d) = (at(src), at(dst));
+                    dynasm!(self.ops ; .arch aarch64 ; ldr d1, [sp, s] ; fneg d1, d1 ; str d1, [sp, d]);
+                }
+                Instr::Add { dst, a, b } | Instr::Sub { dst, a, b } | Instr::Mul { dst, a, b } | Instr::Div { dst, a, b } => {
+                    let (sa, sb, d) = (at(a), at(b), at(dst));
+                    dynasm!(self.ops ; .arch aarch64 ; ldr d0, [sp, sa] ; ldr d1, [sp, sb]);
+                    match instr {
+                        Instr::Add { .. } => dynasm!(self.ops ; .arch aarch64 ; fadd d0, d0, d1),
+                        Instr::Sub { .. } => dynasm!(self.ops ; .arch aarch64 ; fsub d0, d0, d1),
+                        Instr::Mul { .. } => dynasm!(self.ops ; .arch aarch64 ; fmul d0, d0, d1),
+                        _ => dynasm!(self.ops ; .arch aarch64 ; fdiv d0, d0, d1),
+                    }
+                    dynasm!(self.ops ; .arch aarch64 ; str d0, [sp, d]);
+                }
+                Instr::GradSeed { dst, .. } => {
+                    dynasm!(self.ops ; .arch aarch64 ; mov x0, x20);
+                    self.call(native::note_tape_peak as *const ());
+                    let d = at(dst);
+                    self.imm(16, 1f64.to_bits());
+                    dynasm!(self.ops ; .arch aarch64 ; str x16, [sp, d]);
+                }
+                // A `nil` cotangent gives `nil`: no contribution, no code.
+                Instr::Pull { args, .. } | Instr::PullAdd { args, .. } if nil(routine.list(args)[0]) => {}
+                Instr::Pull { dst, rule, args } | Instr::PullAdd { dst, rule, args } => {
+                    let l = routine.list(args).to_vec();
+                    let (r, payload) = Rule::decode(rule);
+                    // The local derivative into `d1`, as `lower.rs`'s `pull_float`.
+                    match r {
+                        Rule::MulA | Rule::MulB => {
+                            let o = at(if r == Rule::MulA { l[2] } else { l[1] });
+                            dynasm!(self.ops ; .arch aarch64 ; ldr d1, [sp, o]);
+                        }
+                        Rule::DivA => {
+                            let o = at(l[2]);
+                            self.float_constant(1, 1.0);
+                            dynasm!(self.ops ; .arch aarch64 ; ldr d0, [sp, o] ; fdiv d1, d1, d0);
+                        }
+                        Rule::DivB => {
+                            let (oa, ob) = (at(l[1]), at(l[2]));
+                            dynasm!(self.ops ; .arch aarch64
+                                ; ldr d1, [sp, ob] ; fmul d1, d1, d1
+                                ; ldr d0, [sp, oa] ; fneg d0, d0 ; fdiv d1, d0, d1);
+                        }
+                        _ => match pair_of(k, false) {
+                            Some(o) => {
+                                let o = o + 8;
+                                dynasm!(self.ops ; .arch aarch64 ; ldr d1, [sp, o]);
+                            }
+                            None => {
+                                let deriv = self.program.builtins[payload as usize].scalar_deriv.expect("gradient_tree");
+                                let s = at(l[1]);
+                                dynasm!(self.ops ; .arch aarch64 ; ldr d0, [sp, s]);
+                                self.call(deriv as *const ());
+                                dynasm!(self.ops ; .arch aarch64 ; fmov d1, d0);
+                            }
+                        },
+                    }
+                    let (s, d) = (at(l[0]), at(dst));
+                    dynasm!(self.ops ; .arch aarch64 ; ldr d0, [sp, s]);
+                    self.times();
+                    if matches!(instr, Instr::PullAdd { .. }) && !nil(dst) {
+                        // `dst + v`, in that order (a NaN's payload comes from the first).
+                        dynasm!(self.ops ; .arch aarch64 ; ldr d1, [sp, d] ; fadd d0, d1, d0);
+                    }
+                    dynasm!(self.ops ; .arch aarch64 ; str d0, [sp, d]);
+                }
+                Instr::AdjAdd { dst, a, b } => match (nil(a), nil(b)) {
+                    (true, true) => {}
+                    (true, false) | (false, true) => {
+                        let (s, d) = (at(if nil(a) { b } else { a }), at(dst));
+                        dynasm!(self.ops ; .arch aarch64 ; ldr x16, [sp, s] ; str x16, [sp, d]);
+                    }
+                    (false, false) => {
+                        let (sa, sb, d) = (at(a), at(b), at(dst));
+                        dynasm!(self.ops ; .arch aarch64 ; ldr d0, [sp, sa] ; ldr d1, [sp, sb] ; fadd d0, d0, d1 ; str d0, [sp, d]);
+                    }
+                },
+                Instr::GradOut { items, .. } => {
+                    let list = routine.list(items).to_vec();
+                    for (j, &r) in list.iter().enumerate() {
+                        let o = inline_offset(tree.items + j);
+                        if nil(r) {
+                            // A `nil` adjoint's gradient of a float is `0.0` (`to_gradient`).
+                            dynasm!(self.ops ; .arch aarch64 ; str xzr, [sp, o]);
+                        } else {
+                            let s = at(r);
+                            dynasm!(self.ops ; .arch aarch64 ; ldr x16, [sp, s] ; str x16, [sp, o]);
+                        }
+                    }
+                    let (o, sd) = (inline_offset(tree.items), slot(dst));
+                    dynasm!(self.ops ; .arch aarch64 ; mov x0, x20 ; add x1, sp, o);
+                    self.imm(2, list.len() as u64);
+                    self.imm(3, sd as u64);
+                    dynasm!(self.ops ; .arch aarch64 ; add x3, x19, x3);
+                    self.call(native::grad_out_floats as *const ());
+                }
+                Instr::Return { .. } => break,
+                other => unreachable!("{} in a gradient tree", other.name()),
+            }
+        }
+        self.after_call(pc, dst);
     }
 }

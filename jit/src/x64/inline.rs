@@ -13,7 +13,7 @@
 //! nested bodies after their caller's; scalar math is called directly.
 
 use super::*;
-use crate::float_tree::Tree;
+use crate::float_tree::{GradTree, Source, Tree, Wrapper};
 
 /// The stack offset of inline slot `r` (after the saved `rbx`).
 const fn inline_offset(r: usize) -> i32 {
@@ -142,5 +142,182 @@ impl<'a> Emitter<'a> {
             }
         }
         unreachable!("a float tree ends in a Return")
+    }
+}
+
+impl<'a> Emitter<'a> {
+    /// `dst = value_and_gradient(f, args)` with the body of `f`'s gradient routine `g` in
+    /// place (`float_tree::gradient_tree` gave `tree`; every argument is a float).
+    ///
+    /// The interpreter runs the call by pushing `g`'s frame and running it (the
+    /// `CallBuiltin` arm; `gradient_call.rs` for native code's direct call): nothing in a
+    /// gradient tree can fail, leave or be observed while it runs, and the only effects are
+    /// the seed's note of the tape's peak and the `GradOut`'s pair, made by the same helper
+    /// code on the same values (`native::grad_out_floats`). So running it without the frame
+    /// is exact once the call behaves as the interpreter's: a budget check due or the depth
+    /// limit reached leaves at the call before anything happened, the call is counted in
+    /// `hotness()`, and the instruction count grows by the caller's run and `g`'s body.
+    /// Registers live in the activation's inline slots, packed (`GradTree::slot`); a `nil`
+    /// adjoint is known statically and takes no code.
+    pub(super) fn call_gradient_inline(&mut self, pc: usize, dst: Reg, g: FuncId, args: &[Source], tree: &GradTree, wrapper: Option<&Wrapper>) {
+        use zygvm_vm::ad::rules::Rule;
+        let l = native::layout();
+        let (_, f_len, _) = calls::stack_fields(l.frames);
+        let (next, depth, calls) = (self.next_check, l.ctx_max_depth as i32, l.ctx_calls as i32);
+        let routine = &self.program.functions[g.index()];
+        let counted = (pc + 1 - self.run_start) as i32;
+        // A wrapper's body runs first: its instructions up to the gradient call are counted
+        // before the call's check, and its frame is one deeper.
+        let (before, deeper, outer) = wrapper.map_or((0, 0, 0), |w| (w.before as i32, 1, w.len as i32));
+        let total = outer + routine.code.len() as i32;
+        let slow = self.cold_exit(pc);
+        dynasm!(self.ops ; .arch x64
+            // What would make the interpreter do more than run the bodies: leave it the call.
+            ; lea rax, [r15 + counted + before]
+            ; cmp rax, QWORD [r12 + next]
+            ; jae =>slow
+            ; mov rcx, QWORD [r12 + f_len]
+            ; add rcx, deeper
+            ; cmp rcx, QWORD [r12 + depth]
+            ; jae =>slow
+            // The calls happen: the caller's run and the bodies, and their counts.
+            ; add r15, counted + total
+            ; mov rax, QWORD [r12 + calls]
+        );
+        for f in wrapper.map(|w| w.func).into_iter().chain([g]) {
+            let count = 4 * f.0 as i32;
+            dynasm!(self.ops ; .arch x64 ; add DWORD [rax + count], 1 ; sbb DWORD [rax + count], 0);
+        }
+        let at = |r: Reg| inline_offset(tree.slot[r.index()].expect("a used register has a slot"));
+        for (k, &a) in args.iter().enumerate() {
+            match a {
+                Source::Reg(a) => self.load_float(pc, a, false),
+                Source::Const(x) => dynasm!(self.ops ; .arch x64 ; mov rax, QWORD x.to_bits() as i64 ; movq xmm0, rax),
+            }
+            let o = at(Reg(k as u32));
+            dynasm!(self.ops ; .arch x64 ; movsd QWORD [rsp + o], xmm0);
+        }
+        let pair_of = |pc: usize, math: bool| {
+            tree.pairs.iter().position(|&(m, p)| pc == if math { m } else { p }).map(|k| inline_offset(tree.pair_slots + 2 * k))
+        };
+        for (k, instr) in routine.code.clone().into_iter().enumerate() {
+            let nil = |r: Reg| tree.nil[k][r.index()];
+            match instr {
+                Instr::LoadK { dst, k } => {
+                    let Const::Float(x) = self.program.consts[k.index()] else { unreachable!("gradient_tree") };
+                    let o = at(dst);
+                    dynasm!(self.ops ; .arch x64 ; mov rax, QWORD x.to_bits() as i64 ; mov QWORD [rsp + o], rax);
+                }
+                Instr::LoadNil { .. } => {}
+                Instr::Math1 { dst, src, builtin } => {
+                    let b = &self.program.builtins[builtin.index()];
+                    let (s, d) = (at(src), at(dst));
+                    dynasm!(self.ops ; .arch x64 ; movsd xmm0, QWORD [rsp + s]);
+                    match (pair_of(k, true), b.scalar_pair) {
+                        (Some(o), Some(pair)) => {
+                            dynasm!(self.ops ; .arch x64 ; lea rdi, [rsp + o]);
+                            self.call(pair as *const ());
+                            dynasm!(self.ops ; .arch x64 ; movsd xmm0, QWORD [rsp + o]);
+                        }
+                        _ => self.call(b.scalar.expect("gradient_tree") as *const ()),
+                    }
+                    dynasm!(self.ops ; .arch x64 ; movsd QWORD [rsp + d], xmm0);
+                }
+                Instr::Neg { dst, src } => {
+                    let (s, d) = (at(src), at(dst));
+                    dynasm!(self.ops ; .arch x64 ; mov rax, QWORD [rsp + s] ; btc rax, 63 ; mov QWORD [rsp + d], rax);
+                }
+                Instr::Add { dst, a, b } | Instr::Sub { dst, a, b } | Instr::Mul { dst, a, b } | Instr::Div { dst, a, b } => {
+                    let (sa, sb, d) = (at(a), at(b), at(dst));
+                    dynasm!(self.ops ; .arch x64 ; movsd xmm0, QWORD [rsp + sa]);
+                    match instr {
+                        Instr::Add { .. } => dynasm!(self.ops ; .arch x64 ; addsd xmm0, QWORD [rsp + sb]),
+                        Instr::Sub { .. } => dynasm!(self.ops ; .arch x64 ; subsd xmm0, QWORD [rsp + sb]),
+                        Instr::Mul { .. } => dynasm!(self.ops ; .arch x64 ; mulsd xmm0, QWORD [rsp + sb]),
+                        _ => dynasm!(self.ops ; .arch x64 ; divsd xmm0, QWORD [rsp + sb]),
+                    }
+                    dynasm!(self.ops ; .arch x64 ; movsd QWORD [rsp + d], xmm0);
+                }
+                Instr::GradSeed { dst, .. } => {
+                    dynasm!(self.ops ; .arch x64 ; mov rdi, r12);
+                    self.call(native::note_tape_peak as *const ());
+                    let d = at(dst);
+                    dynasm!(self.ops ; .arch x64 ; mov rax, QWORD 1f64.to_bits() as i64 ; mov QWORD [rsp + d], rax);
+                }
+                // A `nil` cotangent gives `nil`: no contribution, no code.
+                Instr::Pull { args, .. } | Instr::PullAdd { args, .. } if nil(routine.list(args)[0]) => {}
+                Instr::Pull { dst, rule, args } | Instr::PullAdd { dst, rule, args } => {
+                    let l = routine.list(args).to_vec();
+                    let (r, payload) = Rule::decode(rule);
+                    // The local derivative into `xmm1`, as `arith.rs`'s `pull_float`.
+                    match r {
+                        Rule::MulA | Rule::MulB => {
+                            let o = at(if r == Rule::MulA { l[2] } else { l[1] });
+                            dynasm!(self.ops ; .arch x64 ; movsd xmm1, QWORD [rsp + o]);
+                        }
+                        Rule::DivA => {
+                            let o = at(l[2]);
+                            dynasm!(self.ops ; .arch x64
+                                ; mov rax, QWORD 1.0f64.to_bits() as i64 ; movq xmm1, rax ; divsd xmm1, QWORD [rsp + o]);
+                        }
+                        Rule::DivB => {
+                            let (oa, ob) = (at(l[1]), at(l[2]));
+                            dynasm!(self.ops ; .arch x64
+                                ; movsd xmm1, QWORD [rsp + ob] ; mulsd xmm1, xmm1
+                                ; mov rax, QWORD [rsp + oa] ; btc rax, 63 ; movq xmm0, rax
+                                ; divsd xmm0, xmm1 ; movapd xmm1, xmm0);
+                        }
+                        _ => match pair_of(k, false) {
+                            Some(o) => dynasm!(self.ops ; .arch x64 ; movsd xmm1, QWORD [rsp + o + 8]),
+                            None => {
+                                let deriv = self.program.builtins[payload as usize].scalar_deriv.expect("gradient_tree");
+                                let s = at(l[1]);
+                                dynasm!(self.ops ; .arch x64 ; movsd xmm0, QWORD [rsp + s]);
+                                self.call(deriv as *const ());
+                                dynasm!(self.ops ; .arch x64 ; movapd xmm1, xmm0);
+                            }
+                        },
+                    }
+                    let (s, d) = (at(l[0]), at(dst));
+                    dynasm!(self.ops ; .arch x64 ; movsd xmm0, QWORD [rsp + s]);
+                    self.times();
+                    if matches!(instr, Instr::PullAdd { .. }) && !nil(dst) {
+                        // `dst + v`, in that order (a NaN's payload comes from the first).
+                        dynasm!(self.ops ; .arch x64 ; movapd xmm1, xmm0 ; movsd xmm0, QWORD [rsp + d] ; addsd xmm0, xmm1);
+                    }
+                    dynasm!(self.ops ; .arch x64 ; movsd QWORD [rsp + d], xmm0);
+                }
+                Instr::AdjAdd { dst, a, b } => match (nil(a), nil(b)) {
+                    (true, true) => {}
+                    (true, false) | (false, true) => {
+                        let (s, d) = (at(if nil(a) { b } else { a }), at(dst));
+                        dynasm!(self.ops ; .arch x64 ; mov rax, QWORD [rsp + s] ; mov QWORD [rsp + d], rax);
+                    }
+                    (false, false) => {
+                        let (sa, sb, d) = (at(a), at(b), at(dst));
+                        dynasm!(self.ops ; .arch x64 ; movsd xmm0, QWORD [rsp + sa] ; addsd xmm0, QWORD [rsp + sb] ; movsd QWORD [rsp + d], xmm0);
+                    }
+                },
+                Instr::GradOut { items, .. } => {
+                    let list = routine.list(items).to_vec();
+                    for (j, &r) in list.iter().enumerate() {
+                        let o = inline_offset(tree.items + j);
+                        if nil(r) {
+                            // A `nil` adjoint's gradient of a float is `0.0` (`to_gradient`).
+                            dynasm!(self.ops ; .arch x64 ; mov QWORD [rsp + o], 0);
+                        } else {
+                            let s = at(r);
+                            dynasm!(self.ops ; .arch x64 ; mov rax, QWORD [rsp + s] ; mov QWORD [rsp + o], rax);
+                        }
+                    }
+                    let (o, n, sd) = (inline_offset(tree.items), list.len() as i32, slot(dst));
+                    dynasm!(self.ops ; .arch x64 ; mov rdi, r12 ; lea rsi, [rsp + o] ; mov edx, n ; lea rcx, [rbx + sd]);
+                    self.call(native::grad_out_floats as *const ());
+                }
+                Instr::Return { .. } => break,
+                other => unreachable!("{} in a gradient tree", other.name()),
+            }
+        }
+        self.after_call(pc, dst);
     }
 }
