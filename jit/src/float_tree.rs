@@ -107,6 +107,16 @@ pub struct GradTree {
     pub pair_slots: usize,
 }
 
+/// The gradient tree of the routine a `value_and_gradient` call at `pc` calls directly
+/// (`types::gradient_call`), when its arguments `args` are typed floats there.
+pub fn gradient_call_tree(program: &Program, types: &crate::types::Types, pc: usize, routine: FuncId, args: &[Reg]) -> Option<GradTree> {
+    let t = types.before.get(pc)?.as_deref()?;
+    if !args.iter().all(|a| t[a.index()] == crate::types::Ty::Float) {
+        return None;
+    }
+    gradient_tree(program, program.functions.get(routine.index())?)
+}
+
 /// `g` as a gradient tree for arguments all typed `Float`, within the inline slots (its
 /// registers, the `GradOut`'s items copied for the helper `native::grad_out_floats`, and
 /// the pairs' values and derivatives: at most `INLINE_SLOTS`). Registers are the executable

@@ -17,24 +17,8 @@ impl<'a> Emitter<'a> {
     /// `dst = g(args)` with `g`'s body in place (`float_tree` gave `tree`, every argument is
     /// a float, and the code after the call expects a float in `dst`).
     pub(super) fn call_inline(&mut self, pc: usize, dst: Reg, g: FuncId, args: ListId, tree: Tree) {
-        let l = native::layout();
-        let f_len = (l.frames + zygvm_vm::stack::LEN_OFFSET) as u32;
         let counted = pc + 1 - self.run_start;
-        let slow = self.cold_exit(pc);
-        // What would make the interpreter do more than run the bodies: leave it the call.
-        self.imm(0, (counted + tree.before_calls) as u64);
-        let (next, depth) = (self.next_check, l.ctx_max_depth as u32);
-        dynasm!(self.ops ; .arch aarch64
-            ; add x0, x0, x21
-            ; ldr x16, [x20, next]
-            ; cmp x0, x16
-            ; b.hs =>slow
-            ; ldr x1, [x20, f_len]
-        );
-        self.imm(16, tree.levels as u64 - 1);
-        dynasm!(self.ops ; .arch aarch64 ; add x1, x1, x16 ; ldr x16, [x20, depth] ; cmp x1, x16 ; b.hs =>slow);
-        // The calls happen: the caller's run and every body's instructions.
-        self.count(counted + tree.total);
+        self.enter_inline(pc, counted + tree.before_calls, tree.levels - 1, counted + tree.total);
         let mut in_d0 = None;
         for (k, a) in self.f.list(args).to_vec().into_iter().enumerate() {
             self.load_float(pc, a, false);
@@ -53,6 +37,27 @@ impl<'a> Emitter<'a> {
         }
         self.store_float(dst);
         self.run_start = pc + 1;
+    }
+
+    /// Where a call's bodies start running in place (`x64/inline.rs` `enter_inline`): leaves
+    /// at `pc` when a budget check is due at `checked` instructions or the deepest body's
+    /// frame, `deeper` past the callee's, is over the depth limit; then counts `total`.
+    fn enter_inline(&mut self, pc: usize, checked: usize, deeper: usize, total: usize) {
+        let l = native::layout();
+        let f_len = (l.frames + zygvm_vm::stack::LEN_OFFSET) as u32;
+        let slow = self.cold_exit(pc);
+        self.imm(0, checked as u64);
+        let (next, depth) = (self.next_check, l.ctx_max_depth as u32);
+        dynasm!(self.ops ; .arch aarch64
+            ; add x0, x0, x21
+            ; ldr x16, [x20, next]
+            ; cmp x0, x16
+            ; b.hs =>slow
+            ; ldr x1, [x20, f_len]
+        );
+        self.imm(16, deeper as u64);
+        dynasm!(self.ops ; .arch aarch64 ; add x1, x1, x16 ; ldr x16, [x20, depth] ; cmp x1, x16 ; b.hs =>slow);
+        self.count(total);
     }
 
     /// `g`'s body on its registers at inline slots `base..` (arguments already there): counts
@@ -138,26 +143,12 @@ impl<'a> Emitter<'a> {
     /// that is exact; the same checks, counts and helper).
     pub(super) fn call_gradient_inline(&mut self, pc: usize, dst: Reg, g: FuncId, args: &[Source], tree: &GradTree, wrapper: Option<&Wrapper>) {
         use zygvm_vm::ad::rules::Rule;
-        let l = native::layout();
-        let f_len = (l.frames + zygvm_vm::stack::LEN_OFFSET) as u32;
         let routine = &self.program.functions[g.index()];
         let counted = pc + 1 - self.run_start;
+        // A wrapper's body runs first: its instructions up to the gradient call are counted
+        // before the call's check, and its frame is one deeper.
         let (before, deeper, outer) = wrapper.map_or((0, 0, 0), |w| (w.before, 1, w.len));
-        let slow = self.cold_exit(pc);
-        // What would make the interpreter do more than run the bodies: leave it the call.
-        self.imm(0, (counted + before) as u64);
-        let (next, depth) = (self.next_check, l.ctx_max_depth as u32);
-        dynasm!(self.ops ; .arch aarch64
-            ; add x0, x0, x21
-            ; ldr x16, [x20, next]
-            ; cmp x0, x16
-            ; b.hs =>slow
-            ; ldr x1, [x20, f_len]
-        );
-        self.imm(16, deeper as u64);
-        dynasm!(self.ops ; .arch aarch64 ; add x1, x1, x16 ; ldr x16, [x20, depth] ; cmp x1, x16 ; b.hs =>slow);
-        // The calls happen: the caller's run and the bodies, and their counts.
-        self.count(counted + outer + routine.code.len());
+        self.enter_inline(pc, counted + before, deeper, counted + outer + routine.code.len());
         if let Some(w) = wrapper {
             self.count_call(w.func);
         }

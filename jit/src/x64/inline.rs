@@ -24,24 +24,8 @@ impl<'a> Emitter<'a> {
     /// `dst = g(args)` with `g`'s body in place (`float_tree` gave `tree`, every argument is
     /// a float, and the code after the call expects a float in `dst`).
     pub(super) fn call_inline(&mut self, pc: usize, dst: Reg, g: FuncId, args: ListId, tree: Tree) {
-        let l = native::layout();
-        let (_, f_len, _) = calls::stack_fields(l.frames);
-        let (next, depth) = (self.next_check, l.ctx_max_depth as i32);
         let counted = (pc + 1 - self.run_start) as i32;
-        let (checked, deeper, total) = (counted + tree.before_calls as i32, tree.levels as i32 - 1, tree.total as i32);
-        let slow = self.cold_exit(pc);
-        dynasm!(self.ops ; .arch x64
-            // What would make the interpreter do more than run the bodies: leave it the call.
-            ; lea rax, [r15 + checked]
-            ; cmp rax, QWORD [r12 + next]
-            ; jae =>slow
-            ; mov rcx, QWORD [r12 + f_len]
-            ; add rcx, deeper
-            ; cmp rcx, QWORD [r12 + depth]
-            ; jae =>slow
-            // The calls happen: the caller's run and every body's instructions.
-            ; add r15, counted + total
-        );
+        self.enter_inline(pc, counted + tree.before_calls as i32, tree.levels as i32 - 1, counted + tree.total as i32);
         let mut in_xmm0 = None;
         for (k, a) in self.f.list(args).to_vec().into_iter().enumerate() {
             self.load_float(pc, a, false);
@@ -60,6 +44,28 @@ impl<'a> Emitter<'a> {
         }
         self.store_float(dst);
         self.run_start = pc + 1;
+    }
+
+    /// Where a call's bodies start running in place: leaves at `pc`, before anything
+    /// happened, when the interpreter would do more than run them (a budget check due at
+    /// `checked` instructions, the deepest body's frame `deeper` frames past the callee's
+    /// over the depth limit); then counts `total` instructions (the caller's run and every
+    /// body).
+    fn enter_inline(&mut self, pc: usize, checked: i32, deeper: i32, total: i32) {
+        let l = native::layout();
+        let (_, f_len, _) = calls::stack_fields(l.frames);
+        let (next, depth) = (self.next_check, l.ctx_max_depth as i32);
+        let slow = self.cold_exit(pc);
+        dynasm!(self.ops ; .arch x64
+            ; lea rax, [r15 + checked]
+            ; cmp rax, QWORD [r12 + next]
+            ; jae =>slow
+            ; mov rcx, QWORD [r12 + f_len]
+            ; add rcx, deeper
+            ; cmp rcx, QWORD [r12 + depth]
+            ; jae =>slow
+            ; add r15, total
+        );
     }
 
     /// `g`'s body on its registers at inline slots `base..` (arguments already there): counts
@@ -161,29 +167,14 @@ impl<'a> Emitter<'a> {
     /// adjoint is known statically and takes no code.
     pub(super) fn call_gradient_inline(&mut self, pc: usize, dst: Reg, g: FuncId, args: &[Source], tree: &GradTree, wrapper: Option<&Wrapper>) {
         use zygvm_vm::ad::rules::Rule;
-        let l = native::layout();
-        let (_, f_len, _) = calls::stack_fields(l.frames);
-        let (next, depth, calls) = (self.next_check, l.ctx_max_depth as i32, l.ctx_calls as i32);
+        let calls = native::layout().ctx_calls as i32;
         let routine = &self.program.functions[g.index()];
         let counted = (pc + 1 - self.run_start) as i32;
         // A wrapper's body runs first: its instructions up to the gradient call are counted
         // before the call's check, and its frame is one deeper.
         let (before, deeper, outer) = wrapper.map_or((0, 0, 0), |w| (w.before as i32, 1, w.len as i32));
-        let total = outer + routine.code.len() as i32;
-        let slow = self.cold_exit(pc);
-        dynasm!(self.ops ; .arch x64
-            // What would make the interpreter do more than run the bodies: leave it the call.
-            ; lea rax, [r15 + counted + before]
-            ; cmp rax, QWORD [r12 + next]
-            ; jae =>slow
-            ; mov rcx, QWORD [r12 + f_len]
-            ; add rcx, deeper
-            ; cmp rcx, QWORD [r12 + depth]
-            ; jae =>slow
-            // The calls happen: the caller's run and the bodies, and their counts.
-            ; add r15, counted + total
-            ; mov rax, QWORD [r12 + calls]
-        );
+        self.enter_inline(pc, counted + before, deeper, counted + outer + routine.code.len() as i32);
+        dynasm!(self.ops ; .arch x64 ; mov rax, QWORD [r12 + calls]);
         for f in wrapper.map(|w| w.func).into_iter().chain([g]) {
             let count = 4 * f.0 as i32;
             dynasm!(self.ops ; .arch x64 ; add DWORD [rax + count], 1 ; sbb DWORD [rax + count], 0);

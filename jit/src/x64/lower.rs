@@ -109,16 +109,13 @@ impl<'a> Emitter<'a> {
             Instr::CallBuiltin { dst, args, .. } => {
                 let args = self.f.list(args).to_vec();
                 match crate::classify::native_builtin(self.program, self.f, self.types, pc) {
-                    Some(NativeBuiltin::Gradient(g)) => {
-                        let floats = args[1..].iter().all(|&a| ty(a) == Ty::Float);
-                        match crate::float_tree::gradient_tree(self.program, &self.program.functions[g.index()]) {
-                            Some(tree) if floats => {
-                                let sources: Vec<_> = args[1..].iter().map(|&a| crate::float_tree::Source::Reg(a)).collect();
-                                self.call_gradient_inline(pc, dst, g, &sources, &tree, None)
-                            }
-                            _ => self.call_direct_with(pc, dst, g, &args[1..]),
+                    Some(NativeBuiltin::Gradient(g)) => match crate::float_tree::gradient_call_tree(self.program, self.types, pc, g, &args[1..]) {
+                        Some(tree) => {
+                            let sources: Vec<_> = args[1..].iter().map(|&a| crate::float_tree::Source::Reg(a)).collect();
+                            self.call_gradient_inline(pc, dst, g, &sources, &tree, None)
                         }
-                    }
+                        None => self.call_direct_with(pc, dst, g, &args[1..]),
+                    },
                     Some(NativeBuiltin::Scalar(op)) => self.scalar_builtin(pc, dst, op, &args),
                     Some(NativeBuiltin::Len) => self.length(pc, dst, args[0]),
                     None => unreachable!("a built-in call classified native is a NativeBuiltin"),
