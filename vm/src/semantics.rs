@@ -114,13 +114,9 @@ impl Vm {
             // A pure built-in's call that records its arguments and result, and its pullback
             // (a Rust rule over those records), run no Zy code either
             // (`Builtin::pure_pullback`).
-            Instr::CallBuiltinTape { dst, builtin, args } if program.builtins[builtin.index()].pure_pullback() => {
-                let v = self.tape_builtin(builtin, &values!(args))?;
-                set!(dst, v);
-            }
-            Instr::CallBuiltinAdj { dst, builtin, args } if program.builtins[builtin.index()].pure_pullback() => {
-                let v = self.builtin_adjoint(builtin, values!(args))?;
-                set!(dst, v);
+            Instr::CallBuiltinTape { builtin, .. } | Instr::CallBuiltinAdj { builtin, .. } if program.builtins[builtin.index()].pure_pullback() => {
+                // SAFETY: this function's contract.
+                unsafe { self.pure_builtin_record(func, regs, instr)? }
             }
             Instr::LoadStruct { dst, strukt } => set!(dst, Value::StructCtor(strukt)),
             Instr::GetGlobal { dst, slot } => set!(dst, self.global_value(program, slot)?),
@@ -504,6 +500,28 @@ impl Vm {
             }
             None => Err(VmError::new(format!("module variable '{}' is read before it is set", program.global_names[slot.index()]))),
         }
+    }
+
+    /// `CallBuiltinTape` or `CallBuiltinAdj` of a pure built-in (`exec_simple`'s arm). Out of
+    /// line in a debug build, where its argument vectors would otherwise grow `exec_simple`'s
+    /// frame, which a small host stack holds under every call a built-in makes back into Zy
+    /// (`tests/embed.rs`, 96 KB).
+    ///
+    /// # Safety
+    /// As `exec_simple`'s: `regs` is the register window of a frame of `func`.
+    #[cfg_attr(debug_assertions, inline(never))]
+    #[cfg_attr(not(debug_assertions), inline(always))]
+    unsafe fn pure_builtin_record(&mut self, func: &Function, regs: *mut Value, instr: Instr) -> VmResult<()> {
+        // SAFETY: the caller's contract (verified registers of this frame).
+        let values = |l: ListId| -> Vec<Value> { func.list(l).iter().map(|r| unsafe { (*regs.add(r.index())).clone() }).collect() };
+        let (dst, v) = match instr {
+            Instr::CallBuiltinTape { dst, builtin, args } => (dst, self.tape_builtin(builtin, &values(args))?),
+            Instr::CallBuiltinAdj { dst, builtin, args } => (dst, self.builtin_adjoint(builtin, values(args))?),
+            _ => unreachable!("only a built-in's recording call or pullback"),
+        };
+        // SAFETY: as above.
+        store(unsafe { &mut *regs.add(dst.index()) }, v);
+        Ok(())
     }
 
     /// `CallBuiltinAdj`'s result for `vals = (dy, incoming adjoints..)`: `(nil, d args..)`,

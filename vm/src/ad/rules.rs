@@ -284,6 +284,22 @@ fn sum_if(dy: &Value, code: &Value, bit: i64) -> Value {
     unbroadcast(dy, if broadcast { &Value::Float(0.0) } else { &Value::Nil })
 }
 
+/// `fast`'s case of `^` at numbers: `apply`'s rule on scalars (no operand was broadcast).
+/// Out of line in a debug build, where `fast`, inlined into the interpreter's dispatch,
+/// would otherwise grow its frame (`tests/embed.rs` runs it on a 96 KB host thread).
+#[cfg_attr(debug_assertions, inline(never))]
+#[cfg_attr(not(debug_assertions), inline(always))]
+fn pow_fast(rule: Rule, d: f64, a: &Value, b: &Value) -> Option<Value> {
+    let x = a.as_f64()?;
+    let g = match (rule, b) {
+        (Rule::PowA, &Value::Int(n)) => pow_da_int(x, n),
+        (Rule::PowA, &Value::Float(y)) => pow_da(x, y),
+        (Rule::PowB, _) => pow_db(x, b.as_f64()?),
+        _ => return None,
+    };
+    Some(Value::Float(times(d, g)))
+}
+
 /// The float fast path of the commonest rules (scalar code's adjoint), reading the arguments
 /// straight from registers; `None` sends the call to `apply`.
 #[inline(always)]
@@ -308,16 +324,7 @@ pub fn fast<'v>(program: &Program, code: u32, arg: impl Fn(usize) -> &'v Value) 
             (F(a), F(b)) => F(times(*d, -a / (b * b))),
             _ => return None,
         },
-        // `^` of numbers: `apply`'s rule on scalars (no operand was broadcast).
-        (Rule::PowA, F(d)) => match (arg(1).as_f64(), arg(2)) {
-            (Some(x), &Value::Int(n)) => F(times(*d, pow_da_int(x, n))),
-            (Some(x), &F(y)) => F(times(*d, pow_da(x, y))),
-            _ => return None,
-        },
-        (Rule::PowB, F(d)) => match (arg(1).as_f64(), arg(2).as_f64()) {
-            (Some(x), Some(y)) => F(times(*d, pow_db(x, y))),
-            _ => return None,
-        },
+        (Rule::PowA | Rule::PowB, F(d)) => return pow_fast(rule, *d, arg(1), arg(2)),
         (Rule::Math1, F(d)) => match (arg(1), program.builtins[payload as usize].scalar_deriv) {
             (F(x), Some(deriv)) => F(times(*d, deriv(*x))),
             _ => return None,
