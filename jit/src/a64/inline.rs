@@ -39,6 +39,22 @@ impl<'a> Emitter<'a> {
         self.run_start = pc + 1;
     }
 
+    /// `[sp + d] := [sp + sa] OP [sp + sb]` for `+ - * /` on inline slots, through `d0`
+    /// (left there) and `d1`; `loaded`: `d0` already holds `[sp + sa]`.
+    fn slot_arith(&mut self, instr: Instr, sa: u32, sb: u32, d: u32, loaded: bool) {
+        if !loaded {
+            dynasm!(self.ops ; .arch aarch64 ; ldr d0, [sp, sa]);
+        }
+        dynasm!(self.ops ; .arch aarch64 ; ldr d1, [sp, sb]);
+        match instr {
+            Instr::Add { .. } => dynasm!(self.ops ; .arch aarch64 ; fadd d0, d0, d1),
+            Instr::Sub { .. } => dynasm!(self.ops ; .arch aarch64 ; fsub d0, d0, d1),
+            Instr::Mul { .. } => dynasm!(self.ops ; .arch aarch64 ; fmul d0, d0, d1),
+            _ => dynasm!(self.ops ; .arch aarch64 ; fdiv d0, d0, d1),
+        }
+        dynasm!(self.ops ; .arch aarch64 ; str d0, [sp, d]);
+    }
+
     /// Where a call's bodies start running in place (`x64/inline.rs` `enter_inline`): leaves
     /// at `pc` when a budget check is due at `checked` instructions or the deepest body's
     /// frame, `deeper` past the callee's, is over the depth limit; then counts `total`.
@@ -98,17 +114,7 @@ impl<'a> Emitter<'a> {
                 }
                 Instr::Add { dst, a, b } | Instr::Sub { dst, a, b } | Instr::Mul { dst, a, b } | Instr::Div { dst, a, b } => {
                     let (sa, sb, d) = (at(a), at(b), at(dst));
-                    if *in_d0 != Some(sa) {
-                        dynasm!(self.ops ; .arch aarch64 ; ldr d0, [sp, sa]);
-                    }
-                    dynasm!(self.ops ; .arch aarch64 ; ldr d1, [sp, sb]);
-                    match instr {
-                        Instr::Add { .. } => dynasm!(self.ops ; .arch aarch64 ; fadd d0, d0, d1),
-                        Instr::Sub { .. } => dynasm!(self.ops ; .arch aarch64 ; fsub d0, d0, d1),
-                        Instr::Mul { .. } => dynasm!(self.ops ; .arch aarch64 ; fmul d0, d0, d1),
-                        _ => dynasm!(self.ops ; .arch aarch64 ; fdiv d0, d0, d1),
-                    }
-                    dynasm!(self.ops ; .arch aarch64 ; str d0, [sp, d]);
+                    self.slot_arith(instr, sa, sb, d, *in_d0 == Some(sa));
                     *in_d0 = Some(d);
                 }
                 Instr::CallDirect { dst, func, args } => {
@@ -195,14 +201,7 @@ impl<'a> Emitter<'a> {
                 }
                 Instr::Add { dst, a, b } | Instr::Sub { dst, a, b } | Instr::Mul { dst, a, b } | Instr::Div { dst, a, b } => {
                     let (sa, sb, d) = (at(a), at(b), at(dst));
-                    dynasm!(self.ops ; .arch aarch64 ; ldr d0, [sp, sa] ; ldr d1, [sp, sb]);
-                    match instr {
-                        Instr::Add { .. } => dynasm!(self.ops ; .arch aarch64 ; fadd d0, d0, d1),
-                        Instr::Sub { .. } => dynasm!(self.ops ; .arch aarch64 ; fsub d0, d0, d1),
-                        Instr::Mul { .. } => dynasm!(self.ops ; .arch aarch64 ; fmul d0, d0, d1),
-                        _ => dynasm!(self.ops ; .arch aarch64 ; fdiv d0, d0, d1),
-                    }
-                    dynasm!(self.ops ; .arch aarch64 ; str d0, [sp, d]);
+                    self.slot_arith(instr, sa, sb, d, false);
                 }
                 Instr::GradSeed { dst, .. } => {
                     dynasm!(self.ops ; .arch aarch64 ; mov x0, x20);

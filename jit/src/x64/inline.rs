@@ -46,6 +46,21 @@ impl<'a> Emitter<'a> {
         self.run_start = pc + 1;
     }
 
+    /// `[rsp + d] := [rsp + sa] OP [rsp + sb]` for `+ - * /` on inline slots, through `xmm0`
+    /// (left there); `loaded`: `xmm0` already holds `[rsp + sa]`.
+    fn slot_arith(&mut self, instr: Instr, sa: i32, sb: i32, d: i32, loaded: bool) {
+        if !loaded {
+            dynasm!(self.ops ; .arch x64 ; movsd xmm0, QWORD [rsp + sa]);
+        }
+        match instr {
+            Instr::Add { .. } => dynasm!(self.ops ; .arch x64 ; addsd xmm0, QWORD [rsp + sb]),
+            Instr::Sub { .. } => dynasm!(self.ops ; .arch x64 ; subsd xmm0, QWORD [rsp + sb]),
+            Instr::Mul { .. } => dynasm!(self.ops ; .arch x64 ; mulsd xmm0, QWORD [rsp + sb]),
+            _ => dynasm!(self.ops ; .arch x64 ; divsd xmm0, QWORD [rsp + sb]),
+        }
+        dynasm!(self.ops ; .arch x64 ; movsd QWORD [rsp + d], xmm0);
+    }
+
     /// Where a call's bodies start running in place: leaves at `pc`, before anything
     /// happened, when the interpreter would do more than run them (a budget check due at
     /// `checked` instructions, the deepest body's frame `deeper` frames past the callee's
@@ -113,16 +128,7 @@ impl<'a> Emitter<'a> {
                 }
                 Instr::Add { dst, a, b } | Instr::Sub { dst, a, b } | Instr::Mul { dst, a, b } | Instr::Div { dst, a, b } => {
                     let (sa, sb, d) = (at(a), at(b), at(dst));
-                    if *in_xmm0 != Some(sa) {
-                        dynasm!(self.ops ; .arch x64 ; movsd xmm0, QWORD [rsp + sa]);
-                    }
-                    match instr {
-                        Instr::Add { .. } => dynasm!(self.ops ; .arch x64 ; addsd xmm0, QWORD [rsp + sb]),
-                        Instr::Sub { .. } => dynasm!(self.ops ; .arch x64 ; subsd xmm0, QWORD [rsp + sb]),
-                        Instr::Mul { .. } => dynasm!(self.ops ; .arch x64 ; mulsd xmm0, QWORD [rsp + sb]),
-                        _ => dynasm!(self.ops ; .arch x64 ; divsd xmm0, QWORD [rsp + sb]),
-                    }
-                    dynasm!(self.ops ; .arch x64 ; movsd QWORD [rsp + d], xmm0);
+                    self.slot_arith(instr, sa, sb, d, *in_xmm0 == Some(sa));
                     *in_xmm0 = Some(d);
                 }
                 Instr::CallDirect { dst, func, args } => {
@@ -220,14 +226,7 @@ impl<'a> Emitter<'a> {
                 }
                 Instr::Add { dst, a, b } | Instr::Sub { dst, a, b } | Instr::Mul { dst, a, b } | Instr::Div { dst, a, b } => {
                     let (sa, sb, d) = (at(a), at(b), at(dst));
-                    dynasm!(self.ops ; .arch x64 ; movsd xmm0, QWORD [rsp + sa]);
-                    match instr {
-                        Instr::Add { .. } => dynasm!(self.ops ; .arch x64 ; addsd xmm0, QWORD [rsp + sb]),
-                        Instr::Sub { .. } => dynasm!(self.ops ; .arch x64 ; subsd xmm0, QWORD [rsp + sb]),
-                        Instr::Mul { .. } => dynasm!(self.ops ; .arch x64 ; mulsd xmm0, QWORD [rsp + sb]),
-                        _ => dynasm!(self.ops ; .arch x64 ; divsd xmm0, QWORD [rsp + sb]),
-                    }
-                    dynasm!(self.ops ; .arch x64 ; movsd QWORD [rsp + d], xmm0);
+                    self.slot_arith(instr, sa, sb, d, false);
                 }
                 Instr::GradSeed { dst, .. } => {
                     dynasm!(self.ops ; .arch x64 ; mov rdi, r12);
