@@ -118,7 +118,7 @@ pub fn gradient_call_tree(program: &Program, types: &crate::types::Types, pc: us
 }
 
 /// `g` as a gradient tree for arguments all typed `Float`, within the inline slots (its
-/// registers, the `GradOut`'s items copied for the helper `native::grad_out_floats`, and
+/// registers, the `GradOut`'s items copied for the helper `native::seed_grad_out_floats`, and
 /// the pairs' values and derivatives: at most `INLINE_SLOTS`). Registers are the executable
 /// form's, reused once dead, so what each holds is followed instruction by instruction.
 pub fn gradient_tree(program: &Program, g: &Function) -> Option<GradTree> {
@@ -134,7 +134,7 @@ pub fn gradient_tree(program: &Program, g: &Function) -> Option<GradTree> {
     used[..arity].iter_mut().for_each(|u| *u = true);
     let float = |kind: &[Option<bool>], r: Reg| kind.get(r.index()) == Some(&Some(true));
     let defined = |kind: &[Option<bool>], r: Reg| kind.get(r.index()).is_some_and(Option::is_some);
-    let (mut nil, mut out, mut params_kept) = (vec![], None, true);
+    let (mut nil, mut out, mut params_kept, mut seeded) = (vec![], None, true, false);
     for (pc, instr) in g.code.iter().enumerate() {
         nil.push(kind.iter().map(|k| *k == Some(false)).collect());
         let (dst, is_float) = match *instr {
@@ -147,7 +147,10 @@ pub fn gradient_tree(program: &Program, g: &Function) -> Option<GradTree> {
             {
                 (dst, true)
             }
-            Instr::GradSeed { dst, src } if float(&kind, src) => (dst, true),
+            Instr::GradSeed { dst, src } if float(&kind, src) => {
+                seeded = true;
+                (dst, true)
+            }
             Instr::Pull { dst, rule, args } | Instr::PullAdd { dst, rule, args } => {
                 let l = g.list(args);
                 let (r, payload) = Rule::decode(rule);
@@ -173,7 +176,8 @@ pub fn gradient_tree(program: &Program, g: &Function) -> Option<GradTree> {
                 // `(y, x_1 .. x_k, d_1 .. d_k)`: the parameters, unchanged and in order, and
                 // their adjoints.
                 let params = l.len() == 1 + 2 * arity && l[1..=arity].iter().enumerate().all(|(j, r)| r.index() == j);
-                if !params || !params_kept || !float(&kind, l[0]) || !l[1 + arity..].iter().all(|&d| defined(&kind, d)) {
+                // The seed's note of the tape's peak is made by the `GradOut`'s helper.
+                if !params || !params_kept || !seeded || !float(&kind, l[0]) || !l[1 + arity..].iter().all(|&d| defined(&kind, d)) {
                     return None;
                 }
                 out = Some(dst);

@@ -967,13 +967,17 @@ pub unsafe extern "C" fn grad_out(vm: *mut Vm, regs: *mut Value, func: u32, pc: 
 /// d_1 .. d_k)` as floats (a `nil` adjoint as `+0.0`, whose gradient of a float is the same
 /// `0.0`: `to_gradient`), and the pair is stored into `dst`, a register of the caller's
 /// frame. The interpreter's `GradOut` on those values (`gradient_pair_reusing`, the same
-/// function), so the same pairs are refilled. Infallible.
+/// function), so the same pairs are refilled. The tree's `GradSeed` notes the tape's peak here
+/// too (`Tape::note_peak`): a gradient tree changes no tape between its `GradSeed` and its
+/// `GradOut` (`float_tree::gradient_tree` admits no tape instruction), so the size is the
+/// seed's. Infallible.
 ///
 /// # Safety
 /// `vm` is the running VM, `vals` points at `count` floats, `dst` is a live register.
-pub unsafe extern "C" fn grad_out_floats(vm: *mut Vm, vals: *const f64, count: u32, dst: *mut Value) {
+pub unsafe extern "C" fn seed_grad_out_floats(vm: *mut Vm, vals: *const f64, count: u32, dst: *mut Value) {
     // SAFETY: the caller's contract.
     let (vm, vals) = unsafe { (&mut *vm, std::slice::from_raw_parts(vals, count as usize)) };
+    vm.tape.note_peak();
     let pair = match refill_float_pair(&mut vm.gradient_results, vals) {
         Some(pair) => pair,
         None => new_float_pair(vm, vals),
@@ -1005,7 +1009,7 @@ fn refill_float_pair(last: &mut [Option<std::rc::Rc<crate::value::Tuple>>; 2], v
     None
 }
 
-/// `grad_out_floats` where no float pair can be refilled: the interpreter's `GradOut` on the
+/// `seed_grad_out_floats` where no float pair can be refilled: the interpreter's `GradOut` on the
 /// values themselves (`gradient_pair_reusing`, which makes or refills a pair as it does).
 #[cold]
 #[inline(never)]
@@ -1015,6 +1019,40 @@ fn new_float_pair(vm: &mut Vm, vals: &[f64]) -> Value {
     // SAFETY: nothing here adds a function to the program (see `step`).
     let program: &Program = unsafe { &*std::sync::Arc::as_ptr(&vm.program) };
     crate::ad::driver::gradient_pair_reusing(&mut vm.gradient_results, &mut vm.spare_adjoint, program, &items, |r| &values[r.index()])
+}
+
+/// `seed_grad_out_floats` of a gradient routine of one float argument, its items `(y, x, d)`
+/// in registers; the pair refilled is `refill_float_pair`'s. Infallible.
+///
+/// # Safety
+/// `vm` is the running VM, `dst` is a live register.
+pub unsafe extern "C" fn seed_grad_out_float(vm: *mut Vm, dst: *mut Value, y: f64, x: f64, d: f64) {
+    // SAFETY: the caller's contract.
+    let vm = unsafe { &mut *vm };
+    vm.tape.note_peak();
+    // SAFETY: the caller's contract.
+    let dst = unsafe { &mut *dst };
+    match refill_float_pair1(&mut vm.gradient_results, y, d) {
+        // The pair's two words stored from registers: a `Value` built on the stack and
+        // copied in one 16-byte load waits for both stores (a store-forwarding stall).
+        Some(pair) => crate::semantics::store(dst, Value::Tuple(pair)),
+        None => crate::semantics::store(dst, new_float_pair(vm, &[y, x, d])),
+    }
+}
+
+/// `refill_float_pair` of one gradient, its floats in registers (the loop over slices and the
+/// items copied through memory were half of the `sincos` gradient's helper time).
+#[inline(always)]
+fn refill_float_pair1(last: &mut [Option<std::rc::Rc<crate::value::Tuple>>; 2], y: f64, d: f64) -> Option<std::rc::Rc<crate::value::Tuple>> {
+    for slot in last.iter_mut() {
+        let Some(pair) = slot.as_mut().and_then(std::rc::Rc::get_mut) else { continue };
+        let [py, Value::Tuple(grads)] = &mut pair.0[..] else { continue };
+        let Some([g]) = std::rc::Rc::get_mut(grads).map(|g| &mut g.0[..]) else { continue };
+        let (Value::Float(py), Value::Float(g)) = (py, g) else { return None };
+        (*py, *g) = (y, d);
+        return slot.clone();
+    }
+    None
 }
 
 /// Runs a helper's `body` on the VM: its error becomes the pending error of an `ERROR(pc)`

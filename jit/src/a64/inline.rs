@@ -160,6 +160,10 @@ impl<'a> Emitter<'a> {
         }
         self.count_call(g);
         let at = |r: Reg| inline_offset(tree.slot[r.index()].expect("a used register has a slot"));
+        // `d0` also holds this slot's value (set by an instruction that ends storing it, taken
+        // by the next, which may skip its load); which registers hold exactly `1.0` (the seed).
+        let mut in_d0: Option<u32> = None;
+        let mut one = vec![false; routine.num_regs as usize];
         for (k, &a) in args.iter().enumerate() {
             match a {
                 Source::Reg(a) => self.load_float(pc, a, false),
@@ -167,24 +171,36 @@ impl<'a> Emitter<'a> {
             }
             let o = at(Reg(k as u32));
             dynasm!(self.ops ; .arch aarch64 ; str d0, [sp, o]);
+            in_d0 = Some(o);
         }
         let pair_of = |pc: usize, math: bool| {
             tree.pairs.iter().position(|&(m, p)| pc == if math { m } else { p }).map(|k| inline_offset(tree.pair_slots + 2 * k))
         };
         for (k, instr) in routine.code.clone().into_iter().enumerate() {
             let nil = |r: Reg| tree.nil[k][r.index()];
+            let cached = in_d0.take();
+            // What an instruction that leaves `d0` alone and writes slot `o` keeps.
+            let unless = |o: u32| cached.filter(|&c| c != o);
+            let makes_one = match instr {
+                Instr::GradSeed { .. } => true,
+                Instr::LoadK { k, .. } => matches!(self.program.consts[k.index()], Const::Float(x) if x == 1.0),
+                _ => false,
+            };
             match instr {
                 Instr::LoadK { dst, k } => {
                     let Const::Float(x) = self.program.consts[k.index()] else { unreachable!("gradient_tree") };
                     let o = at(dst);
                     self.imm(16, x.to_bits());
                     dynasm!(self.ops ; .arch aarch64 ; str x16, [sp, o]);
+                    in_d0 = unless(o);
                 }
-                Instr::LoadNil { .. } => {}
+                Instr::LoadNil { .. } => in_d0 = cached,
                 Instr::Math1 { dst, src, builtin } => {
                     let b = &self.program.builtins[builtin.index()];
                     let (s, d) = (at(src), at(dst));
-                    dynasm!(self.ops ; .arch aarch64 ; ldr d0, [sp, s]);
+                    if cached != Some(s) {
+                        dynasm!(self.ops ; .arch aarch64 ; ldr d0, [sp, s]);
+                    }
                     match (pair_of(k, true), b.scalar_pair) {
                         (Some(o), Some(pair)) => {
                             dynasm!(self.ops ; .arch aarch64 ; add x0, sp, o);
@@ -194,28 +210,33 @@ impl<'a> Emitter<'a> {
                         _ => self.call(b.scalar.expect("gradient_tree") as *const ()),
                     }
                     dynasm!(self.ops ; .arch aarch64 ; str d0, [sp, d]);
+                    in_d0 = Some(d);
                 }
                 Instr::Neg { dst, src } => {
                     let (s, d) = (at(src), at(dst));
                     dynasm!(self.ops ; .arch aarch64 ; ldr d1, [sp, s] ; fneg d1, d1 ; str d1, [sp, d]);
+                    in_d0 = unless(d);
                 }
                 Instr::Add { dst, a, b } | Instr::Sub { dst, a, b } | Instr::Mul { dst, a, b } | Instr::Div { dst, a, b } => {
                     let (sa, sb, d) = (at(a), at(b), at(dst));
-                    self.slot_arith(instr, sa, sb, d, false);
+                    self.slot_arith(instr, sa, sb, d, cached == Some(sa));
+                    in_d0 = Some(d);
                 }
+                // The seed's note of the tape's peak is the `GradOut` helper's.
                 Instr::GradSeed { dst, .. } => {
-                    dynasm!(self.ops ; .arch aarch64 ; mov x0, x20);
-                    self.call(native::note_tape_peak as *const ());
                     let d = at(dst);
                     self.imm(16, 1f64.to_bits());
                     dynasm!(self.ops ; .arch aarch64 ; str x16, [sp, d]);
+                    in_d0 = unless(d);
                 }
                 // A `nil` cotangent gives `nil`: no contribution, no code.
-                Instr::Pull { args, .. } | Instr::PullAdd { args, .. } if nil(routine.list(args)[0]) => {}
+                Instr::Pull { args, .. } | Instr::PullAdd { args, .. } if nil(routine.list(args)[0]) => in_d0 = cached,
                 Instr::Pull { dst, rule, args } | Instr::PullAdd { dst, rule, args } => {
                     let l = routine.list(args).to_vec();
                     let (r, payload) = Rule::decode(rule);
-                    // The local derivative into `d1`, as `lower.rs`'s `pull_float`.
+                    // The local derivative into `d1`, as `lower.rs`'s `pull_float`; `d0` kept
+                    // where that leaves it.
+                    let mut kept = true;
                     match r {
                         Rule::MulA | Rule::MulB => {
                             let o = at(if r == Rule::MulA { l[2] } else { l[1] });
@@ -224,13 +245,13 @@ impl<'a> Emitter<'a> {
                         Rule::DivA => {
                             let o = at(l[2]);
                             self.float_constant(1, 1.0);
-                            dynasm!(self.ops ; .arch aarch64 ; ldr d0, [sp, o] ; fdiv d1, d1, d0);
+                            dynasm!(self.ops ; .arch aarch64 ; ldr d2, [sp, o] ; fdiv d1, d1, d2);
                         }
                         Rule::DivB => {
                             let (oa, ob) = (at(l[1]), at(l[2]));
                             dynasm!(self.ops ; .arch aarch64
                                 ; ldr d1, [sp, ob] ; fmul d1, d1, d1
-                                ; ldr d0, [sp, oa] ; fneg d0, d0 ; fdiv d1, d0, d1);
+                                ; ldr d2, [sp, oa] ; fneg d2, d2 ; fdiv d1, d2, d1);
                         }
                         _ => match pair_of(k, false) {
                             Some(o) => {
@@ -243,29 +264,62 @@ impl<'a> Emitter<'a> {
                                 dynasm!(self.ops ; .arch aarch64 ; ldr d0, [sp, s]);
                                 self.call(deriv as *const ());
                                 dynasm!(self.ops ; .arch aarch64 ; fmov d1, d0);
+                                kept = false;
                             }
                         },
                     }
                     let (s, d) = (at(l[0]), at(dst));
-                    dynasm!(self.ops ; .arch aarch64 ; ldr d0, [sp, s]);
-                    self.times();
+                    if one[l[0].index()] {
+                        // `1.0 * v` with the strong zero is `v + 0.0`, bit for bit: `v` itself,
+                        // but `+0.0` for either zero and a signalling NaN quieted.
+                        dynasm!(self.ops ; .arch aarch64 ; fmov d0, xzr ; fadd d0, d1, d0);
+                    } else {
+                        if !kept || cached != Some(s) {
+                            dynasm!(self.ops ; .arch aarch64 ; ldr d0, [sp, s]);
+                        }
+                        self.times();
+                    }
                     if matches!(instr, Instr::PullAdd { .. }) && !nil(dst) {
                         // `dst + v`, in that order (a NaN's payload comes from the first).
                         dynasm!(self.ops ; .arch aarch64 ; ldr d1, [sp, d] ; fadd d0, d1, d0);
                     }
                     dynasm!(self.ops ; .arch aarch64 ; str d0, [sp, d]);
+                    in_d0 = Some(d);
                 }
                 Instr::AdjAdd { dst, a, b } => match (nil(a), nil(b)) {
-                    (true, true) => {}
+                    (true, true) => in_d0 = cached,
                     (true, false) | (false, true) => {
                         let (s, d) = (at(if nil(a) { b } else { a }), at(dst));
                         dynasm!(self.ops ; .arch aarch64 ; ldr x16, [sp, s] ; str x16, [sp, d]);
+                        in_d0 = unless(d);
                     }
                     (false, false) => {
                         let (sa, sb, d) = (at(a), at(b), at(dst));
-                        dynasm!(self.ops ; .arch aarch64 ; ldr d0, [sp, sa] ; ldr d1, [sp, sb] ; fadd d0, d0, d1 ; str d0, [sp, d]);
+                        if cached != Some(sa) {
+                            dynasm!(self.ops ; .arch aarch64 ; ldr d0, [sp, sa]);
+                        }
+                        dynasm!(self.ops ; .arch aarch64 ; ldr d1, [sp, sb] ; fadd d0, d0, d1 ; str d0, [sp, d]);
+                        in_d0 = Some(d);
                     }
                 },
+                Instr::GradOut { items, .. } if routine.list(items).len() == 3 => {
+                    // One argument: `(y, x, d)` in `d0 ..= d2`.
+                    let list = routine.list(items).to_vec();
+                    for (j, &r) in list.iter().enumerate().rev() {
+                        if nil(r) {
+                            // A `nil` adjoint's gradient of a float is `0.0` (`to_gradient`).
+                            dynasm!(self.ops ; .arch aarch64 ; fmov D(j as u8), xzr);
+                        } else if j != 0 || cached != Some(at(r)) {
+                            let s = at(r);
+                            dynasm!(self.ops ; .arch aarch64 ; ldr D(j as u8), [sp, s]);
+                        }
+                    }
+                    let sd = slot(dst);
+                    dynasm!(self.ops ; .arch aarch64 ; mov x0, x20);
+                    self.imm(1, sd as u64);
+                    dynasm!(self.ops ; .arch aarch64 ; add x1, x19, x1);
+                    self.call(native::seed_grad_out_float as *const ());
+                }
                 Instr::GradOut { items, .. } => {
                     let list = routine.list(items).to_vec();
                     for (j, &r) in list.iter().enumerate() {
@@ -283,11 +337,12 @@ impl<'a> Emitter<'a> {
                     self.imm(2, list.len() as u64);
                     self.imm(3, sd as u64);
                     dynasm!(self.ops ; .arch aarch64 ; add x3, x19, x3);
-                    self.call(native::grad_out_floats as *const ());
+                    self.call(native::seed_grad_out_floats as *const ());
                 }
                 Instr::Return { .. } => break,
                 other => unreachable!("{} in a gradient tree", other.name()),
             }
+            zygvm_vm::liveness::writes(routine, &instr, |r| one[r.index()] = makes_one);
         }
         self.after_call(pc, dst);
     }

@@ -165,8 +165,9 @@ impl<'a> Emitter<'a> {
     /// `CallBuiltin` arm; `gradient_call.rs` for native code's direct call): nothing in a
     /// gradient tree can fail, leave or be observed while it runs, and the only effects are
     /// the seed's note of the tape's peak and the `GradOut`'s pair, made by the same helper
-    /// code on the same values (`native::grad_out_floats`). So running it without the frame
-    /// is exact once the call behaves as the interpreter's: a budget check due or the depth
+    /// code on the same values (`native::seed_grad_out_float(s)`, which notes the peak too).
+    /// So running it without the frame is exact once the call behaves as the interpreter's:
+    /// a budget check due or the depth
     /// limit reached leaves at the call before anything happened, the call is counted in
     /// `hotness()`, and the instruction count grows by the caller's run and `g`'s body.
     /// Registers live in the activation's inline slots, packed (`GradTree::slot`); a `nil`
@@ -186,6 +187,11 @@ impl<'a> Emitter<'a> {
             dynasm!(self.ops ; .arch x64 ; add DWORD [rax + count], 1 ; sbb DWORD [rax + count], 0);
         }
         let at = |r: Reg| inline_offset(tree.slot[r.index()].expect("a used register has a slot"));
+        // `xmm0` also holds this slot's value (set by an instruction that ends storing it,
+        // taken by the next, which may skip its load: a store-to-load round trip costs more
+        // than the operation); which registers hold exactly `1.0` (the seed).
+        let mut in_xmm0: Option<i32> = None;
+        let mut one = vec![false; routine.num_regs as usize];
         for (k, &a) in args.iter().enumerate() {
             match a {
                 Source::Reg(a) => self.load_float(pc, a, false),
@@ -193,23 +199,38 @@ impl<'a> Emitter<'a> {
             }
             let o = at(Reg(k as u32));
             dynasm!(self.ops ; .arch x64 ; movsd QWORD [rsp + o], xmm0);
+            in_xmm0 = Some(o);
         }
         let pair_of = |pc: usize, math: bool| {
             tree.pairs.iter().position(|&(m, p)| pc == if math { m } else { p }).map(|k| inline_offset(tree.pair_slots + 2 * k))
         };
         for (k, instr) in routine.code.clone().into_iter().enumerate() {
             let nil = |r: Reg| tree.nil[k][r.index()];
+            let cached = in_xmm0.take();
+            let load0 = |e: &mut Self, o: i32| {
+                if cached != Some(o) {
+                    dynasm!(e.ops ; .arch x64 ; movsd xmm0, QWORD [rsp + o]);
+                }
+            };
+            let makes_one = match instr {
+                Instr::GradSeed { .. } => true,
+                Instr::LoadK { k, .. } => matches!(self.program.consts[k.index()], Const::Float(x) if x == 1.0),
+                _ => false,
+            };
             match instr {
                 Instr::LoadK { dst, k } => {
                     let Const::Float(x) = self.program.consts[k.index()] else { unreachable!("gradient_tree") };
                     let o = at(dst);
                     dynasm!(self.ops ; .arch x64 ; mov rax, QWORD x.to_bits() as i64 ; mov QWORD [rsp + o], rax);
+                    if cached != Some(o) {
+                        in_xmm0 = cached;
+                    }
                 }
-                Instr::LoadNil { .. } => {}
+                Instr::LoadNil { .. } => in_xmm0 = cached,
                 Instr::Math1 { dst, src, builtin } => {
                     let b = &self.program.builtins[builtin.index()];
                     let (s, d) = (at(src), at(dst));
-                    dynasm!(self.ops ; .arch x64 ; movsd xmm0, QWORD [rsp + s]);
+                    load0(self, s);
                     match (pair_of(k, true), b.scalar_pair) {
                         (Some(o), Some(pair)) => {
                             dynasm!(self.ops ; .arch x64 ; lea rdi, [rsp + o]);
@@ -219,27 +240,36 @@ impl<'a> Emitter<'a> {
                         _ => self.call(b.scalar.expect("gradient_tree") as *const ()),
                     }
                     dynasm!(self.ops ; .arch x64 ; movsd QWORD [rsp + d], xmm0);
+                    in_xmm0 = Some(d);
                 }
                 Instr::Neg { dst, src } => {
                     let (s, d) = (at(src), at(dst));
                     dynasm!(self.ops ; .arch x64 ; mov rax, QWORD [rsp + s] ; btc rax, 63 ; mov QWORD [rsp + d], rax);
+                    if cached != Some(d) {
+                        in_xmm0 = cached;
+                    }
                 }
                 Instr::Add { dst, a, b } | Instr::Sub { dst, a, b } | Instr::Mul { dst, a, b } | Instr::Div { dst, a, b } => {
                     let (sa, sb, d) = (at(a), at(b), at(dst));
-                    self.slot_arith(instr, sa, sb, d, false);
+                    self.slot_arith(instr, sa, sb, d, cached == Some(sa));
+                    in_xmm0 = Some(d);
                 }
                 Instr::GradSeed { dst, .. } => {
-                    dynasm!(self.ops ; .arch x64 ; mov rdi, r12);
-                    self.call(native::note_tape_peak as *const ());
+                    // The seed's note of the tape's peak is the `GradOut` helper's.
                     let d = at(dst);
                     dynasm!(self.ops ; .arch x64 ; mov rax, QWORD 1f64.to_bits() as i64 ; mov QWORD [rsp + d], rax);
+                    if cached != Some(d) {
+                        in_xmm0 = cached;
+                    }
                 }
                 // A `nil` cotangent gives `nil`: no contribution, no code.
-                Instr::Pull { args, .. } | Instr::PullAdd { args, .. } if nil(routine.list(args)[0]) => {}
+                Instr::Pull { args, .. } | Instr::PullAdd { args, .. } if nil(routine.list(args)[0]) => in_xmm0 = cached,
                 Instr::Pull { dst, rule, args } | Instr::PullAdd { dst, rule, args } => {
                     let l = routine.list(args).to_vec();
                     let (r, payload) = Rule::decode(rule);
-                    // The local derivative into `xmm1`, as `arith.rs`'s `pull_float`.
+                    // The local derivative into `xmm1`, as `arith.rs`'s `pull_float`; `xmm0`
+                    // kept where that leaves it.
+                    let mut kept = true;
                     match r {
                         Rule::MulA | Rule::MulB => {
                             let o = at(if r == Rule::MulA { l[2] } else { l[1] });
@@ -256,6 +286,7 @@ impl<'a> Emitter<'a> {
                                 ; movsd xmm1, QWORD [rsp + ob] ; mulsd xmm1, xmm1
                                 ; mov rax, QWORD [rsp + oa] ; btc rax, 63 ; movq xmm0, rax
                                 ; divsd xmm0, xmm1 ; movapd xmm1, xmm0);
+                            kept = false;
                         }
                         _ => match pair_of(k, false) {
                             Some(o) => dynasm!(self.ops ; .arch x64 ; movsd xmm1, QWORD [rsp + o + 8]),
@@ -265,29 +296,61 @@ impl<'a> Emitter<'a> {
                                 dynasm!(self.ops ; .arch x64 ; movsd xmm0, QWORD [rsp + s]);
                                 self.call(deriv as *const ());
                                 dynasm!(self.ops ; .arch x64 ; movapd xmm1, xmm0);
+                                kept = false;
                             }
                         },
                     }
                     let (s, d) = (at(l[0]), at(dst));
-                    dynasm!(self.ops ; .arch x64 ; movsd xmm0, QWORD [rsp + s]);
-                    self.times();
+                    if one[l[0].index()] {
+                        // `1.0 * v` with the strong zero is `v + 0.0`, bit for bit: `v` itself,
+                        // but `+0.0` for either zero and a signalling NaN quieted.
+                        dynasm!(self.ops ; .arch x64 ; xorpd xmm0, xmm0 ; addsd xmm0, xmm1);
+                    } else if kept && cached == Some(s) {
+                        self.times_into(2, 0, 1);
+                        dynasm!(self.ops ; .arch x64 ; movapd xmm0, xmm2);
+                    } else {
+                        dynasm!(self.ops ; .arch x64 ; movsd xmm2, QWORD [rsp + s]);
+                        self.times_into(0, 2, 1);
+                    }
                     if matches!(instr, Instr::PullAdd { .. }) && !nil(dst) {
                         // `dst + v`, in that order (a NaN's payload comes from the first).
                         dynasm!(self.ops ; .arch x64 ; movapd xmm1, xmm0 ; movsd xmm0, QWORD [rsp + d] ; addsd xmm0, xmm1);
                     }
                     dynasm!(self.ops ; .arch x64 ; movsd QWORD [rsp + d], xmm0);
+                    in_xmm0 = Some(d);
                 }
                 Instr::AdjAdd { dst, a, b } => match (nil(a), nil(b)) {
-                    (true, true) => {}
+                    (true, true) => in_xmm0 = cached,
                     (true, false) | (false, true) => {
                         let (s, d) = (at(if nil(a) { b } else { a }), at(dst));
                         dynasm!(self.ops ; .arch x64 ; mov rax, QWORD [rsp + s] ; mov QWORD [rsp + d], rax);
+                        if cached != Some(d) {
+                            in_xmm0 = cached;
+                        }
                     }
                     (false, false) => {
                         let (sa, sb, d) = (at(a), at(b), at(dst));
-                        dynasm!(self.ops ; .arch x64 ; movsd xmm0, QWORD [rsp + sa] ; addsd xmm0, QWORD [rsp + sb] ; movsd QWORD [rsp + d], xmm0);
+                        load0(self, sa);
+                        dynasm!(self.ops ; .arch x64 ; addsd xmm0, QWORD [rsp + sb] ; movsd QWORD [rsp + d], xmm0);
+                        in_xmm0 = Some(d);
                     }
                 },
+                Instr::GradOut { items, .. } if routine.list(items).len() == 3 => {
+                    // One argument: `(y, x, d)` in `xmm0 ..= xmm2`.
+                    let list = routine.list(items).to_vec();
+                    for (j, &r) in list.iter().enumerate().rev() {
+                        if nil(r) {
+                            // A `nil` adjoint's gradient of a float is `0.0` (`to_gradient`).
+                            dynasm!(self.ops ; .arch x64 ; xorpd Rx(j as u8), Rx(j as u8));
+                        } else if j != 0 || cached != Some(at(r)) {
+                            let s = at(r);
+                            dynasm!(self.ops ; .arch x64 ; movsd Rx(j as u8), QWORD [rsp + s]);
+                        }
+                    }
+                    let sd = slot(dst);
+                    dynasm!(self.ops ; .arch x64 ; mov rdi, r12 ; lea rsi, [rbx + sd]);
+                    self.call(native::seed_grad_out_float as *const ());
+                }
                 Instr::GradOut { items, .. } => {
                     let list = routine.list(items).to_vec();
                     for (j, &r) in list.iter().enumerate() {
@@ -302,11 +365,12 @@ impl<'a> Emitter<'a> {
                     }
                     let (o, n, sd) = (inline_offset(tree.items), list.len() as i32, slot(dst));
                     dynasm!(self.ops ; .arch x64 ; mov rdi, r12 ; lea rsi, [rsp + o] ; mov edx, n ; lea rcx, [rbx + sd]);
-                    self.call(native::grad_out_floats as *const ());
+                    self.call(native::seed_grad_out_floats as *const ());
                 }
                 Instr::Return { .. } => break,
                 other => unreachable!("{} in a gradient tree", other.name()),
             }
+            zygvm_vm::liveness::writes(routine, &instr, |r| one[r.index()] = makes_one);
         }
         self.after_call(pc, dst);
     }
