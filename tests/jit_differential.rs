@@ -257,6 +257,21 @@ fn native_calls_agree_on_every_tier() {
     ]);
 }
 
+/// Loops whose variables pass values round (`JumpPar`): numbers copied in machine code
+/// (`jit/src/parallel_copy.rs`, in a cached loop or not), anything else through the helper;
+/// an int overflow inside the rotation, and the derivative through the copies.
+#[test]
+fn parallel_copies_agree_on_every_tier() {
+    assert_each_agrees("", &[
+        "fn f(x, y) { let a = x\n let b = y\n for i in 0..300 { let t = a + b * 0.5\n a = b\n b = t }\n a - b }\n",
+        "fn f(x, y) { let a = 0\n let b = 1\n for i in 0..40 { let t = a + b\n a = b\n b = t }\n a * x + b * y }\n",
+        "fn f(x, y) { let p = x\n let q = y\n let r = x * y\n let k = 0\n for i in 0..301 { let t = p\n p = q\n q = r\n r = t\n k = k + i }\n p * 2.0 + q - r + k }\n",
+        "fn f(x, y) { let a = 1\n let b = 2.5\n for i in 0..100 { let t = a\n a = b\n b = t }\n a * x + b * y }\n",
+        "fn f(x, y) { let a = \"s\"\n let b = x\n for i in 0..100 { let t = a\n a = b\n b = t }\n if a == \"s\" { b * y } else { a * y } }\n",
+        "fn f(x, y) { let a = 1\n let b = 1\n for i in 0..200 { let t = a + b\n a = b\n b = t }\n a * x + y }\n",
+    ]);
+}
+
 /// Built-ins that run Zy code, called from native code in place (`native::call_builtin`):
 /// gradients in a hot loop, callbacks that recurse deep enough to grow (move) the value
 /// stack under the native caller, errors raised inside a callback, a function that returns

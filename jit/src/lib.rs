@@ -19,6 +19,7 @@ pub mod classify;
 pub mod float_tree;
 pub mod gradient_call;
 pub mod loops;
+pub mod parallel_copy;
 pub mod returns;
 pub mod scalar_builtins;
 pub mod scalar_pairs;

@@ -478,6 +478,8 @@ fn qualify(
                 let params = f.list(f.blocks[target.index()].params);
                 params.iter().zip(f.list(args)).all(|(&p, &a)| p == a || plain(a))
             }
+            // A parallel copy of numbers, in machine code.
+            Instr::JumpPar { args, .. } => crate::parallel_copy::numbers_only(f, args, t),
             Instr::Branch { cond, .. } => t[cond.index()] == Ty::Bool,
             Instr::BranchNotLt { a, b, .. }
             | Instr::BranchNotLe { a, b, .. }

@@ -845,6 +845,32 @@ impl Vm {
         Ok(new_base)
     }
 
+    /// `JumpPar`'s parallel copy `params := args`: numbers through locals
+    /// (`semantics::parallel_copy_numbers`), anything else through the scratch vector, every
+    /// argument read before any parameter is written. Out of line in debug builds, whose
+    /// `execute` frame must stay small (the 96 KB host thread of `tests/embed.rs`).
+    ///
+    /// # Safety
+    /// `regs` points at the running frame's registers; `params` and `args` are registers of it.
+    #[cfg_attr(debug_assertions, inline(never))]
+    #[cfg_attr(not(debug_assertions), inline(always))]
+    unsafe fn parallel_copy(&mut self, regs: *mut Value, params: &[Reg], args: &[Reg]) {
+        // SAFETY: the caller's contract.
+        if unsafe { crate::semantics::parallel_copy_numbers(regs, params, args) } {
+            return;
+        }
+        self.scratch.clear();
+        for a in args {
+            // SAFETY: the caller's contract.
+            let v = unsafe { &*regs.add(a.index()) }.clone();
+            self.scratch.push(v);
+        }
+        for (p, v) in params.iter().zip(self.scratch.drain(..)) {
+            // SAFETY: the caller's contract; no reference into the registers is held.
+            store(unsafe { &mut *regs.add(p.index()) }, v);
+        }
+    }
+
     /// The common frame push: checks depth and arity, then lays out the new frame on the
     /// value stack in place: argument `k` is `arg(stack, k)`, then the captures, then the
     /// function's frame image (`frame_image.rs`: `nil`, or constants the entry block loads).
@@ -1470,15 +1496,10 @@ impl Vm {
                         jump_to!(target);
                     }
                     Instr::JumpPar { target, args } => {
-                        let params = list!(func.blocks[target.index()].params);
-                        self.scratch.clear();
-                        for a in list!(args) {
-                            let v = reg!(a).clone();
-                            self.scratch.push(v);
-                        }
-                        for (p, v) in params.iter().zip(self.scratch.drain(..)) {
-                            store(unsafe { &mut *regs.add(p.index()) }, v);
-                        }
+                        // SAFETY: `regs` is this frame's registers, and the block's parameters
+                        // and the jump's arguments are registers of it (verifier).
+                        let (params, args) = (list!(func.blocks[target.index()].params), list!(args));
+                        unsafe { self.parallel_copy(regs, params, args) };
                         jump_to!(target);
                     }
                     Instr::Branch { cond, then_blk, else_blk } => {
@@ -1893,9 +1914,8 @@ pub(crate) fn arity_error(f: &crate::program::Function, got: usize) -> VmError {
 /// nothing to drop (it is overwritten without a drop), and the two do not overlap.
 #[inline(always)]
 unsafe fn clone_into(src: *const Value, dst: *mut Value) {
-    if matches!(*src, Value::Nil | Value::Bool(_) | Value::Int(_) | Value::Float(_)) {
-        std::ptr::copy_nonoverlapping(src, dst, 1);
-    } else {
-        dst.write((*src).clone());
+    match crate::semantics::plain_copy(&*src) {
+        Some(v) => dst.write(v),
+        None => dst.write((*src).clone()),
     }
 }

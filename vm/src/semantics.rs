@@ -551,6 +551,55 @@ impl Vm {
     }
 }
 
+/// A copy of `v` when it is plain (nil, a bool, a number), rebuilt from its payload: the
+/// register was most often written just before, as two 8-byte stores (tag, payload), and a
+/// copy of the whole value as one 16-byte load waits until both reach the cache (a
+/// store-forwarding stall in a call's argument copy). Out of line in debug builds (see
+/// `parallel_copy_numbers`).
+#[cfg_attr(debug_assertions, inline(never))]
+#[cfg_attr(not(debug_assertions), inline(always))]
+pub(crate) fn plain_copy(v: &Value) -> Option<Value> {
+    match *v {
+        Value::Int(i) => Some(Value::Int(i)),
+        Value::Float(x) => Some(Value::Float(x)),
+        Value::Bool(b) => Some(Value::Bool(b)),
+        Value::Nil => Some(Value::Nil),
+        _ => None,
+    }
+}
+
+/// `JumpPar`'s parallel copy `params := args` when every argument is a number, at most four
+/// (a loop's counters passed round, `a, b = b, a + b`): the numbers read first as their parts
+/// into locals, then written. The general copy through the VM's scratch vector (clone, push,
+/// drain, drop) took 280 machine instructions for a pair. False, having written nothing,
+/// otherwise. Out of line in debug builds, whose `execute` frame must stay small (the 96 KB
+/// host thread of `tests/embed.rs`).
+///
+/// # Safety
+/// `regs` points at a frame's registers, and every register of `params` and `args` is one.
+#[cfg_attr(debug_assertions, inline(never))]
+#[cfg_attr(not(debug_assertions), inline(always))]
+pub(crate) unsafe fn parallel_copy_numbers(regs: *mut Value, params: &[crate::bytecode::Reg], args: &[crate::bytecode::Reg]) -> bool {
+    let mut parts = [(false, 0u64); 4];
+    if args.len() > parts.len() {
+        return false;
+    }
+    for (a, p) in args.iter().zip(parts.iter_mut()) {
+        // SAFETY: the caller's contract.
+        *p = match unsafe { &*regs.add(a.index()) } {
+            Value::Int(i) => (false, *i as u64),
+            Value::Float(x) => (true, x.to_bits()),
+            _ => return false,
+        };
+    }
+    for (p, &(float, bits)) in params.iter().zip(&parts) {
+        let v = if float { Value::Float(f64::from_bits(bits)) } else { Value::Int(bits as i64) };
+        // SAFETY: the caller's contract; no reference into the registers is held.
+        store(unsafe { &mut *regs.add(p.index()) }, v);
+    }
+    true
+}
+
 /// Stores into a register, skipping the drop call when the old value holds no heap object
 /// (the common case: a loop overwriting a number).
 #[inline(always)]

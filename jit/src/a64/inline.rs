@@ -14,6 +14,42 @@ fn inline_offset(r: usize) -> u32 {
 const _: () = assert!(INLINE_AT + 8 * INLINE_SLOTS as u32 <= FRAME_BYTES);
 
 impl<'a> Emitter<'a> {
+    /// `JumpPar`'s parallel copy of numbers (`crate::parallel_copy`, as `x64/inline.rs`'s):
+    /// every argument's payload into an inline slot, then each parameter written as `copy`
+    /// writes a plain value, `t` the types before the jump.
+    pub(super) fn parallel_copy_numbers(&mut self, target: BlockId, args: ListId, t: &[Ty]) {
+        let params = self.f.list(self.f.blocks[target.index()].params).to_vec();
+        let args = self.f.list(args).to_vec();
+        for (k, &a) in args.iter().enumerate() {
+            let (o, s) = (inline_offset(k), slot(a) + 8);
+            match (self.home(a), t[a.index()]) {
+                (Some(Home::Float(x)), Ty::Float) => dynasm!(self.ops ; .arch aarch64 ; str D(x), [sp, o]),
+                (Some(Home::Int(g)), Ty::Int) => dynasm!(self.ops ; .arch aarch64 ; str X(g), [sp, o]),
+                _ => dynasm!(self.ops ; .arch aarch64 ; ldr x16, [x19, s] ; str x16, [sp, o]),
+            }
+        }
+        for (k, (&p, &a)) in params.iter().zip(&args).enumerate() {
+            if p == a {
+                continue;
+            }
+            let (pt, at) = (t[p.index()], t[a.index()]);
+            let (o, dp) = (inline_offset(k), slot(p) + 8);
+            if !pt.plain() {
+                self.clear_if_heap(p);
+            }
+            match at.tag() {
+                Some(_) if pt == at && self.tag_known(p, at) => {}
+                Some(tg) => self.store_tag(p, tg),
+                None => unreachable!("numbers have tags"),
+            }
+            dynasm!(self.ops ; .arch aarch64 ; ldr x0, [sp, o]);
+            if !self.lazy(p) {
+                dynasm!(self.ops ; .arch aarch64 ; str x0, [x19, dp]);
+            }
+            self.home_from_x0(p);
+        }
+    }
+
     /// `dst = g(args)` with `g`'s body in place (`float_tree` gave `tree`, every argument is
     /// a float, and the code after the call expects a float in `dst`).
     pub(super) fn call_inline(&mut self, pc: usize, dst: Reg, g: FuncId, args: ListId, tree: Tree) {

@@ -211,6 +211,10 @@ impl<'a> Emitter<'a> {
                 }
                 self.jump_edge(pc, target);
             }
+            Instr::JumpPar { target, args } if crate::parallel_copy::numbers_only(self.f, args, &t) => {
+                self.parallel_copy_numbers(target, args, &t);
+                self.jump_edge(pc, target);
+            }
             Instr::JumpPar { target, .. } => {
                 dynasm!(self.ops ; .arch aarch64 ; mov x0, x20 ; mov x1, x19);
                 self.imm(2, self.func.0 as u64);

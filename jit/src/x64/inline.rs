@@ -21,6 +21,43 @@ const fn inline_offset(r: usize) -> i32 {
 }
 
 impl<'a> Emitter<'a> {
+    /// `JumpPar`'s parallel copy of numbers (`crate::parallel_copy`): every argument's payload
+    /// into an inline slot (from its home when it has one), then each parameter written as
+    /// `copy` writes a plain value, `t` the types before the jump.
+    pub(super) fn parallel_copy_numbers(&mut self, target: BlockId, args: ListId, t: &[Ty]) {
+        let params = self.f.list(self.f.blocks[target.index()].params).to_vec();
+        let args = self.f.list(args).to_vec();
+        for (k, &a) in args.iter().enumerate() {
+            let (o, s) = (inline_offset(k), slot(a) + 8);
+            match (self.home(a), t[a.index()]) {
+                (Some(Home::Float(x)), Ty::Float) => dynasm!(self.ops ; .arch x64 ; movsd QWORD [rsp + o], Rx(x)),
+                (Some(Home::Int(g)), Ty::Int) => dynasm!(self.ops ; .arch x64 ; mov QWORD [rsp + o], Rq(g)),
+                _ => dynasm!(self.ops ; .arch x64 ; mov rax, QWORD [rbx + s] ; mov QWORD [rsp + o], rax),
+            }
+        }
+        for (k, (&p, &a)) in params.iter().zip(&args).enumerate() {
+            if p == a {
+                continue;
+            }
+            let (pt, at) = (t[p.index()], t[a.index()]);
+            let (o, d) = (inline_offset(k), slot(p));
+            if !pt.plain() {
+                self.clear_if_heap(p);
+            }
+            match at.tag() {
+                Some(_) if pt == at && self.tag_known(p, at) => {}
+                Some(tg) => dynasm!(self.ops ; .arch x64 ; mov QWORD [rbx + d], tg as i32),
+                None => unreachable!("numbers have tags"),
+            }
+            dynasm!(self.ops ; .arch x64 ; mov rax, QWORD [rsp + o]);
+            if !self.lazy(p) {
+                let dp = d + 8;
+                dynasm!(self.ops ; .arch x64 ; mov QWORD [rbx + dp], rax);
+            }
+            self.home_from_rax(p);
+        }
+    }
+
     /// `dst = g(args)` with `g`'s body in place (`float_tree` gave `tree`, every argument is
     /// a float, and the code after the call expects a float in `dst`).
     pub(super) fn call_inline(&mut self, pc: usize, dst: Reg, g: FuncId, args: ListId, tree: Tree) {

@@ -203,6 +203,10 @@ impl<'a> Emitter<'a> {
                 }
                 self.jump_edge(pc, target);
             }
+            Instr::JumpPar { target, args } if crate::parallel_copy::numbers_only(self.f, args, &t) => {
+                self.parallel_copy_numbers(target, args, &t);
+                self.jump_edge(pc, target);
+            }
             Instr::JumpPar { target, .. } => {
                 let (func, pcu) = (self.func.0 as i32, pc as i32);
                 dynasm!(self.ops ; .arch x64 ; mov rdi, r12 ; mov rsi, rbx ; mov edx, func ; mov ecx, pcu);

@@ -1,0 +1,21 @@
+//! A `JumpPar` of numbers in machine code: the parallel copy `params := args` of a loop whose
+//! variables pass values round (`t = a + b; a = b; b = t`, a swap, a rotation).
+//!
+//! The interpreter reads every argument before it writes any parameter. When every argument
+//! is typed a number (int or float) the copy needs no helper: each argument's payload goes to
+//! a temporary (the activation's inline slots, free between instructions), then each
+//! parameter gets its tag (when not already known) and the payload from its temporary, into
+//! its slot and its cached loop's home as a plain copy does. A cached loop (`loops.rs`)
+//! admits such a `JumpPar`; anything else calls `native::parallel_copy` (the interpreter's
+//! code), which allocates, and keeps its loop uncached.
+
+use crate::types::Ty;
+use zygvm_vm::bytecode::ListId;
+use zygvm_vm::program::Function;
+
+/// Whether the `JumpPar` of `args` (types `t` before it) is lowered to machine code: every
+/// argument a number, no more of them than there are temporaries.
+pub fn numbers_only(f: &Function, args: ListId, t: &[Ty]) -> bool {
+    let args = f.list(args);
+    args.len() <= crate::float_tree::INLINE_SLOTS && args.iter().all(|a| t[a.index()].numeric())
+}
