@@ -10,7 +10,7 @@
 //! code), which allocates, and keeps its loop uncached.
 
 use crate::types::Ty;
-use zygvm_vm::bytecode::ListId;
+use zygvm_vm::bytecode::{BlockId, ListId, Reg};
 use zygvm_vm::program::Function;
 
 /// Whether the `JumpPar` of `args` (types `t` before it) is lowered to machine code: every
@@ -18,4 +18,28 @@ use zygvm_vm::program::Function;
 pub fn numbers_only(f: &Function, args: ListId, t: &[Ty]) -> bool {
     let args = f.list(args);
     args.len() <= crate::float_tree::INLINE_SLOTS && args.iter().all(|a| t[a.index()].numeric())
+}
+
+/// What a backend emits for such a `JumpPar` (target `target`, arguments `args`, types `t`
+/// before it): first every argument read into temporary `k` (`reads`, `(k, arg, its type)`),
+/// then every parameter that is not its own argument written from its temporary (`writes`,
+/// `(k, param, its type before, the value's type)`).
+pub struct Plan {
+    pub reads: Vec<(usize, Reg, Ty)>,
+    pub writes: Vec<(usize, Reg, Ty, Ty)>,
+}
+
+pub fn plan(f: &Function, target: BlockId, args: ListId, t: &[Ty]) -> Plan {
+    let params = f.list(f.blocks[target.index()].params);
+    let args = f.list(args);
+    Plan {
+        reads: args.iter().enumerate().map(|(k, &a)| (k, a, t[a.index()])).collect(),
+        writes: params
+            .iter()
+            .zip(args)
+            .enumerate()
+            .filter(|(_, (p, a))| p != a)
+            .map(|(k, (&p, &a))| (k, p, t[p.index()], t[a.index()]))
+            .collect(),
+    }
 }

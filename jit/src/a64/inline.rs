@@ -18,21 +18,16 @@ impl<'a> Emitter<'a> {
     /// every argument's payload into an inline slot, then each parameter written as `copy`
     /// writes a plain value, `t` the types before the jump.
     pub(super) fn parallel_copy_numbers(&mut self, target: BlockId, args: ListId, t: &[Ty]) {
-        let params = self.f.list(self.f.blocks[target.index()].params).to_vec();
-        let args = self.f.list(args).to_vec();
-        for (k, &a) in args.iter().enumerate() {
+        let plan = crate::parallel_copy::plan(self.f, target, args, t);
+        for (k, a, ty) in plan.reads {
             let (o, s) = (inline_offset(k), slot(a) + 8);
-            match (self.home(a), t[a.index()]) {
+            match (self.home(a), ty) {
                 (Some(Home::Float(x)), Ty::Float) => dynasm!(self.ops ; .arch aarch64 ; str D(x), [sp, o]),
                 (Some(Home::Int(g)), Ty::Int) => dynasm!(self.ops ; .arch aarch64 ; str X(g), [sp, o]),
                 _ => dynasm!(self.ops ; .arch aarch64 ; ldr x16, [x19, s] ; str x16, [sp, o]),
             }
         }
-        for (k, (&p, &a)) in params.iter().zip(&args).enumerate() {
-            if p == a {
-                continue;
-            }
-            let (pt, at) = (t[p.index()], t[a.index()]);
+        for (k, p, pt, at) in plan.writes {
             let (o, dp) = (inline_offset(k), slot(p) + 8);
             if !pt.plain() {
                 self.clear_if_heap(p);
