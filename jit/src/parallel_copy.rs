@@ -7,7 +7,7 @@
 //! parameter gets its tag (when not already known) and the payload from its temporary, into
 //! its slot and its cached loop's home as a plain copy does. A cached loop (`loops.rs`)
 //! admits such a `JumpPar`; anything else calls `native::parallel_copy` (the interpreter's
-//! code), which allocates, and keeps its loop uncached.
+//! code: `Vm::parallel_copy`, through its scratch vector), and keeps its loop uncached.
 
 use crate::types::Ty;
 use zygvm_vm::bytecode::{BlockId, ListId, Reg};

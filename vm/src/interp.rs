@@ -847,14 +847,15 @@ impl Vm {
 
     /// `JumpPar`'s parallel copy `params := args`: numbers through locals
     /// (`semantics::parallel_copy_numbers`), anything else through the scratch vector, every
-    /// argument read before any parameter is written. Out of line in debug builds, whose
+    /// argument read before any parameter is written. Native code's `JumpPar` of anything but
+    /// numbers runs it too (`native::parallel_copy`). Out of line in debug builds, whose
     /// `execute` frame must stay small (the 96 KB host thread of `tests/embed.rs`).
     ///
     /// # Safety
     /// `regs` points at the running frame's registers; `params` and `args` are registers of it.
     #[cfg_attr(debug_assertions, inline(never))]
     #[cfg_attr(not(debug_assertions), inline(always))]
-    unsafe fn parallel_copy(&mut self, regs: *mut Value, params: &[Reg], args: &[Reg]) {
+    pub(crate) unsafe fn parallel_copy(&mut self, regs: *mut Value, params: &[Reg], args: &[Reg]) {
         // SAFETY: the caller's contract.
         if unsafe { crate::semantics::parallel_copy_numbers(regs, params, args) } {
             return;

@@ -1264,19 +1264,16 @@ pub unsafe extern "C" fn clone_into(dst: *mut Value, src: *const Value) {
 pub unsafe extern "C" fn parallel_copy(vm: *mut Vm, regs: *mut Value, func: u32, pc: u32) {
     // SAFETY: the caller's contract: `vm` is live and not otherwise borrowed.
     let vm = unsafe { &mut *vm };
-    let f = &vm.program.functions[func as usize];
-    let zygvm_jump = f.code[pc as usize];
-    let crate::bytecode::Instr::JumpPar { target, args } = zygvm_jump else {
+    // SAFETY: a parallel copy adds no function to the program, which stays the allocation
+    // `vm` holds while it runs (see `step`).
+    let program: &Program = unsafe { &*std::sync::Arc::as_ptr(&vm.program) };
+    let f = &program.functions[func as usize];
+    let crate::bytecode::Instr::JumpPar { target, args } = f.code[pc as usize] else {
         // Unreachable for code the JIT emits; doing nothing would be wrong, so stop loudly.
         std::process::abort();
     };
-    let params = f.list(f.blocks[target.index()].params);
-    // SAFETY: list registers are verified to lie in the frame.
-    let values: Vec<Value> = f.list(args).iter().map(|a| unsafe { (*regs.add(a.index())).clone() }).collect();
-    for (p, v) in params.iter().zip(values) {
-        // SAFETY: as above.
-        crate::semantics::store(unsafe { &mut *regs.add(p.index()) }, v);
-    }
+    // SAFETY: list registers are verified to lie in the frame (`regs`, the caller's contract).
+    unsafe { vm.parallel_copy(regs, f.list(f.blocks[target.index()].params), f.list(args)) }
 }
 
 /// `x ^ y` of two floats, as `semantics.rs` computes it.

@@ -239,6 +239,8 @@ impl<'a> Emitter<'a> {
         for (k, instr) in routine.code.clone().into_iter().enumerate() {
             let nil = |r: Reg| tree.nil[k][r.index()];
             let cached = in_xmm0.take();
+            // What an instruction that leaves `xmm0` alone and writes slot `o` keeps.
+            let unless = |o: i32| cached.filter(|&c| c != o);
             let load0 = |e: &mut Self, o: i32| {
                 if cached != Some(o) {
                     dynasm!(e.ops ; .arch x64 ; movsd xmm0, QWORD [rsp + o]);
@@ -254,9 +256,7 @@ impl<'a> Emitter<'a> {
                     let Const::Float(x) = self.program.consts[k.index()] else { unreachable!("gradient_tree") };
                     let o = at(dst);
                     dynasm!(self.ops ; .arch x64 ; mov rax, QWORD x.to_bits() as i64 ; mov QWORD [rsp + o], rax);
-                    if cached != Some(o) {
-                        in_xmm0 = cached;
-                    }
+                    in_xmm0 = unless(o);
                 }
                 Instr::LoadNil { .. } => in_xmm0 = cached,
                 Instr::Math1 { dst, src, builtin } => {
@@ -277,9 +277,7 @@ impl<'a> Emitter<'a> {
                 Instr::Neg { dst, src } => {
                     let (s, d) = (at(src), at(dst));
                     dynasm!(self.ops ; .arch x64 ; mov rax, QWORD [rsp + s] ; btc rax, 63 ; mov QWORD [rsp + d], rax);
-                    if cached != Some(d) {
-                        in_xmm0 = cached;
-                    }
+                    in_xmm0 = unless(d);
                 }
                 Instr::Add { dst, a, b } | Instr::Sub { dst, a, b } | Instr::Mul { dst, a, b } | Instr::Div { dst, a, b } => {
                     let (sa, sb, d) = (at(a), at(b), at(dst));
@@ -290,9 +288,7 @@ impl<'a> Emitter<'a> {
                     // The seed's note of the tape's peak is the `GradOut` helper's.
                     let d = at(dst);
                     dynasm!(self.ops ; .arch x64 ; mov rax, QWORD 1f64.to_bits() as i64 ; mov QWORD [rsp + d], rax);
-                    if cached != Some(d) {
-                        in_xmm0 = cached;
-                    }
+                    in_xmm0 = unless(d);
                 }
                 // A `nil` cotangent gives `nil`: no contribution, no code.
                 Instr::Pull { args, .. } | Instr::PullAdd { args, .. } if nil(routine.list(args)[0]) => in_xmm0 = cached,
@@ -356,9 +352,7 @@ impl<'a> Emitter<'a> {
                     (true, false) | (false, true) => {
                         let (s, d) = (at(if nil(a) { b } else { a }), at(dst));
                         dynasm!(self.ops ; .arch x64 ; mov rax, QWORD [rsp + s] ; mov QWORD [rsp + d], rax);
-                        if cached != Some(d) {
-                            in_xmm0 = cached;
-                        }
+                        in_xmm0 = unless(d);
                     }
                     (false, false) => {
                         let (sa, sb, d) = (at(a), at(b), at(dst));
