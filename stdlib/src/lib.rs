@@ -29,6 +29,7 @@ pub mod random;
 mod test_points;
 pub mod strings;
 pub mod taylor;
+pub mod unwrapped_math;
 pub mod text;
 
 use zygvm_vm::builtin::{Builtin, BuiltinImpl};
@@ -182,7 +183,7 @@ pub fn builtins() -> Vec<Builtin> {
             min_args: 1,
             max_args: 1,
             imp: BuiltinImpl::Native(f.native),
-            scalar: Some(f.scalar),
+            scalar: Some(unwrapped_math::unwrapped(f.name, f.scalar)),
             deriv: zygvm_vm::builtin::Deriv::Missing,
             scalar_deriv: None,
             deriv_is_result: false,
