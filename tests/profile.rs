@@ -23,19 +23,23 @@ fn row(report: &str, name: &str) -> (u64, f64, f64) {
     (cells[2].parse().unwrap(), cells[1].parse().unwrap(), cells[0].parse().unwrap())
 }
 
-const FIB: &str = "fn fib(n) {\n  if n < 2 { n } else { fib(n - 1) + fib(n - 2) }\n}\nfn loss(w) {\n  let t = 0.0\n  for i in 0..50 { t += sin(w * i) }\n  t\n}\nprint(fib(15))\nprint(grad(loss)(0.5) != 0.0)\n";
+/// `loss` (numbers, a loop) runs as its gradient routine at values; `boxed` calls through a
+/// value (which might write a container), so its gradient runs the primal-with-tape routine
+/// and then the adjoint.
+const FIB: &str = "fn fib(n) {\n  if n < 2 { n } else { fib(n - 1) + fib(n - 2) }\n}\nfn loss(w) {\n  let t = 0.0\n  for i in 0..50 { t += sin(w * i) }\n  t\n}\nprint(fib(15))\nprint(grad(loss)(0.5) != 0.0)\nfn sq(z) { z * z }\nfn boxed(w) {\n  let f = sq\n  f(w) + w\n}\nprint(grad(boxed)(0.5))\n";
 
 #[test]
 fn calls_are_counted_exactly_and_routines_apart() {
     let (out, stacks) = profile(FIB, &[]);
     assert!(out.status.success(), "{out:?}");
-    assert_eq!(String::from_utf8_lossy(&out.stdout), "610\ntrue\n");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "610\ntrue\n2.0\n");
     let report = String::from_utf8_lossy(&out.stderr).to_string();
     let (calls, inclusive, exclusive) = row(&report, "fib");
     assert_eq!(calls, 1973);
     assert!(inclusive >= exclusive && exclusive > 0.0, "{report}");
-    assert_eq!(row(&report, "loss (primal-with-tape)").0, 1);
-    assert_eq!(row(&report, "loss (adjoint)").0, 1);
+    assert_eq!(row(&report, "loss (gradient at values)").0, 1);
+    assert_eq!(row(&report, "boxed (primal-with-tape)").0, 1);
+    assert_eq!(row(&report, "boxed (adjoint)").0, 1);
     assert_eq!(row(&report, "<main>").0, 1);
     // Per line: the recursive calls are made from line 2.
     assert!(report.lines().any(|l| l.contains("p.zy:2 (fib)") && l.split_whitespace().nth(2) == Some("1972")), "{report}");
@@ -46,7 +50,8 @@ fn calls_are_counted_exactly_and_routines_apart() {
         weight.parse::<u64>().unwrap();
     }
     assert!(stacks.lines().any(|l| l.starts_with("<main>;fib;fib;fib ")));
-    assert!(stacks.lines().any(|l| l.starts_with("<main>;loss (adjoint) ")));
+    assert!(stacks.lines().any(|l| l.starts_with("<main>;boxed (adjoint) ")));
+    assert!(stacks.lines().any(|l| l.starts_with("<main>;loss (gradient at values) ")));
 }
 
 #[test]

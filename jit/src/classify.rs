@@ -110,6 +110,7 @@ pub fn classify(program: &Program, f: &Function, types: &Types, pc: usize) -> Cl
         Instr::TapePopCtl { .. } => Class::Native,
         Instr::TapePopIf { code, .. } if ty(code) == Ty::Int && types.speculates(pc) => Class::Native,
         Instr::Pull { rule, args, .. } if float_pull(program, *rule, f.list(*args), t) => Class::Native,
+        Instr::Pull { rule, args, .. } if crate::types::nil_or_float_pull(program, *rule, f.list(*args), t) => Class::Native,
         Instr::Pull { rule, args, .. } if index_pull(*rule, f.list(*args), t) => Class::Native,
         Instr::PullAdd { dst, rule, args }
             if float_pull(program, *rule, f.list(*args), t) && matches!(ty(dst), Ty::Float | Ty::Nil | Ty::Plain) =>

@@ -101,6 +101,9 @@ pub struct CachedLoop {
     pub hoisted: Vec<usize>,
     /// Register homes (indexed by register).
     pub homes: Vec<Option<Home>>,
+    /// The float homes that stand for `nil` as `-0.0` (`nil_homes`): an adjoint accumulated
+    /// in the loop that is `nil` (no adjoint yet) until its first contribution.
+    pub nil_homes: Vec<bool>,
     /// Float arrays and matrices the loop reads in place: the register holding each (never
     /// written in the loop), its view's stack slot being its position here.
     pub views: Vec<Reg>,
@@ -170,6 +173,11 @@ fn tape_growth(f: &Function, types: &Types, pc: usize) -> u64 {
 }
 
 impl CachedLoop {
+    /// Whether `r`'s float home stands for `nil` as `-0.0` (`nil_homes`).
+    pub fn nil_home(&self, r: Reg) -> bool {
+        self.nil_homes.get(r.index()).copied().unwrap_or(false)
+    }
+
     /// Whether leaving the loop has something to do: written-back homes to store, tape
     /// batches to commit (`x64` `settle_loop`).
     pub fn settles_on_exit(&self) -> bool {
@@ -521,6 +529,7 @@ fn qualify(
             }
         });
     }
+    let nil_homes = nil_homes(f, types, &pcs, &hoisted);
     let tape = tape_batch(f, types, &pcs).filter(|_| regs.batches);
     // A batch keeps the tape's cursor and limit in the kept registers.
     let gp_homes: Vec<u8> = regs.int.iter().copied().filter(|g| tape.is_none() || !regs.kept.contains(g)).collect();
@@ -529,6 +538,10 @@ fn qualify(
     for r in 0..n {
         match (read_ty[r], mixed[r]) {
             (Some(Ty::Float), false) if xi < regs.float.len() => {
+                homes[r] = Some(Home::Float(regs.float[xi]));
+                xi += 1;
+            }
+            _ if nil_homes[r] && xi < regs.float.len() => {
                 homes[r] = Some(Home::Float(regs.float[xi]));
                 xi += 1;
             }
@@ -541,6 +554,7 @@ fn qualify(
     }
     let written: Vec<bool> = written.iter().map(|&n| n > 0).collect();
     let counters = counters(f, types, &pcs, &views);
+    let nil_homes: Vec<bool> = (0..n).map(|r| nil_homes[r] && homes[r].is_some()).collect();
     let lazy = (0..n)
         .map(|r| match homes[r] {
             Some(Home::Float(_)) => written[r],
@@ -552,7 +566,7 @@ fn qualify(
     let ctl = ctl_batch(f, &pcs).filter(|_| regs.batches);
     let steady = steady_types(f, types, &pcs, &live[first], first);
     let mut l =
-        CachedLoop { first, pcs, hoisted, homes, views, written, lazy, steady, view_regs: vec![], rows, tape, ctl, clamp: None, quiet };
+        CachedLoop { first, pcs, hoisted, homes, nil_homes, views, written, lazy, steady, view_regs: vec![], rows, tape, ctl, clamp: None, quiet };
     if regs.clamp {
         l.clamp = crate::clamp::find(f, types, &l);
     }
@@ -560,6 +574,46 @@ fn qualify(
         view_registers(f, regs, &mut l);
     }
     Some(l)
+}
+
+/// The registers of the loop at `pcs` that get a float home standing for `nil` as `-0.0`: an
+/// adjoint the loop accumulates into (`PullAdd`), `nil` (no adjoint yet) when the loop is
+/// entered and a float after its first contribution. Its type is `Plain` at the header,
+/// which would give it no home and put a store and a reload in the accumulation's chain
+/// every iteration. Since `-0.0 + v` is `v` for every float `v` (signed zeros and NaNs
+/// alike), the home can hold `-0.0` while the slot's tag says `nil`: the accumulation adds in
+/// the home and stores the float tag, and the slot is the interpreter's at every way out
+/// (a `nil` whose payload word is `-0.0`, or the float). So every read of it typed `Plain` in
+/// the loop must be an accumulation into it, every other one typed `Float` (after a
+/// contribution in the same iteration), and only accumulations write it. The entry stubs
+/// load `-0.0` for `nil`, and leave to the interpreter for any other number (`Plain` allows
+/// an int or a bool, which adjoints never are).
+fn nil_homes(f: &Function, types: &Types, pcs: &[usize], hoisted: &[usize]) -> Vec<bool> {
+    let n = f.num_regs as usize;
+    // Per register: read typed `Plain` as an accumulator; disqualified.
+    let (mut acc, mut bad) = (vec![false; n], vec![false; n]);
+    for &pc in pcs {
+        if hoisted.contains(&pc) {
+            continue;
+        }
+        let Some(t) = types.before[pc].as_ref() else { return vec![false; n] };
+        let instr = f.code[pc];
+        let accumulated = match instr {
+            Instr::PullAdd { dst, .. } => Some(dst),
+            _ => None,
+        };
+        reads(f, &instr, |r| match t[r.index()] {
+            Ty::Plain if accumulated == Some(r) => acc[r.index()] = true,
+            Ty::Float => {}
+            _ => bad[r.index()] = true,
+        });
+        writes(f, &instr, |r| {
+            if accumulated != Some(r) {
+                bad[r.index()] = true;
+            }
+        });
+    }
+    (0..n).map(|r| acc[r] && !bad[r]).collect()
 }
 
 /// The int registers of the loop at `pcs` (whose containers `views` are read in place) that

@@ -144,21 +144,33 @@ fn numeric_result(a: Ty, b: Ty) -> Ty {
 /// these types, so that native code computes it (`x64::pull_float`): the scalar rules of
 /// `+ - * /`, negation and one-argument math with a scalar derivative, on floats.
 pub fn float_pull(program: &Program, rule: u32, args: &[Reg], t: &[Ty]) -> bool {
+    args.first().is_some_and(|c| t[c.index()] == Ty::Float) && float_operands(program, rule, args, t)
+}
+
+/// A pullback `float_pull` would take but for its cotangent, which may be `nil` (no adjoint
+/// yet; typed `Plain`): `nil` in, `nil` out (`rules::apply_to_values`, every contribution
+/// rule), else the float path; another number leaves. What an adjoint loop that may run no
+/// iteration leaves after it (the adjoint it accumulates).
+pub fn nil_or_float_pull(program: &Program, rule: u32, args: &[Reg], t: &[Ty]) -> bool {
+    args.first().is_some_and(|c| t[c.index()] == Ty::Plain) && float_operands(program, rule, args, t)
+}
+
+/// `float_pull`'s operands after the cotangent.
+fn float_operands(program: &Program, rule: u32, args: &[Reg], t: &[Ty]) -> bool {
     use zygvm_vm::ad::rules::Rule;
     let float = |k: usize| args.get(k).is_some_and(|r| t[r.index()] == Ty::Float);
     let numeric = |k: usize| args.get(k).is_some_and(|r| t[r.index()].numeric());
     let (r, payload) = Rule::decode(rule);
-    float(0)
-        && match r {
-            Rule::AddA | Rule::AddB | Rule::SubA | Rule::SubB | Rule::Neg => true,
-            Rule::MulA | Rule::DivA => float(2),
-            Rule::MulB => float(1),
-            Rule::DivB => float(1) && float(2),
-            Rule::Math1 => float(1) && program.builtins.get(payload as usize).is_some_and(|b| b.scalar_deriv.is_some()),
-            // `^` at numbers (`rules::fast`'s case): the base and the exponent numbers.
-            Rule::PowA | Rule::PowB => numeric(1) && numeric(2),
-            _ => false,
-        }
+    match r {
+        Rule::AddA | Rule::AddB | Rule::SubA | Rule::SubB | Rule::Neg => true,
+        Rule::MulA | Rule::DivA => float(2),
+        Rule::MulB => float(1),
+        Rule::DivB => float(1) && float(2),
+        Rule::Math1 => float(1) && program.builtins.get(payload as usize).is_some_and(|b| b.scalar_deriv.is_some()),
+        // `^` at numbers (`rules::fast`'s case): the base and the exponent numbers.
+        Rule::PowA | Rule::PowB => numeric(1) && numeric(2),
+        _ => false,
+    }
 }
 
 /// A container pullback whose float fast path native code calls (`native::pull_index_float`,
@@ -229,6 +241,7 @@ pub fn result_type(program: &Program, f: &Function, instr: &Instr, t: &[Ty]) -> 
         // Speculated: native code pops floats only and leaves to the interpreter otherwise.
         Instr::TapePop { .. } => Ty::Float,
         Instr::Pull { rule, args, .. } if float_pull(program, *rule, f.list(*args), t) => Ty::Float,
+        Instr::Pull { rule, args, .. } if nil_or_float_pull(program, *rule, f.list(*args), t) => Ty::Plain,
         Instr::PullAdd { dst, rule, args } if float_pull(program, *rule, f.list(*args), t) && matches!(ty(dst), Ty::Float | Ty::Nil | Ty::Plain) => {
             Ty::Float
         }

@@ -12,6 +12,11 @@ impl<'a> Emitter<'a> {
         self.cur.and_then(|l| self.loops[l].homes[r.index()])
     }
 
+    /// Whether `r`'s home in the current loop stands for `nil` as `-0.0` (`loops::nil_homes`).
+    pub(super) fn nil_home(&self, r: Reg) -> bool {
+        self.cur.is_some_and(|l| self.loops[l].nil_home(r))
+    }
+
     /// Whether `r`'s home is written back (its slot's payload is stale inside the loop).
     pub(super) fn lazy(&self, r: Reg) -> bool {
         self.cur.is_some_and(|l| self.loops[l].lazy[r.index()])
@@ -25,6 +30,17 @@ impl<'a> Emitter<'a> {
         for (r, home) in self.loops[l].homes.clone().into_iter().enumerate() {
             let s = 16 * r as u32 + 8;
             match home {
+                // `nil` as `-0.0` (the payload word of a `nil` is not defined).
+                Some(Home::Float(k)) if self.loops[l].nil_homes[r] => {
+                    let (load, done) = (self.ops.new_dynamic_label(), self.ops.new_dynamic_label());
+                    const _: () = assert!(tag::NIL == 0);
+                    dynasm!(self.ops ; .arch aarch64 ; ldr x16, [x19, s - 8] ; cbnz x16, =>load);
+                    self.imm(16, (-0.0f64).to_bits());
+                    dynasm!(self.ops ; .arch aarch64
+                        ; fmov D(k), x16 ; b =>done
+                        ; =>load ; ldr D(k), [x19, s]
+                        ; =>done);
+                }
                 Some(Home::Float(k)) => dynasm!(self.ops ; .arch aarch64 ; ldr D(k), [x19, s]),
                 Some(Home::Int(g)) if !(after_call && LOOP_REGS.kept.contains(&g)) => {
                     dynasm!(self.ops ; .arch aarch64 ; ldr X(g), [x19, s])

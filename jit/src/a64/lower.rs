@@ -442,6 +442,7 @@ impl<'a> Emitter<'a> {
                     dynasm!(self.ops ; .arch aarch64 ; =>done);
                 }
             }
+            Instr::Pull { dst, rule, args } if ty(self.f.list(args)[0]) == Ty::Plain => self.pull_nil_or_float(pc, dst, rule, args),
             Instr::Pull { dst, rule, args } => {
                 // Before computing: dropping the old value is a call. (A `dst` that is also an
                 // operand is a float: nothing to drop.)
@@ -457,6 +458,13 @@ impl<'a> Emitter<'a> {
                         dynasm!(self.ops ; .arch aarch64 ; fmov d1, d0);
                         self.load_float(pc, dst, false);
                         dynasm!(self.ops ; .arch aarch64 ; fadd d0, d0, d1);
+                    }
+                    // An adjoint whose home holds `-0.0` while it is `nil`: `-0.0 + v` is `v`.
+                    Ty::Plain if self.nil_home(dst) && self.lazy(dst) => {
+                        let Some(Home::Float(d)) = self.home(dst) else { unreachable!("a nil home is a float home") };
+                        dynasm!(self.ops ; .arch aarch64 ; fadd D(d), D(d), d0);
+                        self.store_tag(dst, tag::FLOAT);
+                        return;
                     }
                     Ty::Plain => {
                         dynasm!(self.ops ; .arch aarch64 ; fmov d1, d0);
@@ -718,11 +726,33 @@ impl<'a> Emitter<'a> {
             ; =>done);
     }
 
+    /// `dst :=` a float pullback whose cotangent may be `nil` (`types::nil_or_float_pull`):
+    /// `nil` for `nil` (no adjoint yet: nothing flows back), the float path for a float,
+    /// the interpreter for another number.
+    fn pull_nil_or_float(&mut self, pc: usize, dst: Reg, rule: u32, args: ListId) {
+        let c = slot(self.f.list(args)[0]);
+        let (other, nil, done) = (self.cold_exit(pc), self.ops.new_dynamic_label(), self.ops.new_dynamic_label());
+        // (Before the check: `dst` is no float operand, so it may hold a heap value; a way
+        // out after it was cleared runs the instruction again.)
+        self.prepare_def(pc, dst);
+        const _: () = assert!(tag::NIL == 0);
+        dynasm!(self.ops ; .arch aarch64
+            ; ldr x16, [x19, c] ; cbz x16, =>nil
+            ; cmp x16, tag::FLOAT as u32 ; b.ne =>other);
+        self.pull_float(pc, rule, args);
+        self.store_float(dst);
+        let d = slot(dst);
+        dynasm!(self.ops ; .arch aarch64 ; b =>done ; =>nil ; str xzr, [x19, d] ; =>done);
+    }
+
     /// `d0 :=` the pullback rule `rule` on float arguments: the float fast path of
     /// `ad::rules::fast` (`types::float_pull` says when), with `chain::times`'s strong zero.
     fn pull_float(&mut self, pc: usize, rule: u32, args: ListId) {
         use zygvm_vm::ad::rules::Rule;
-        debug_assert!(float_pull(self.program, rule, self.f.list(args), self.types.before[pc].as_ref().unwrap()));
+        debug_assert!({
+            let t = self.types.before[pc].as_ref().unwrap();
+            float_pull(self.program, rule, self.f.list(args), t) || crate::types::nil_or_float_pull(self.program, rule, self.f.list(args), t)
+        });
         let l = self.f.list(args).to_vec();
         let (r, payload) = Rule::decode(rule);
         match r {

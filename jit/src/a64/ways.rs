@@ -7,6 +7,29 @@ use dynasmrt::AssemblyOffset;
 use zygvm_vm::bytecode::Instr;
 
 impl<'a> Emitter<'a> {
+    /// On the way into loop `l` at `to`, before anything else: each register whose home
+    /// stands for `nil` as `-0.0` (`loops::nil_homes`) is `nil` or a float, else the
+    /// interpreter runs from `to` (the frame is as the code before the stub left it).
+    fn check_nil_homes(&mut self, l: usize, to: usize) {
+        let regs: Vec<usize> = (0..self.loops[l].nil_homes.len()).filter(|&r| self.loops[l].nil_homes[r]).collect();
+        if regs.is_empty() {
+            return;
+        }
+        let (other, checked) = (self.ops.new_dynamic_label(), self.ops.new_dynamic_label());
+        const _: () = assert!(tag::NIL == 0);
+        for r in regs {
+            let (s, fine) = (16 * r as u32, self.ops.new_dynamic_label());
+            dynasm!(self.ops ; .arch aarch64
+                ; ldr x16, [x19, s] ; cbz x16, =>fine
+                ; cmp x16, tag::FLOAT as u32 ; b.ne =>other
+                ; =>fine);
+        }
+        // (Outside any loop, counted up to `to` already: nothing to store or count.)
+        dynasm!(self.ops ; .arch aarch64 ; b =>checked ; =>other);
+        self.leave(0, status::encode(status::EXIT, to as u32, 0));
+        dynasm!(self.ops ; .arch aarch64 ; =>checked);
+    }
+
     /// An entry point at `pc` (called: it pushes the activation's frame): checks the tags the
     /// code from `pc` relies on, then goes there. `fresh`: the entry of a frame just pushed,
     /// whose registers after the arguments are all `nil`, checked for the arguments only.
@@ -161,6 +184,7 @@ impl<'a> Emitter<'a> {
             };
             self.cur = None;
             dynasm!(self.ops ; .arch aarch64 ; =>label);
+            self.check_nil_homes(l, to);
             // First: its helper call clobbers the caller-saved registers, which the clamped
             // bound and the view registers below may be kept in.
             self.quiet_reserve(l);

@@ -35,6 +35,24 @@ impl<'a> Emitter<'a> {
             ; =>done);
     }
 
+    /// `dst :=` a float pullback whose cotangent may be `nil` (`types::nil_or_float_pull`):
+    /// `nil` for `nil` (no adjoint yet: nothing flows back), the float path for a float,
+    /// the interpreter for another number.
+    pub(super) fn pull_nil_or_float(&mut self, pc: usize, dst: Reg, rule: u32, args: ListId) {
+        let c = slot(self.f.list(args)[0]);
+        let (other, nil, done) = (self.cold_exit(pc), self.ops.new_dynamic_label(), self.ops.new_dynamic_label());
+        // (Before the check: `dst` is no float operand, so it may hold a heap value; a way
+        // out after it was cleared runs the instruction again.)
+        self.prepare_def(pc, dst);
+        dynasm!(self.ops ; .arch x64
+            ; cmp QWORD [rbx + c], tag::NIL as i32 ; je =>nil
+            ; cmp QWORD [rbx + c], tag::FLOAT as i32 ; jne =>other);
+        self.pull_float(pc, rule, args);
+        self.store_float(dst);
+        let d = slot(dst);
+        dynasm!(self.ops ; .arch x64 ; jmp =>done ; =>nil ; mov QWORD [rbx + d], tag::NIL as i32 ; =>done);
+    }
+
     /// `xmm0 :=` the pullback rule `rule` on float arguments: the float fast path of
     /// `ad::rules::fast` (`types::float_pull` says when), with `chain::times`'s strong zero.
     pub(super) fn pull_float(&mut self, pc: usize, rule: u32, args: ListId) {

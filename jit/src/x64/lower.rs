@@ -423,6 +423,7 @@ impl<'a> Emitter<'a> {
                     dynasm!(self.ops ; .arch x64 ; =>done);
                 }
             }
+            Instr::Pull { dst, rule, args } if ty(self.f.list(args)[0]) == Ty::Plain => self.pull_nil_or_float(pc, dst, rule, args),
             Instr::Pull { dst, rule, args } => {
                 // Before computing: dropping the old value is a call, which clobbers `xmm0`.
                 // (A `dst` that is also an operand is a float: nothing to drop.)
@@ -445,6 +446,12 @@ impl<'a> Emitter<'a> {
                         dynasm!(self.ops ; .arch x64 ; movapd xmm1, xmm0);
                         self.load_float(pc, dst, false);
                         dynasm!(self.ops ; .arch x64 ; addsd xmm0, xmm1);
+                    }
+                    // An adjoint whose home holds `-0.0` while it is `nil`: `-0.0 + v` is `v`.
+                    (Ty::Plain, _) if self.nil_home(dst) && self.lazy(dst) => {
+                        let (Some(Home::Float(d)), s) = (self.home(dst), slot(dst)) else { unreachable!("a nil home is a float home") };
+                        dynasm!(self.ops ; .arch x64 ; addsd Rx(d), xmm0 ; mov QWORD [rbx + s], tag::FLOAT as i32);
+                        return;
                     }
                     (Ty::Plain, _) => {
                         dynasm!(self.ops ; .arch x64 ; movapd xmm1, xmm0);

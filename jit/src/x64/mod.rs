@@ -223,6 +223,15 @@ impl<'a> Emitter<'a> {
             let s = 16 * r as i32 + 8;
             match home {
                 _ if !wanted(r) => {}
+                // `nil` as `-0.0` (the payload word of a `nil` is not defined).
+                Some(Home::Float(k)) if self.loops[l].nil_homes[r] => {
+                    let (load, done) = (self.ops.new_dynamic_label(), self.ops.new_dynamic_label());
+                    dynasm!(self.ops ; .arch x64
+                        ; cmp QWORD [rbx + s - 8], tag::NIL as i32 ; jne =>load
+                        ; mov rax, QWORD (-0.0f64).to_bits() as i64 ; movq Rx(*k), rax ; jmp =>done
+                        ; =>load ; movsd Rx(*k), QWORD [rbx + s]
+                        ; =>done);
+                }
                 Some(Home::Float(k)) => dynasm!(self.ops ; .arch x64 ; movsd Rx(*k), QWORD [rbx + s]),
                 Some(Home::Int(g)) if !(after_call && LOOP_REGS.kept.contains(g)) => {
                     dynasm!(self.ops ; .arch x64 ; mov Rq(*g), QWORD [rbx + s])
@@ -255,6 +264,11 @@ impl<'a> Emitter<'a> {
     pub(super) fn clamped(&self) -> bool {
         let (Some(l), Some(pc)) = (self.cur, self.pc) else { return false };
         self.loops[l].clamp.as_ref().is_some_and(|c| c.checks.iter().any(|x| x.0 == pc))
+    }
+
+    /// Whether `r`'s home in the current loop stands for `nil` as `-0.0` (`loops::nil_homes`).
+    pub(super) fn nil_home(&self, r: Reg) -> bool {
+        self.cur.is_some_and(|l| self.loops[l].nil_home(r))
     }
 
     /// Whether `r`'s home is written back (its slot's payload is stale inside the loop).

@@ -27,6 +27,7 @@ impl<'a> Emitter<'a> {
             };
             self.cur = None;
             dynasm!(self.ops ; .arch x64 ; =>label);
+            self.check_nil_homes(l, to);
             // First: its helper call clobbers the caller-saved registers, which the clamped
             // bound and the view registers below may be kept in.
             self.quiet_reserve(l);
@@ -61,6 +62,28 @@ impl<'a> Emitter<'a> {
             let target = self.labels[to];
             dynasm!(self.ops ; .arch x64 ; jmp =>target);
         }
+    }
+
+    /// On the way into loop `l` at `to`, before anything else: each register whose home
+    /// stands for `nil` as `-0.0` (`loops::nil_homes`) is `nil` or a float, else the
+    /// interpreter runs from `to` (the frame is as the code before the stub left it).
+    fn check_nil_homes(&mut self, l: usize, to: usize) {
+        let regs: Vec<usize> = (0..self.loops[l].nil_homes.len()).filter(|&r| self.loops[l].nil_homes[r]).collect();
+        if regs.is_empty() {
+            return;
+        }
+        let (other, checked) = (self.ops.new_dynamic_label(), self.ops.new_dynamic_label());
+        for r in regs {
+            let (s, fine) = (16 * r as i32, self.ops.new_dynamic_label());
+            dynasm!(self.ops ; .arch x64
+                ; cmp QWORD [rbx + s], tag::NIL as i32 ; je =>fine
+                ; cmp QWORD [rbx + s], tag::FLOAT as i32 ; jne =>other
+                ; =>fine);
+        }
+        // (Outside any loop, counted up to `to` already: nothing to store or count.)
+        dynasm!(self.ops ; .arch x64 ; jmp =>checked ; =>other);
+        self.leave(0, status::encode(status::EXIT, to as u32, 0));
+        dynasm!(self.ops ; .arch x64 ; =>checked);
     }
 
     /// An entry point at `pc` (called: it reserves the activation's frame): checks the tags

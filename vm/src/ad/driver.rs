@@ -259,6 +259,12 @@ pub fn value_and_gradient_tuple(vm: &mut Vm, f: &Value, args: &[Value]) -> VmRes
             if let Some(g) = gradient_routine(vm, *id)? {
                 return with_tape_mark(vm, |vm| vm.run_function(g, None, args));
             }
+            // A function with control flow: its gradient routine at values, one run (fewer
+            // instructions than the two runs below on both tiers since native code keeps a
+            // `nil`-first adjoint in a register, `jit/src/loops.rs` `nil_homes`).
+            if let Some(g) = values_gradient_routine(vm, f, args)? {
+                return run_values_gradient(vm, g, args);
+            }
             return with_tape_mark(vm, |vm| {
                 let (y, mut t) = adjoint_of_numbers(vm, *id, args)?;
                 let program = vm.program();
@@ -294,6 +300,10 @@ pub fn value_and_gradient_tuple(vm: &mut Vm, f: &Value, args: &[Value]) -> VmRes
 fn of_numbers(vm: &mut Vm, id: crate::bytecode::FuncId, args: &[Value]) -> VmResult<(Value, Rc<Tuple>)> {
     if let Some(g) = gradient_routine(vm, id)? {
         return split_pair(vm.run_function(g, None, args)?);
+    }
+    // As in `value_and_gradient_tuple`.
+    if let Some(g) = values_gradient_routine(vm, &Value::Func(id), args)? {
+        return split_pair(run_values_gradient(vm, g, args)?);
     }
     let (y, t) = adjoint_of_numbers(vm, id, args)?;
     // The adjoint's tuple `(d closure, d_1 .. d_n)` becomes the gradient tuple, in place when
