@@ -1769,6 +1769,13 @@ impl Vm {
                         let v = tri!(self.global_value(&program, slot));
                         set!(dst, v);
                     }
+                    // A gradient routine's result pair, in a debug build without the shared
+                    // semantics' frame between (21 KB there: with it, a value-and-gradient
+                    // from a host thread of 96 KB overflowed, `tests/embed.rs`).
+                    #[cfg(debug_assertions)]
+                    // SAFETY: `regs` is this frame's register window (see `reg!`) and the
+                    // instruction is verified: `grad_out`'s contract.
+                    Instr::GradOut { dst, items } => unsafe { self.grad_out(&program, func, regs, dst, items) },
                     // The rest, named one by one (no catch-all): a full jump table without a
                     // range check on the hot dispatch, and a new opcode must choose its arm.
                     // (`GetGlobal` is taken above in an optimised build.)
