@@ -30,8 +30,9 @@ impl<'a> Emitter<'a> {
         for (r, home) in self.loops[l].homes.clone().into_iter().enumerate() {
             let s = 16 * r as u32 + 8;
             match home {
-                // `nil` as `-0.0` (the payload word of a `nil` is not defined).
-                Some(Home::Float(k)) if self.loops[l].nil_homes[r] => {
+                // `nil` as `-0.0` (the payload word of a `nil` is not defined). After a call
+                // the payload is the home's own, written back before it: a plain load.
+                Some(Home::Float(k)) if self.loops[l].nil_homes[r] && !after_call => {
                     let (load, done) = (self.ops.new_dynamic_label(), self.ops.new_dynamic_label());
                     const _: () = assert!(tag::NIL == 0);
                     dynasm!(self.ops ; .arch aarch64 ; ldr x16, [x19, s - 8] ; cbnz x16, =>load);

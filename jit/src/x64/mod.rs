@@ -223,8 +223,9 @@ impl<'a> Emitter<'a> {
             let s = 16 * r as i32 + 8;
             match home {
                 _ if !wanted(r) => {}
-                // `nil` as `-0.0` (the payload word of a `nil` is not defined).
-                Some(Home::Float(k)) if self.loops[l].nil_homes[r] => {
+                // `nil` as `-0.0` (the payload word of a `nil` is not defined). After a call
+                // the payload is the home's own, written back before it: a plain load.
+                Some(Home::Float(k)) if self.loops[l].nil_homes[r] && !after_call => {
                     let (load, done) = (self.ops.new_dynamic_label(), self.ops.new_dynamic_label());
                     dynasm!(self.ops ; .arch x64
                         ; cmp QWORD [rbx + s - 8], tag::NIL as i32 ; jne =>load
