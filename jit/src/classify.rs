@@ -26,6 +26,9 @@ pub enum Class {
 pub enum NativeBuiltin {
     /// A gradient as a direct call of the function's gradient routine (`gradient_call.rs`).
     Gradient(FuncId),
+    /// A gradient at arrays as a direct call of the typed gradient routine at values, after
+    /// the VM's run-time check (`gradient_call::find_at_values`).
+    ValuesGradient(FuncId),
     /// A built-in of numbers (`scalar_builtins.rs`).
     Scalar(ScalarOp),
     /// The standard `len` (`types::is_len`: a helper returning the length, -1 to leave) into
@@ -39,6 +42,8 @@ pub fn native_builtin(program: &Program, f: &Function, types: &Types, pc: usize)
     let args = f.list(args);
     if let Some(g) = types.gradient_call(pc) {
         Some(NativeBuiltin::Gradient(g))
+    } else if let Some(g) = types.values_gradient_call(pc) {
+        Some(NativeBuiltin::ValuesGradient(g))
     } else if let Some(op) = crate::scalar_builtins::find(program, builtin, args, t) {
         Some(NativeBuiltin::Scalar(op))
     } else {

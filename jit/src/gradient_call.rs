@@ -13,6 +13,12 @@
 //! The routine is called directly once it exists: the VM makes the routines of every
 //! function such a call names before it compiles the caller (`Vm::make_gradient_routines`),
 //! in the family (`Routines`) it runs.
+//!
+//! At float arrays and matrices the call is the typed gradient routine at values' call where
+//! the VM says so at run time (`zygvm_vm/src/ad/values_direct.rs`: the driver's checks, which
+//! this compiler cannot see, such as no sweep with shadows open and the arguments' kinds): native
+//! code asks the helper `native::values_gradient_applies` first and leaves at the call when it
+//! says no, so the interpreter makes the call as it would have.
 
 use crate::types::Types;
 use zygvm_vm::bytecode::{FuncId, Instr};
@@ -35,6 +41,32 @@ fn routine_called(program: &Program, f: &Function, types: &Types, routines: Rout
         return None;
     }
     let g = program.derivative_in(f.function_loaded(pc, callee)?, routines)?.gradient?;
+    let routine = program.functions.get(g.index())?;
+    (routine.arity as usize == xs.len() && routine.num_captures == 0).then_some(g)
+}
+
+/// The gradient calls of `f` under `types` at arguments not all typed numbers, whose function
+/// has a typed gradient routine at values of their arity: each `CallBuiltin`'s instruction
+/// index and that routine, called in place when the VM's run-time check says so.
+pub fn find_at_values(program: &Program, f: &Function, types: &Types, routines: Routines) -> Vec<(u32, FuncId)> {
+    (0..f.code.len()).filter_map(|pc| Some((pc as u32, values_routine_called(program, f, types, routines, pc)?))).collect()
+}
+
+fn values_routine_called(program: &Program, f: &Function, types: &Types, routines: Routines, pc: usize) -> Option<FuncId> {
+    let Instr::CallBuiltin { builtin, args, .. } = f.code[pc] else { return None };
+    if routines != Routines::Plain || !program.builtins[builtin.index()].is_value_and_gradient() {
+        return None;
+    }
+    let t = types.before.get(pc)?.as_deref()?;
+    let (&callee, xs) = f.list(args).split_first()?;
+    if xs.is_empty() || xs.iter().all(|x| t[x.index()].numeric()) {
+        return None;
+    }
+    let id = f.function_loaded(pc, callee)?;
+    if !program.derivative_in(id, routines)?.sweeps_on_values {
+        return None;
+    }
+    let (g, _) = program.typed_of(id)?.values_gradient?;
     let routine = program.functions.get(g.index())?;
     (routine.arity as usize == xs.len() && routine.num_captures == 0).then_some(g)
 }

@@ -84,6 +84,7 @@ impl Tier for Jit {
         {
             let mut types = also_from_entry(CLASSIFY, program, f, types, hot, tags, entry, unspeculated)?;
             types.gradient_calls = gradient_call::find(program, f, &types, routines);
+            types.values_gradient_calls = gradient_call::find_at_values(program, f, &types, routines);
             types.gradient_wrappers = float_tree::gradient_wrappers(program, f, &types, routines);
             if profitable_only {
                 match seed {

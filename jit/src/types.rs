@@ -77,6 +77,9 @@ pub struct Types {
     /// Calls of `value_and_gradient` made direct calls of a gradient routine
     /// (`gradient_call.rs`): instruction index and routine.
     pub gradient_calls: Vec<(u32, zygvm_vm::bytecode::FuncId)>,
+    /// Calls of `value_and_gradient` at arrays made direct calls of a typed gradient routine at
+    /// values when the VM's run-time check passes (`gradient_call::find_at_values`).
+    pub values_gradient_calls: Vec<(u32, zygvm_vm::bytecode::FuncId)>,
     /// Direct calls of a function that returns `value_and_gradient` of a gradient tree
     /// (`float_tree::gradient_wrapper`): instruction index and what inlining it takes.
     pub gradient_wrappers: Vec<(u32, crate::float_tree::Wrapper)>,
@@ -86,6 +89,12 @@ impl Types {
     /// The gradient routine the `CallBuiltin` at `pc` calls directly, if it does.
     pub fn gradient_call(&self, pc: usize) -> Option<zygvm_vm::bytecode::FuncId> {
         self.gradient_calls.iter().find(|c| c.0 == pc as u32).map(|c| c.1)
+    }
+
+    /// The gradient routine at values the `CallBuiltin` at `pc` calls directly when the VM
+    /// says so at run time, if any.
+    pub fn values_gradient_call(&self, pc: usize) -> Option<zygvm_vm::bytecode::FuncId> {
+        self.values_gradient_calls.iter().find(|c| c.0 == pc as u32).map(|c| c.1)
     }
 
     /// The gradient wrapper the `CallDirect` at `pc` calls, if it is inlined.
@@ -375,7 +384,7 @@ pub fn infer_with(
             }
         }
     }
-    Ok(Types { before, unspeculated: unspeculated.clone(), gradient_calls: vec![], gradient_wrappers: vec![] })
+    Ok(Types { before, unspeculated: unspeculated.clone(), gradient_calls: vec![], values_gradient_calls: vec![], gradient_wrappers: vec![] })
 }
 
 /// The types at a function's first instruction, guessed while it runs elsewhere (`tags` are

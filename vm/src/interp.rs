@@ -115,6 +115,9 @@ pub struct Vm {
     /// next first contribution to a `nil` adjoint of its length takes it instead of
     /// allocating (`driver::gradient_pair_reusing`, `rules::first_contribution`).
     pub(crate) spare_adjoint: crate::ad::rules::Spare,
+    /// Per typed gradient routine at values: whether a gradient may call it in place
+    /// (`ad/values_direct.rs`), once scanned.
+    pub(crate) values_direct: Vec<u8>,
     pub(crate) globals: Vec<Option<Value>>,
     modules_run: Vec<bool>,
     pub(crate) stack: Stack<Value>,
@@ -214,6 +217,7 @@ impl Vm {
             gradient_builtin,
             gradient_results: [None, None],
             spare_adjoint: None,
+            values_direct: Vec::new(),
             globals: vec![None; program.global_names.len()],
             modules_run: vec![false; program.functions.len()],
             consts,
@@ -957,7 +961,11 @@ impl Vm {
     fn unwind(&mut self, mut e: VmError, depth: usize) -> VmError {
         while self.frames.len() > depth {
             let fr = self.frames.pop().unwrap();
-            e.trace.push(TraceEntry { func: fr.func, pc: fr.pc.saturating_sub(1) });
+            let pc = fr.pc.saturating_sub(1);
+            // (The driver's error of a gradient routine called in place is the call's.)
+            if !(e.trace.is_empty() && self.is_seed_error_of_direct_frame(&e.message, fr.func, pc, fr.boundary)) {
+                e.trace.push(TraceEntry { func: fr.func, pc });
+            }
             self.stack.truncate(fr.base as usize);
         }
         e
@@ -1804,7 +1812,10 @@ impl Vm {
     #[cfg_attr(debug_assertions, inline(never))]
     #[cfg_attr(not(debug_assertions), inline(always))]
     fn push_gradient_routine(&mut self, program: &Program, base: usize, args: &[Reg], dst: Reg) -> VmResult<bool> {
-        let Some(g) = self.gradient_routine_at(base, args) else { return Ok(false) };
+        // At numbers; else at float arrays and matrices (`ad/values_direct.rs`).
+        let Some(g) = self.gradient_routine_at(base, args).or_else(|| self.values_gradient_direct_at(base, args)) else {
+            return Ok(false);
+        };
         if self.steps >= self.next_check {
             self.check_limits()?;
         }

@@ -814,12 +814,20 @@ impl Vm {
     /// calls: otherwise the caller's native code leaves at every such call.
     fn compile_callee(&mut self, caller: FuncId, pc: u32) -> bool {
         use crate::bytecode::Instr;
-        let f = &self.program.functions[caller.index()];
         let base = self.frames.last().map_or(0, |fr| fr.base as usize);
+        // A gradient at arrays whose routine is called in place (`ad/values_direct.rs`).
+        let values_routine = match self.program.functions[caller.index()].code.get(pc as usize).copied() {
+            Some(Instr::CallBuiltin { args, .. }) => {
+                let args = self.program.functions[caller.index()].list(args).to_vec();
+                self.values_gradient_direct_at(base, &args)
+            }
+            _ => None,
+        };
+        let f = &self.program.functions[caller.index()];
         // The callee, and the tags of its arguments and then its captures.
         let (func, args, captures) = match f.code.get(pc as usize).copied() {
             Some(Instr::CallDirect { func, args, .. }) => (func, f.list(args), vec![]),
-            Some(Instr::CallBuiltin { args, .. }) => match self.gradient_routine_at(base, f.list(args)) {
+            Some(Instr::CallBuiltin { args, .. }) => match self.gradient_routine_at(base, f.list(args)).or(values_routine) {
                 Some(routine) => (routine, &f.list(args)[1..], vec![]),
                 None => return false,
             },
@@ -1598,6 +1606,28 @@ pub unsafe extern "C" fn note_tape_peak(vm: *mut Vm) {
 pub unsafe extern "C" fn tape_push_value(vm: *mut Vm, v: *const Value) {
     // SAFETY: the caller's contract; pushing onto the tape touches no register.
     unsafe { (*vm).tape.push((*v).clone()) }
+}
+
+/// Whether the `value_and_gradient` call at `pc` of `func`, in the frame on top, calls
+/// routine `g` in place as the interpreter would (`ad/values_direct.rs`: not the routine at
+/// numbers, and every run-time condition holding): 1, else 0 (native code then leaves at the
+/// call, and the interpreter makes it). Changes nothing the interpreter would see.
+///
+/// # Safety
+/// Called by native code only, running the frame on top of `vm`'s frames, of `func`, and not
+/// otherwise borrowing `vm`.
+pub unsafe extern "C" fn values_gradient_applies(vm: *mut Vm, func: u32, pc: u32, g: u32) -> u64 {
+    // SAFETY: the caller's contract: `vm` is live and not otherwise borrowed.
+    let vm = unsafe { &mut *vm };
+    let f = &vm.program.functions[func as usize];
+    let crate::bytecode::Instr::CallBuiltin { args, .. } = f.code[pc as usize] else { return 0 };
+    let args: smallvec::SmallVec<[crate::bytecode::Reg; 8]> = f.list(args).iter().copied().collect();
+    let base = vm.frames.last().expect("native code runs a frame").base as usize;
+    // (At numbers only, the routine at numbers comes first, as in the interpreter.)
+    let applies = vm.values_gradient_direct_at(base, &args) == Some(FuncId(g))
+        && !(args[1..].iter().all(|r| matches!(vm.stack[base + r.index()], Value::Float(_) | Value::Int(_)))
+            && vm.gradient_routine_at(base, &args).is_some());
+    applies as u64
 }
 
 /// `len(v)` (`access::length`), or -1 when `len` raises an error for `v` (native code then

@@ -299,7 +299,12 @@ impl Kinds {
     /// these kinds. A sweep on values writes no module variable (`on_values.rs`), so what
     /// holds at its start holds throughout.
     pub fn admit(&self, args: &[crate::value::Value], globals: &[Option<crate::value::Value>]) -> bool {
-        self.args.admit(args)
+        self.admit_each(args, globals)
+    }
+
+    /// `admit` of arguments in any container (registers of a frame, say).
+    pub fn admit_each<'a>(&self, args: impl IntoIterator<Item = &'a crate::value::Value>, globals: &[Option<crate::value::Value>]) -> bool {
+        args.into_iter().enumerate().all(|(k, a)| self.args.get(k).has(a))
             && self.globals.iter().flatten().all(|&(slot, kind)| {
                 globals.get(slot.index()).and_then(|v| v.as_ref()).is_some_and(|v| kind.has(v))
             })

@@ -93,6 +93,20 @@ impl<'a> Emitter<'a> {
         self.call_direct_with(pc, dst, g, &args)
     }
 
+    /// `dst = value_and_gradient(f, xs..)` at arrays as the direct call `g(xs..)` of `f`'s
+    /// typed gradient routine at values, once `native::values_gradient_applies` says the
+    /// interpreter would make it so; otherwise leaves at the call (`gradient_call.rs`).
+    pub(super) fn call_values_gradient(&mut self, pc: usize, dst: Reg, g: FuncId, args: &[Reg]) {
+        let declined = self.cold_exit(pc);
+        dynasm!(self.ops ; .arch aarch64 ; mov x0, x20);
+        self.imm(1, self.func.0 as u64);
+        self.imm(2, pc as u64);
+        self.imm(3, g.0 as u64);
+        self.call(native::values_gradient_applies as *const ());
+        dynasm!(self.ops ; .arch aarch64 ; cbz x0, =>declined);
+        self.call_direct_with(pc, dst, g, &args[1..]);
+    }
+
     /// `dst = g(args)` as a native call (no inlining): `g` has no captures and takes as many
     /// arguments as `args` holds.
     pub(super) fn call_direct_with(&mut self, pc: usize, dst: Reg, g: FuncId, args: &[Reg]) {

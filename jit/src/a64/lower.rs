@@ -127,6 +127,7 @@ impl<'a> Emitter<'a> {
                         }
                         None => self.call_direct_with(pc, dst, g, &args[1..]),
                     },
+                    Some(NativeBuiltin::ValuesGradient(g)) => self.call_values_gradient(pc, dst, g, &args),
                     Some(NativeBuiltin::Scalar(op)) => self.scalar_builtin(pc, dst, op, &args),
                     Some(NativeBuiltin::Len) => self.length(pc, dst, args[0]),
                     None => unreachable!("a built-in call classified native is a NativeBuiltin"),

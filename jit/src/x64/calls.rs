@@ -47,6 +47,18 @@ impl<'a> Emitter<'a> {
         self.call_direct_with(pc, dst, g, &args)
     }
 
+    /// `dst = value_and_gradient(f, xs..)` at arrays as the direct call `g(xs..)` of `f`'s
+    /// typed gradient routine at values, once `native::values_gradient_applies` says the
+    /// interpreter would make it so; otherwise leaves at the call (`gradient_call.rs`).
+    pub(super) fn call_values_gradient(&mut self, pc: usize, dst: Reg, g: FuncId, args: &[Reg]) {
+        let declined = self.cold_exit(pc);
+        let (func, pcu, gi) = (self.func.0 as i32, pc as i32, g.0 as i32);
+        dynasm!(self.ops ; .arch x64 ; mov rdi, r12 ; mov esi, func ; mov edx, pcu ; mov ecx, gi);
+        self.call(native::values_gradient_applies as *const ());
+        dynasm!(self.ops ; .arch x64 ; test rax, rax ; jz =>declined);
+        self.call_direct_with(pc, dst, g, &args[1..]);
+    }
+
     /// `dst = g(args)` as a native call (no inlining): `g` has no captures and takes as many
     /// arguments as `args` holds.
     pub(super) fn call_direct_with(&mut self, pc: usize, dst: Reg, g: FuncId, args: &[Reg]) {

@@ -194,7 +194,7 @@ fn values_gradient_for(vm: &Vm, f: &Value, values_gradient: Option<crate::byteco
 
 /// Whether every argument is a number, a float array (or an empty one) or a matrix, and no
 /// container is two of them.
-fn plain_and_distinct(args: &[Value]) -> bool {
+pub(crate) fn plain_and_distinct<'a>(args: impl IntoIterator<Item = &'a Value>) -> bool {
     let mut seen: SmallVec<[*const (); 4]> = SmallVec::new();
     for a in args {
         let container = match a {
@@ -468,6 +468,11 @@ pub(crate) fn not_a_number(y: &Value) -> VmError {
 }
 
 /// The start of `not_a_number`'s message.
+/// Whether `message` is `not_a_number`'s.
+pub(crate) fn is_not_a_number(message: &str) -> bool {
+    message.starts_with(NOT_A_NUMBER)
+}
+
 const NOT_A_NUMBER: &str = "gradient needs a function that returns a number";
 
 /// An argument's adjoint: a container argument's is its shadow (`shadows.rs`), which aliases
