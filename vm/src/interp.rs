@@ -117,7 +117,7 @@ pub struct Vm {
     pub(crate) spare_adjoint: crate::ad::rules::Spare,
     /// Per typed gradient routine at values: whether a gradient may call it in place
     /// (`ad/values_direct.rs`), once scanned.
-    pub(crate) values_direct: Vec<u8>,
+    pub(crate) values_direct: std::cell::RefCell<Vec<u8>>,
     pub(crate) globals: Vec<Option<Value>>,
     modules_run: Vec<bool>,
     pub(crate) stack: Stack<Value>,
@@ -217,7 +217,7 @@ impl Vm {
             gradient_builtin,
             gradient_results: [None, None],
             spare_adjoint: None,
-            values_direct: Vec::new(),
+            values_direct: std::cell::RefCell::new(Vec::new()),
             globals: vec![None; program.global_names.len()],
             modules_run: vec![false; program.functions.len()],
             consts,

@@ -1618,15 +1618,15 @@ pub unsafe extern "C" fn tape_push_value(vm: *mut Vm, v: *const Value) {
 /// otherwise borrowing `vm`.
 pub unsafe extern "C" fn values_gradient_applies(vm: *mut Vm, func: u32, pc: u32, g: u32) -> u64 {
     // SAFETY: the caller's contract: `vm` is live and not otherwise borrowed.
-    let vm = unsafe { &mut *vm };
+    let vm = unsafe { &*vm };
     let f = &vm.program.functions[func as usize];
     let crate::bytecode::Instr::CallBuiltin { args, .. } = f.code[pc as usize] else { return 0 };
-    let args: smallvec::SmallVec<[crate::bytecode::Reg; 8]> = f.list(args).iter().copied().collect();
+    let args = f.list(args);
     let base = vm.frames.last().expect("native code runs a frame").base as usize;
     // (At numbers only, the routine at numbers comes first, as in the interpreter.)
-    let applies = vm.values_gradient_direct_at(base, &args) == Some(FuncId(g))
+    let applies = vm.values_gradient_direct_at(base, args) == Some(FuncId(g))
         && !(args[1..].iter().all(|r| matches!(vm.stack[base + r.index()], Value::Float(_) | Value::Int(_)))
-            && vm.gradient_routine_at(base, &args).is_some());
+            && vm.gradient_routine_at(base, args).is_some());
     applies as u64
 }
 

@@ -299,15 +299,12 @@ impl Kinds {
     /// these kinds. A sweep on values writes no module variable (`on_values.rs`), so what
     /// holds at its start holds throughout.
     pub fn admit(&self, args: &[crate::value::Value], globals: &[Option<crate::value::Value>]) -> bool {
-        self.admit_each(args, globals)
+        self.args.admit(args) && self.admit_globals(globals)
     }
 
-    /// `admit` of arguments in any container (registers of a frame, say).
-    pub fn admit_each<'a>(&self, args: impl IntoIterator<Item = &'a crate::value::Value>, globals: &[Option<crate::value::Value>]) -> bool {
-        args.into_iter().enumerate().all(|(k, a)| self.args.get(k).has(a))
-            && self.globals.iter().flatten().all(|&(slot, kind)| {
-                globals.get(slot.index()).and_then(|v| v.as_ref()).is_some_and(|v| kind.has(v))
-            })
+    /// `admit`'s half for the module variables.
+    pub fn admit_globals(&self, globals: &[Option<crate::value::Value>]) -> bool {
+        self.globals.iter().flatten().all(|&(slot, kind)| globals.get(slot.index()).and_then(|v| v.as_ref()).is_some_and(|v| kind.has(v)))
     }
 
     /// The kind a module variable must have, if any.

@@ -194,7 +194,7 @@ fn values_gradient_for(vm: &Vm, f: &Value, values_gradient: Option<crate::byteco
 
 /// Whether every argument is a number, a float array (or an empty one) or a matrix, and no
 /// container is two of them.
-pub(crate) fn plain_and_distinct<'a>(args: impl IntoIterator<Item = &'a Value>) -> bool {
+fn plain_and_distinct(args: &[Value]) -> bool {
     let mut seen: SmallVec<[*const (); 4]> = SmallVec::new();
     for a in args {
         let container = match a {

@@ -38,8 +38,9 @@ const NOT_DIRECT: u8 = 2;
 impl Vm {
     /// The typed gradient routine at values that the `value_and_gradient` call with argument
     /// registers `args` (`f` first) in the frame at `base` may call in place (module
-    /// comment), if any. Reads the registers where they are: no copy, no allocation.
-    pub(crate) fn values_gradient_direct_at(&mut self, base: usize, args: &[Reg]) -> Option<FuncId> {
+    /// comment), if any. Reads the registers where they are, in one pass: no copy, no
+    /// allocation.
+    pub(crate) fn values_gradient_direct_at(&self, base: usize, args: &[Reg]) -> Option<FuncId> {
         let (first, xs) = args.split_first()?;
         if xs.is_empty() || self.routines() != Routines::Plain {
             return None;
@@ -52,27 +53,41 @@ impl Vm {
         if !self.program.table(Routines::Plain).get(id.index())?.as_ref()?.sweeps_on_values {
             return None;
         }
-        let (g, kinds) = self.program.typed_of(id)?.values_gradient?;
-        if self.program.functions.get(g.index())?.arity as usize != xs.len() || !self.callable_in_place(g, &kinds) {
+        // (By reference: `typed_of` copies the whole `Typed`.)
+        let (g, kinds) = self.program.typed.get(id.index())?.as_ref()?.values_gradient.as_ref()?;
+        let g = *g;
+        if self.program.functions.get(g.index())?.arity as usize != xs.len() || !self.callable_in_place(g, kinds) {
             return None;
         }
-        // The driver's run-time checks (`driver::on_values_at_run_time`, `Kinds::admit`).
-        let stack = &self.stack;
-        let xs = || xs.iter().map(|r| &stack[base + r.index()]);
-        let admitted = !super::shadows::active() && super::driver::plain_and_distinct(xs()) && kinds.admit_each(xs(), &self.globals);
-        admitted.then_some(g)
+        // The driver's run-time checks (`driver::on_values_at_run_time`, `Kinds::admit`): no
+        // sweep with shadows open; each argument of its kind, a number, a float array or a
+        // matrix, no container twice; the module variables of theirs.
+        if super::shadows::active() {
+            return None;
+        }
+        let x = |k: usize| &self.stack[base + xs[k].index()];
+        for k in 0..xs.len() {
+            if !kinds.args.get(k).has(x(k)) {
+                return None;
+            }
+            let Some(p) = plain_container(x(k))? else { continue };
+            if (0..k).any(|j| plain_container(x(j)) == Some(Some(p))) {
+                return None;
+            }
+        }
+        kinds.admit_globals(&self.globals).then_some(g)
     }
 
     /// The module comment's static condition on routine `g` (typed for `kinds`), scanned once.
-    fn callable_in_place(&mut self, g: FuncId, kinds: &Kinds) -> bool {
-        if self.values_direct.len() <= g.index() {
-            self.values_direct.resize(g.index() + 1, UNKNOWN);
+    fn callable_in_place(&self, g: FuncId, kinds: &Kinds) -> bool {
+        let mut known = self.values_direct.borrow_mut();
+        if known.len() <= g.index() {
+            known.resize(g.index() + 1, UNKNOWN);
         }
-        if self.values_direct[g.index()] == UNKNOWN {
-            let direct = reads_and_calls_nothing(&self.program, g, kinds);
-            self.values_direct[g.index()] = if direct { DIRECT } else { NOT_DIRECT };
+        if known[g.index()] == UNKNOWN {
+            known[g.index()] = if reads_and_calls_nothing(&self.program, g, kinds) { DIRECT } else { NOT_DIRECT };
         }
-        self.values_direct[g.index()] == DIRECT
+        known[g.index()] == DIRECT
     }
 
     /// Whether error `message`, raised at `pc` (the instruction's index) in the frame of
@@ -84,6 +99,19 @@ impl Vm {
         !boundary
             && super::driver::is_not_a_number(message)
             && matches!(self.program.functions.get(func.index()).and_then(|f| f.code.get(pc as usize)), Some(Instr::GradSeed { .. }))
+    }
+}
+
+/// `driver::plain_and_distinct`'s view of one argument: `Some(None)` a number, `Some(Some(p))`
+/// a float array (or an empty one) or a matrix at address `p`, `None` anything else.
+fn plain_container(v: &Value) -> Option<Option<*const ()>> {
+    match v {
+        Value::Float(_) | Value::Int(_) => Some(None),
+        Value::Array(a) if a.try_borrow().is_ok_and(|x| matches!(&*x, crate::value::Array::Floats(_)) || x.len() == 0) => {
+            Some(Some(std::rc::Rc::as_ptr(a) as *const ()))
+        }
+        Value::Matrix(m) => Some(Some(std::rc::Rc::as_ptr(m) as *const ())),
+        _ => None,
     }
 }
 
