@@ -14,7 +14,7 @@
 //! function such a call names before it compiles the caller (`Vm::make_gradient_routines`),
 //! in the family (`Routines`) it runs.
 //!
-//! At float arrays and matrices the call is the typed gradient routine at values' call where
+//! At float arrays and matrices the call is the gradient routine at values' call where
 //! the VM says so at run time (`zygvm_vm/src/ad/values_direct.rs`: the driver's checks, which
 //! this compiler cannot see, such as no sweep with shadows open and the arguments' kinds): native
 //! code asks the helper `native::values_gradient_applies` first and leaves at the call when it
@@ -46,8 +46,9 @@ fn routine_called(program: &Program, f: &Function, types: &Types, routines: Rout
 }
 
 /// The gradient calls of `f` under `types` at arguments not all typed numbers, whose function
-/// has a typed gradient routine at values of their arity: each `CallBuiltin`'s instruction
-/// index and that routine, called in place when the VM's run-time check says so.
+/// has a gradient routine at values of their arity (the typed one, else the untyped one):
+/// each `CallBuiltin`'s instruction index and that routine, called in place when the VM's
+/// run-time check says so.
 pub fn find_at_values(program: &Program, f: &Function, types: &Types, routines: Routines) -> Vec<(u32, FuncId)> {
     (0..f.code.len()).filter_map(|pc| Some((pc as u32, values_routine_called(program, f, types, routines, pc)?))).collect()
 }
@@ -63,10 +64,13 @@ fn values_routine_called(program: &Program, f: &Function, types: &Types, routine
         return None;
     }
     let id = f.function_loaded(pc, callee)?;
-    if !program.derivative_in(id, routines)?.sweeps_on_values {
+    let d = program.derivative_in(id, routines)?;
+    if !d.sweeps_on_values {
         return None;
     }
-    let (g, _) = program.typed_of(id)?.values_gradient?;
+    // The typed routine if there is one (the VM takes the untyped one where the arguments do
+    // not have its kinds: native code then leaves at the call), else the untyped one.
+    let g = program.typed_of(id).and_then(|t| t.values_gradient).map(|(g, _)| g).or(d.values_gradient)?;
     let routine = program.functions.get(g.index())?;
     (routine.arity as usize == xs.len() && routine.num_captures == 0).then_some(g)
 }

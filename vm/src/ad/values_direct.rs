@@ -1,5 +1,5 @@
-//! `value_and_gradient(f, x..)` at float arrays and matrices as a direct call of `f`'s typed
-//! gradient routine at values, in the caller's frame stack, as the call at numbers already is
+//! `value_and_gradient(f, x..)` at float arrays and matrices as a direct call of `f`'s gradient
+//! routine at values, in the caller's frame stack, as the call at numbers already is
 //! (`Vm::gradient_routine_of`, `jit/src/gradient_call.rs`).
 //!
 //! The built-in runs that routine through the driver (`driver::run_values_gradient`): the
@@ -11,7 +11,7 @@
 //!
 //! - the driver's run-time checks hold (`driver::on_values_at_run_time`: no sweep with
 //!   shadows open, every argument a number, float array or matrix, no container twice, the
-//!   plain family, the typed routine's kinds admitted);
+//!   plain family; the typed routine where its kinds are admitted, else the untyped one);
 //! - the routine reads no module variable that could hold a container (a `GetGlobal` only of
 //!   one its kinds make a number) and calls nothing (no Zy call; built-ins only leaves,
 //!   `Builtin::leaf`), so the input scope has nothing to check (`inputs.rs` checks module
@@ -50,12 +50,17 @@ impl Vm {
             Value::Closure(c) if c.captures.is_empty() => c.func,
             _ => return None,
         };
-        if !self.program.table(Routines::Plain).get(id.index())?.as_ref()?.sweeps_on_values {
+        let d = self.program.table(Routines::Plain).get(id.index())?.as_ref()?;
+        if !d.sweeps_on_values {
             return None;
         }
-        // (By reference: `typed_of` copies the whole `Typed`.)
-        let (g, kinds) = self.program.typed.get(id.index())?.as_ref()?.values_gradient.as_ref()?;
-        let g = *g;
+        // The typed routine where the arguments have its kinds, else the untyped one (the
+        // driver's `values_gradient_for`); by reference (`typed_of` copies the whole `Typed`).
+        let any = Kinds::default();
+        let (g, kinds) = match self.program.typed.get(id.index()).and_then(Option::as_ref).and_then(|t| t.values_gradient.as_ref()) {
+            Some((g, kinds)) if self.admitted(base, xs, kinds) => (*g, kinds),
+            _ => (d.values_gradient?, &any),
+        };
         if self.program.functions.get(g.index())?.arity as usize != xs.len() || !self.callable_in_place(g, kinds) {
             return None;
         }
@@ -67,15 +72,17 @@ impl Vm {
         }
         let x = |k: usize| &self.stack[base + xs[k].index()];
         for k in 0..xs.len() {
-            if !kinds.args.get(k).has(x(k)) {
-                return None;
-            }
             let Some(p) = plain_container(x(k))? else { continue };
             if (0..k).any(|j| plain_container(x(j)) == Some(Some(p))) {
                 return None;
             }
         }
-        kinds.admit_globals(&self.globals).then_some(g)
+        Some(g)
+    }
+
+    /// `Kinds::admit` of the argument registers `xs` of the frame at `base`.
+    fn admitted(&self, base: usize, xs: &[Reg], kinds: &Kinds) -> bool {
+        xs.iter().enumerate().all(|(k, r)| kinds.args.get(k).has(&self.stack[base + r.index()])) && kinds.admit_globals(&self.globals)
     }
 
     /// The module comment's static condition on routine `g` (typed for `kinds`), scanned once.
