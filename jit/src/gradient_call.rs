@@ -70,7 +70,12 @@ fn values_routine_called(program: &Program, f: &Function, types: &Types, routine
     }
     // The typed routine if there is one (the VM takes the untyped one where the arguments do
     // not have its kinds: native code then leaves at the call), else the untyped one.
-    let g = program.typed_of(id).and_then(|t| t.values_gradient).map(|(g, _)| g).or(d.values_gradient)?;
+    let (g, kinds) = match program.typed_of(id).and_then(|t| t.values_gradient) {
+        Some(typed) => typed,
+        None => (d.values_gradient?, Default::default()),
+    };
     let routine = program.functions.get(g.index())?;
-    (routine.arity as usize == xs.len() && routine.num_captures == 0).then_some(g)
+    // A routine the VM never calls in place: the built-in's call, compiled as such.
+    let in_place = zygvm_vm::ad::values_direct::reads_and_calls_nothing(program, g, &kinds);
+    (in_place && routine.arity as usize == xs.len() && routine.num_captures == 0).then_some(g)
 }

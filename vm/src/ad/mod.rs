@@ -53,7 +53,7 @@ pub mod sweeps;
 pub mod tangents;
 pub mod tower_calls;
 pub mod towers;
-mod values_direct;
+pub mod values_direct;
 
 use crate::stack::Stack;
 use crate::value::Value;

@@ -123,8 +123,9 @@ fn plain_container(v: &Value) -> Option<Option<*const ()>> {
 }
 
 /// The static half of the module comment's condition: `g` reads module variables only where
-/// `kinds` makes them numbers, and calls no Zy code and no built-in other than a leaf.
-fn reads_and_calls_nothing(program: &crate::program::Program, g: FuncId, kinds: &Kinds) -> bool {
+/// `kinds` makes them numbers, and calls no Zy code and no built-in other than a leaf. (Public
+/// for the JIT, which compiles no in-place call of a routine that fails it.)
+pub fn reads_and_calls_nothing(program: &crate::program::Program, g: FuncId, kinds: &Kinds) -> bool {
     let Some(f) = program.functions.get(g.index()) else { return false };
     let leaf = |b: crate::bytecode::BuiltinId| program.builtins.get(b.index()).is_some_and(|b| b.leaf);
     f.code.iter().all(|i| match *i {
