@@ -26,7 +26,7 @@ pub enum Class {
 pub enum NativeBuiltin {
     /// A gradient as a direct call of the function's gradient routine (`gradient_call.rs`).
     Gradient(FuncId),
-    /// A gradient at arrays as a direct call of the typed gradient routine at values, after
+    /// A gradient at arrays as a direct call of the gradient routine at values, after
     /// the VM's run-time check (`gradient_call::find_at_values`).
     ValuesGradient(FuncId),
     /// A built-in of numbers (`scalar_builtins.rs`).

@@ -77,7 +77,7 @@ pub struct Types {
     /// Calls of `value_and_gradient` made direct calls of a gradient routine
     /// (`gradient_call.rs`): instruction index and routine.
     pub gradient_calls: Vec<(u32, zygvm_vm::bytecode::FuncId)>,
-    /// Calls of `value_and_gradient` at arrays made direct calls of a typed gradient routine at
+    /// Calls of `value_and_gradient` at arrays made direct calls of a gradient routine at
     /// values when the VM's run-time check passes (`gradient_call::find_at_values`).
     pub values_gradient_calls: Vec<(u32, zygvm_vm::bytecode::FuncId)>,
     /// Direct calls of a function that returns `value_and_gradient` of a gradient tree

@@ -115,7 +115,7 @@ pub struct Vm {
     /// next first contribution to a `nil` adjoint of its length takes it instead of
     /// allocating (`driver::gradient_pair_reusing`, `rules::first_contribution`).
     pub(crate) spare_adjoint: crate::ad::rules::Spare,
-    /// Per typed gradient routine at values: whether a gradient may call it in place
+    /// Per gradient routine at values: whether a gradient may call it in place
     /// (`ad/values_direct.rs`), once scanned.
     pub(crate) values_direct: std::cell::RefCell<Vec<u8>>,
     pub(crate) globals: Vec<Option<Value>>,
@@ -1812,10 +1812,7 @@ impl Vm {
     #[cfg_attr(debug_assertions, inline(never))]
     #[cfg_attr(not(debug_assertions), inline(always))]
     fn push_gradient_routine(&mut self, program: &Program, base: usize, args: &[Reg], dst: Reg) -> VmResult<bool> {
-        // At numbers; else at float arrays and matrices (`ad/values_direct.rs`).
-        let Some(g) = self.gradient_routine_at(base, args).or_else(|| self.values_gradient_direct_at(base, args)) else {
-            return Ok(false);
-        };
+        let Some(g) = self.gradient_routine_in_place_at(base, args) else { return Ok(false) };
         if self.steps >= self.next_check {
             self.check_limits()?;
         }

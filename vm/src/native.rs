@@ -814,20 +814,12 @@ impl Vm {
     /// calls: otherwise the caller's native code leaves at every such call.
     fn compile_callee(&mut self, caller: FuncId, pc: u32) -> bool {
         use crate::bytecode::Instr;
-        let base = self.frames.last().map_or(0, |fr| fr.base as usize);
-        // A gradient at arrays whose routine is called in place (`ad/values_direct.rs`).
-        let values_routine = match self.program.functions[caller.index()].code.get(pc as usize).copied() {
-            Some(Instr::CallBuiltin { args, .. }) => {
-                let args = self.program.functions[caller.index()].list(args).to_vec();
-                self.values_gradient_direct_at(base, &args)
-            }
-            _ => None,
-        };
         let f = &self.program.functions[caller.index()];
+        let base = self.frames.last().map_or(0, |fr| fr.base as usize);
         // The callee, and the tags of its arguments and then its captures.
         let (func, args, captures) = match f.code.get(pc as usize).copied() {
             Some(Instr::CallDirect { func, args, .. }) => (func, f.list(args), vec![]),
-            Some(Instr::CallBuiltin { args, .. }) => match self.gradient_routine_at(base, f.list(args)).or(values_routine) {
+            Some(Instr::CallBuiltin { args, .. }) => match self.gradient_routine_in_place_at(base, f.list(args)) {
                 Some(routine) => (routine, &f.list(args)[1..], vec![]),
                 None => return false,
             },
@@ -1609,9 +1601,9 @@ pub unsafe extern "C" fn tape_push_value(vm: *mut Vm, v: *const Value) {
 }
 
 /// Whether the `value_and_gradient` call at `pc` of `func`, in the frame on top, calls
-/// routine `g` in place as the interpreter would (`ad/values_direct.rs`: not the routine at
-/// numbers, and every run-time condition holding): 1, else 0 (native code then leaves at the
-/// call, and the interpreter makes it). Changes nothing the interpreter would see.
+/// routine `g` in place as the interpreter would (`Vm::gradient_routine_in_place_at`): 1,
+/// else 0 (native code then leaves at the call, and the interpreter makes it). Changes
+/// nothing the interpreter would see.
 ///
 /// # Safety
 /// Called by native code only, running the frame on top of `vm`'s frames, of `func`, and not
@@ -1623,11 +1615,7 @@ pub unsafe extern "C" fn values_gradient_applies(vm: *mut Vm, func: u32, pc: u32
     let crate::bytecode::Instr::CallBuiltin { args, .. } = f.code[pc as usize] else { return 0 };
     let args = f.list(args);
     let base = vm.frames.last().expect("native code runs a frame").base as usize;
-    // (At numbers only, the routine at numbers comes first, as in the interpreter.)
-    let applies = vm.values_gradient_direct_at(base, args) == Some(FuncId(g))
-        && !(args[1..].iter().all(|r| matches!(vm.stack[base + r.index()], Value::Float(_) | Value::Int(_)))
-            && vm.gradient_routine_at(base, args).is_some());
-    applies as u64
+    (vm.gradient_routine_in_place_at(base, args) == Some(FuncId(g))) as u64
 }
 
 /// `len(v)` (`access::length`), or -1 when `len` raises an error for `v` (native code then

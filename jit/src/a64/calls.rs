@@ -94,7 +94,7 @@ impl<'a> Emitter<'a> {
     }
 
     /// `dst = value_and_gradient(f, xs..)` at arrays as the direct call `g(xs..)` of `f`'s
-    /// typed gradient routine at values, once `native::values_gradient_applies` says the
+    /// gradient routine at values, once `native::values_gradient_applies` says the
     /// interpreter would make it so; otherwise leaves at the call (`gradient_call.rs`).
     pub(super) fn call_values_gradient(&mut self, pc: usize, dst: Reg, g: FuncId, args: &[Reg]) {
         let declined = self.cold_exit(pc);

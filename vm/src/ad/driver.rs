@@ -197,14 +197,10 @@ fn values_gradient_for(vm: &Vm, f: &Value, values_gradient: Option<crate::byteco
 fn plain_and_distinct(args: &[Value]) -> bool {
     let mut seen: SmallVec<[*const (); 4]> = SmallVec::new();
     for a in args {
-        let container = match a {
-            Value::Float(_) | Value::Int(_) => continue,
-            // (An empty array is stored as one of values.)
-            Value::Array(x) if x.try_borrow().is_ok_and(|x| matches!(&*x, crate::value::Array::Floats(_)) || x.len() == 0) => {
-                Rc::as_ptr(x) as *const ()
-            }
-            Value::Matrix(m) => Rc::as_ptr(m) as *const (),
-            _ => return false,
+        let container = match plain_argument(a) {
+            Some(None) => continue,
+            Some(Some(p)) => p,
+            None => return false,
         };
         if seen.contains(&container) {
             return false;
@@ -212,6 +208,20 @@ fn plain_and_distinct(args: &[Value]) -> bool {
         seen.push(container);
     }
     true
+}
+
+/// `plain_and_distinct`'s view of one argument: `Some(None)` a number, `Some(Some(p))` a float
+/// array (or an empty one, stored as one of values) or a matrix at address `p`, `None`
+/// anything else.
+pub(crate) fn plain_argument(v: &Value) -> Option<Option<*const ()>> {
+    match v {
+        Value::Float(_) | Value::Int(_) => Some(None),
+        Value::Array(x) if x.try_borrow().is_ok_and(|x| matches!(&*x, crate::value::Array::Floats(_)) || x.len() == 0) => {
+            Some(Some(Rc::as_ptr(x) as *const ()))
+        }
+        Value::Matrix(m) => Some(Some(Rc::as_ptr(m) as *const ())),
+        _ => None,
+    }
 }
 
 /// `value_and_gradient`'s general path without shadow memory (`routines_on_values` says when
@@ -467,12 +477,12 @@ pub(crate) fn not_a_number(y: &Value) -> VmError {
     VmError::new(format!("{NOT_A_NUMBER}, but it returned {}", y.type_name()))
 }
 
-/// The start of `not_a_number`'s message.
 /// Whether `message` is `not_a_number`'s.
 pub(crate) fn is_not_a_number(message: &str) -> bool {
     message.starts_with(NOT_A_NUMBER)
 }
 
+/// The start of `not_a_number`'s message.
 const NOT_A_NUMBER: &str = "gradient needs a function that returns a number";
 
 /// An argument's adjoint: a container argument's is its shadow (`shadows.rs`), which aliases

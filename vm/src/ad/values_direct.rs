@@ -36,11 +36,18 @@ const DIRECT: u8 = 1;
 const NOT_DIRECT: u8 = 2;
 
 impl Vm {
-    /// The typed gradient routine at values that the `value_and_gradient` call with argument
+    /// The gradient routine the `value_and_gradient` call with argument registers `args` (`f`
+    /// first) in the frame at `base` calls in place, if any: the routine at numbers
+    /// (`gradient_routine_at`), else the routine at values. What both tiers ask.
+    pub(crate) fn gradient_routine_in_place_at(&self, base: usize, args: &[Reg]) -> Option<FuncId> {
+        self.gradient_routine_at(base, args).or_else(|| self.values_gradient_direct_at(base, args))
+    }
+
+    /// The gradient routine at values that the `value_and_gradient` call with argument
     /// registers `args` (`f` first) in the frame at `base` may call in place (module
     /// comment), if any. Reads the registers where they are, in one pass: no copy, no
     /// allocation.
-    pub(crate) fn values_gradient_direct_at(&self, base: usize, args: &[Reg]) -> Option<FuncId> {
+    fn values_gradient_direct_at(&self, base: usize, args: &[Reg]) -> Option<FuncId> {
         let (first, xs) = args.split_first()?;
         if xs.is_empty() || self.routines() != Routines::Plain {
             return None;
@@ -70,10 +77,10 @@ impl Vm {
         if super::shadows::active() {
             return None;
         }
-        let x = |k: usize| &self.stack[base + xs[k].index()];
+        let plain = |k: usize| super::driver::plain_argument(&self.stack[base + xs[k].index()]);
         for k in 0..xs.len() {
-            let Some(p) = plain_container(x(k))? else { continue };
-            if (0..k).any(|j| plain_container(x(j)) == Some(Some(p))) {
+            let Some(p) = plain(k)? else { continue };
+            if (0..k).any(|j| plain(j) == Some(Some(p))) {
                 return None;
             }
         }
@@ -106,19 +113,6 @@ impl Vm {
         !boundary
             && super::driver::is_not_a_number(message)
             && matches!(self.program.functions.get(func.index()).and_then(|f| f.code.get(pc as usize)), Some(Instr::GradSeed { .. }))
-    }
-}
-
-/// `driver::plain_and_distinct`'s view of one argument: `Some(None)` a number, `Some(Some(p))`
-/// a float array (or an empty one) or a matrix at address `p`, `None` anything else.
-fn plain_container(v: &Value) -> Option<Option<*const ()>> {
-    match v {
-        Value::Float(_) | Value::Int(_) => Some(None),
-        Value::Array(a) if a.try_borrow().is_ok_and(|x| matches!(&*x, crate::value::Array::Floats(_)) || x.len() == 0) => {
-            Some(Some(std::rc::Rc::as_ptr(a) as *const ()))
-        }
-        Value::Matrix(m) => Some(Some(std::rc::Rc::as_ptr(m) as *const ())),
-        _ => None,
     }
 }
 
