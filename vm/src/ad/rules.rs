@@ -500,6 +500,20 @@ fn apply_with_shadows(program: &Program, code: u32, args: &[Value]) -> VmResult<
     let (rule, _) = Rule::decode(code);
     let arg = |k: usize| args.get(k).unwrap_or(&Value::Nil);
     match rule {
+        // A sweep makes a container's shadow only for a derivative to keep: a read whose
+        // adjoint is nil (no contribution, no adjoint so far) leaves it as it is, and taking an
+        // element out of a container no shadow holds gives nil, as on values. (A fresh shadow
+        // of zeros there turned a nil element adjoint into 0.0, and a later negation into
+        // -0.0, where the sweep on values gives 0.0: tests/zy/ad/budget/unread_containers.zy.)
+        Rule::Index | Rule::Index2 if untouched(arg(0), arg(if rule == Rule::Index { 3 } else { 4 })) => {
+            apply_to_values(program, code, args)
+        }
+        Rule::TakeIndex | Rule::TakeIndex2
+            if matches!(arg(0), Value::Nil)
+                && shadows::existing_shadow(if rule == Rule::TakeIndex { arg(2) } else { arg(3) }).is_none() =>
+        {
+            Ok(Value::Nil)
+        }
         Rule::Index | Rule::Index2 if shadows::is_container(arg(1)) => {
             let Some(shadow) = shadows::merged(arg(0).clone(), arg(1))? else { return apply_to_values(program, code, args) };
             let mut with: smallvec::SmallVec<[Value; 6]> = args.iter().cloned().collect();
@@ -527,6 +541,11 @@ fn apply_with_shadows(program: &Program, code: u32, args: &[Value]) -> VmResult<
             None => apply_to_values(program, code, args),
         },
     }
+}
+
+/// Both a read's adjoint so far and its contribution are nil.
+fn untouched(acc: &Value, dy: &Value) -> bool {
+    matches!((acc, dy), (Value::Nil, Value::Nil))
 }
 
 pub(crate) fn apply_to_values(program: &Program, code: u32, args: &[Value]) -> VmResult<Value> {
