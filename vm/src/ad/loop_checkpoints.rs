@@ -26,7 +26,7 @@
 //! registers). It may itself cut and checkpoint when its segment exceeds the budget, which
 //! nests the segments as Griewank's binomial schedules do. Containers a recomputation makes
 //! stand for the ones the later iterations saw: at the end of each recomputation the containers
-//! in its registers share the shadows of those in the checkpoint it ended at (`shadows::alias`).
+//! in its registers share the shadows of those in the checkpoint it ended at (`shadows::stand_in`).
 //!
 //! Memory: half the budget for the tape, half for checkpoints. The tape stays within its half
 //! (or a quarter of the budget above what it held when a loop started keeping checkpoints,
@@ -526,8 +526,6 @@ pub(super) fn alias_containers(made: &Value, used: &Value) {
         if identity(&m) == identity(&u) {
             continue;
         }
-        if let Some(s) = super::shadows::shadow_of(&u) {
-            super::shadows::alias(&m, &s, super::shadows::Level::Adjoint);
-        }
+        super::shadows::stand_in(&m, &u);
     }
 }

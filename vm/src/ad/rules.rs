@@ -353,6 +353,10 @@ pub fn first_contribution<'v>(code: u32, spare: &mut Spare, arg: impl Fn(usize) 
     if !matches!(rule, Rule::Index | Rule::Index2) || !matches!(arg(0), Value::Nil) {
         return None;
     }
+    // No contribution: no adjoint to make (nor a shadow, `apply_with_shadows`).
+    if matches!(arg(if rule == Rule::Index { 3 } else { 4 }), Value::Nil) {
+        return None;
+    }
     let adjoint = if shadows::active() { shadows::shadow_of(arg(1))? } else { zeros_of_floats(arg(1), spare)? };
     let added = match rule {
         Rule::Index => index_add(&adjoint, arg(2), arg(3)),

@@ -45,6 +45,9 @@ pub struct Scope {
     is_shadow: HashSet<usize>,
     /// Snapshot copy address -> (the copy, the original it was taken from).
     origins: HashMap<usize, (Value, Value)>,
+    /// The entries of `origins` that are stand-ins (`stand_in`), not tape snapshots: a cut of
+    /// the tape does not forget them.
+    stand_ins: HashSet<usize>,
 }
 
 thread_local! {
@@ -69,13 +72,15 @@ impl Scope {
     fn recycled(mut self: Box<Scope>) -> Option<Box<Scope>> {
         let big = self.shadows.iter().any(|t| t.capacity() > SPARE_CAPACITY)
             || self.is_shadow.capacity() > SPARE_CAPACITY
-            || self.origins.capacity() > SPARE_CAPACITY;
+            || self.origins.capacity() > SPARE_CAPACITY
+            || self.stand_ins.capacity() > SPARE_CAPACITY;
         if big {
             return None;
         }
         self.shadows.iter_mut().for_each(HashMap::clear);
         self.is_shadow.clear();
         self.origins.clear();
+        self.stand_ins.clear();
         Some(self)
     }
 
@@ -184,10 +189,29 @@ pub fn note_snapshot(copy: &Value, original: &Value) {
 }
 
 /// Forgets a snapshot whose tape record was cut (a checkpointed loop's, recomputed later):
-/// the copy may be freed.
+/// the copy may be freed. A stand-in is kept.
 pub fn forget_snapshot(copy: &Value) {
     let Some(p) = address(copy) else { return };
-    with_scope(|s| s.origins.remove(&p));
+    with_scope(|s| {
+        if !s.stand_ins.contains(&p) {
+            s.origins.remove(&p);
+        }
+    });
+}
+
+/// Declares `v` a stand-in for `original` (a loop recomputation's container for the one the
+/// first run used, a frozen copy for its original): from now on both have one shadow,
+/// `original`'s. Like a snapshot's, the shadow is made when a derivative first reaches
+/// either, not now: a shadow of zeros made at once turned the nil adjoint of a container no
+/// derivative reaches into zeros, and an element taken out of it and negated into -0.0 where
+/// the sweep without recomputation gives 0.0 (`tests/zy/ad/budget/unread_containers.zy`).
+pub fn stand_in(v: &Value, original: &Value) {
+    let (Some(p), Some(q)) = (address(v), address(original)) else { return };
+    if p == q {
+        return;
+    }
+    note_snapshot(v, original);
+    with_scope(|s| s.stand_ins.insert(p));
 }
 
 /// Whether `v` is a shadow of the current scope.
