@@ -354,7 +354,7 @@ pub fn first_contribution<'v>(code: u32, spare: &mut Spare, arg: impl Fn(usize) 
         return None;
     }
     // No contribution: no adjoint to make (nor a shadow, `apply_with_shadows`).
-    if matches!(arg(if rule == Rule::Index { 3 } else { 4 }), Value::Nil) {
+    if matches!(arg(read_contribution(rule)), Value::Nil) {
         return None;
     }
     let adjoint = if shadows::active() { shadows::shadow_of(arg(1))? } else { zeros_of_floats(arg(1), spare)? };
@@ -509,15 +509,7 @@ fn apply_with_shadows(program: &Program, code: u32, args: &[Value]) -> VmResult<
         // element out of a container no shadow holds gives nil, as on values. (A fresh shadow
         // of zeros there turned a nil element adjoint into 0.0, and a later negation into
         // -0.0, where the sweep on values gives 0.0: tests/zy/ad/budget/unread_containers.zy.)
-        Rule::Index | Rule::Index2 if untouched(arg(0), arg(if rule == Rule::Index { 3 } else { 4 })) => {
-            apply_to_values(program, code, args)
-        }
-        Rule::TakeIndex | Rule::TakeIndex2
-            if matches!(arg(0), Value::Nil)
-                && shadows::existing_shadow(if rule == Rule::TakeIndex { arg(2) } else { arg(3) }).is_none() =>
-        {
-            Ok(Value::Nil)
-        }
+        Rule::Index | Rule::Index2 if matches!((arg(0), arg(read_contribution(rule))), (Value::Nil, Value::Nil)) => Ok(Value::Nil),
         Rule::Index | Rule::Index2 if shadows::is_container(arg(1)) => {
             let Some(shadow) = shadows::merged(arg(0).clone(), arg(1))? else { return apply_to_values(program, code, args) };
             let mut with: smallvec::SmallVec<[Value; 6]> = args.iter().cloned().collect();
@@ -526,6 +518,9 @@ fn apply_with_shadows(program: &Program, code: u32, args: &[Value]) -> VmResult<
         }
         Rule::TakeIndex | Rule::TakeIndex2 => {
             let obj = if rule == Rule::TakeIndex { arg(2) } else { arg(3) };
+            if matches!(arg(0), Value::Nil) && shadows::existing_shadow(obj).is_none() {
+                return Ok(Value::Nil);
+            }
             match shadows::merged(arg(0).clone(), obj)? {
                 Some(shadow) => {
                     let mut with: smallvec::SmallVec<[Value; 6]> = args.iter().cloned().collect();
@@ -547,9 +542,10 @@ fn apply_with_shadows(program: &Program, code: u32, args: &[Value]) -> VmResult<
     }
 }
 
-/// Both a read's adjoint so far and its contribution are nil.
-fn untouched(acc: &Value, dy: &Value) -> bool {
-    matches!((acc, dy), (Value::Nil, Value::Nil))
+/// Where an `Index` or `Index2` rule's arguments hold the read's contribution `dy` (after the
+/// adjoint so far, the container and the indices).
+fn read_contribution(rule: Rule) -> usize {
+    if rule == Rule::Index { 3 } else { 4 }
 }
 
 pub(crate) fn apply_to_values(program: &Program, code: u32, args: &[Value]) -> VmResult<Value> {
