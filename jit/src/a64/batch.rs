@@ -33,8 +33,10 @@ pub(super) fn tape_fields_in_reach() -> bool {
 
 /// A batched push's or pop's slow path, emitted after the function's code (`emit_slow`).
 pub(super) enum Slow {
-    Push { label: DynamicLabel, done: DynamicLabel, float: bool, cur: Option<usize> },
-    Pop { label: DynamicLabel, done: DynamicLabel, pc: usize, run_start: usize, float: bool, cur: Option<usize> },
+    /// A push whose bits are in `x0`, or in the `d` home `from`.
+    Push { label: DynamicLabel, done: DynamicLabel, float: bool, from: Option<u8>, cur: Option<usize> },
+    /// A pop into `x0`, or (`float`) into `d` register `into`.
+    Pop { label: DynamicLabel, done: DynamicLabel, pc: usize, run_start: usize, float: bool, into: u8, cur: Option<usize> },
     CtlPop { label: DynamicLabel, done: DynamicLabel, empty: DynamicLabel, cur: Option<usize> },
 }
 
@@ -129,42 +131,48 @@ impl<'a> Emitter<'a> {
         dynasm!(self.ops ; .arch aarch64 ; =>skip);
     }
 
-    /// A batched push of the number whose bits are in `x0`: stored at the cursor while the
-    /// capacity lasts; else the batch is committed, the push made by the helper (which grows
-    /// the words) and a new batch started.
-    pub(super) fn tape_push_batched(&mut self, float: bool) {
+    /// A batched push of the number whose bits are in `x0`, or of the float in `d` register
+    /// `from` (a home: stored from there, with no move to `x0`): stored at the cursor while
+    /// the capacity lasts; else the batch is committed, the push made by the helper (which
+    /// grows the words) and a new batch started.
+    pub(super) fn tape_push_batched(&mut self, float: bool, from: Option<u8>) {
         let (full, done) = (self.ops.new_dynamic_label(), self.ops.new_dynamic_label());
-        dynasm!(self.ops ; .arch aarch64
-            ; cmp X(CURSOR), X(LIMIT)
-            ; b.hs =>full
-            ; str x0, [X(CURSOR)], 8
-            ; =>done
-        );
-        self.slow.push(Slow::Push { label: full, done, float, cur: self.cur });
+        dynasm!(self.ops ; .arch aarch64 ; cmp X(CURSOR), X(LIMIT) ; b.hs =>full);
+        match from {
+            Some(k) => dynasm!(self.ops ; .arch aarch64 ; str D(k), [X(CURSOR)], 8),
+            None => dynasm!(self.ops ; .arch aarch64 ; str x0, [X(CURSOR)], 8),
+        }
+        dynasm!(self.ops ; .arch aarch64 ; =>done);
+        self.slow.push(Slow::Push { label: full, done, float, from, cur: self.cur });
     }
 
-    /// A batched pop into `d0` (`float`) or `x0`: from the cursor while the run lasts; else
-    /// the batch is committed, the pop made as outside a batch (which leaves when the
-    /// speculation fails) and a new batch started.
-    pub(super) fn tape_pop_batched(&mut self, pc: usize, float: bool) {
+    /// A batched pop into `d` register `into` (`float`: `d0`, or the home `float_dst` gives)
+    /// or `x0`: from the cursor while the run lasts; else the batch is committed, the pop made
+    /// as outside a batch (which leaves when the speculation fails) and a new batch started.
+    pub(super) fn tape_pop_batched(&mut self, pc: usize, float: bool, into: u8) {
+        debug_assert!(float || into == 0, "only a float is popped into a d register");
         let (empty, done) = (self.ops.new_dynamic_label(), self.ops.new_dynamic_label());
         dynasm!(self.ops ; .arch aarch64 ; cmp X(CURSOR), X(LIMIT) ; b.ls =>empty);
         if float {
-            dynasm!(self.ops ; .arch aarch64 ; ldr d0, [X(CURSOR), -8]!);
+            dynasm!(self.ops ; .arch aarch64 ; ldr D(into), [X(CURSOR), -8]!);
         } else {
             dynasm!(self.ops ; .arch aarch64 ; ldr x0, [X(CURSOR), -8]!);
         }
         dynasm!(self.ops ; .arch aarch64 ; =>done);
-        self.slow.push(Slow::Pop { label: empty, done, pc, run_start: self.run_start, float, cur: self.cur });
+        self.slow.push(Slow::Pop { label: empty, done, pc, run_start: self.run_start, float, into, cur: self.cur });
     }
 
     /// The slow paths of batched pushes and pops, after the function's code.
     pub(super) fn emit_slow(&mut self) {
         for s in std::mem::take(&mut self.slow) {
             match s {
-                Slow::Push { label, done, float, cur } => {
+                Slow::Push { label, done, float, from, cur } => {
                     self.cur = cur;
-                    dynasm!(self.ops ; .arch aarch64 ; =>label ; str x0, [sp, SCRATCH]);
+                    dynasm!(self.ops ; .arch aarch64 ; =>label);
+                    if let Some(k) = from {
+                        dynasm!(self.ops ; .arch aarch64 ; fmov x0, D(k));
+                    }
+                    dynasm!(self.ops ; .arch aarch64 ; str x0, [sp, SCRATCH]);
                     self.write_back();
                     self.tape_commit();
                     // Homes stay stored: the reload comes after the new batch starts.
@@ -179,7 +187,7 @@ impl<'a> Emitter<'a> {
                     self.load_homes(true);
                     dynasm!(self.ops ; .arch aarch64 ; b =>done);
                 }
-                Slow::Pop { label, done, pc, run_start, float, cur } => {
+                Slow::Pop { label, done, pc, run_start, float, into, cur } => {
                     self.cur = cur;
                     self.run_start = run_start;
                     dynasm!(self.ops ; .arch aarch64 ; =>label);
@@ -189,7 +197,7 @@ impl<'a> Emitter<'a> {
                     self.tape_pop_general(pc, float);
                     self.tape_reserve();
                     if float {
-                        dynasm!(self.ops ; .arch aarch64 ; ldr d0, [sp, SCRATCH]);
+                        dynasm!(self.ops ; .arch aarch64 ; ldr D(into), [sp, SCRATCH]);
                     } else {
                         dynasm!(self.ops ; .arch aarch64 ; ldr x0, [sp, SCRATCH]);
                     }

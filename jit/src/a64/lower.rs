@@ -375,7 +375,12 @@ impl<'a> Emitter<'a> {
                 self.prepare_def(pc, dst);
                 let float = self.types.popped(pc) != Ty::Int;
                 if self.batch().is_some() {
-                    self.tape_pop_batched(pc, float);
+                    // A float popped into its home when that is all `store_float` would write.
+                    let into = if float { self.float_dst(dst) } else { 0 };
+                    self.tape_pop_batched(pc, float, into);
+                    if float {
+                        return self.store_float_from(dst, into);
+                    }
                 } else {
                     self.tape_pop_number(pc, float);
                 }
@@ -493,15 +498,21 @@ impl<'a> Emitter<'a> {
                 // The bits, from the home where there is one (a written-back home's slot is
                 // stale).
                 let s = slot(src) + 8;
+                let l = native::layout();
+                let (kind, float) = if ty(src) == Ty::Float { (l.kind_float, true) } else { (l.kind_int, false) };
+                // In a batch, a float in its home is stored at the cursor from there.
+                let from = match self.home(src) {
+                    Some(Home::Float(k)) if float && self.batch().is_some() => Some(k),
+                    _ => None,
+                };
                 match self.home(src) {
+                    _ if from.is_some() => {}
                     Some(Home::Float(k)) => dynasm!(self.ops ; .arch aarch64 ; fmov x0, D(k)),
                     Some(Home::Int(g)) => dynasm!(self.ops ; .arch aarch64 ; mov x0, X(g)),
                     None => dynasm!(self.ops ; .arch aarch64 ; ldr x0, [x19, s]),
                 }
-                let l = native::layout();
-                let (kind, float) = if ty(src) == Ty::Float { (l.kind_float, true) } else { (l.kind_int, false) };
                 if self.batch().is_some() {
-                    self.tape_push_batched(float);
+                    self.tape_push_batched(float, from);
                 } else {
                     self.tape_push_number(kind, float);
                 }

@@ -99,38 +99,40 @@ impl<'a> Emitter<'a> {
         );
     }
 
-    /// A batched push of the number in `rax` (`loops.rs`): stored at the cursor while the
-    /// capacity lasts; else the batch is committed, the push made by the helper (which grows
-    /// the words) and a new batch started.
-    pub(super) fn tape_push_batched(&mut self, float: bool) {
+    /// A batched push of the number in `rax` (`loops.rs`), or of the float in `xmm` register
+    /// `from` (a home: stored from there, with no copy through `rax`): stored at the cursor
+    /// while the capacity lasts; else the batch is committed, the push made by the helper
+    /// (which grows the words) and a new batch started.
+    pub(super) fn tape_push_batched(&mut self, float: bool, from: Option<u8>) {
         let (full, done) = (self.ops.new_dynamic_label(), self.ops.new_dynamic_label());
-        dynasm!(self.ops ; .arch x64
-            ; cmp r13, r14
-            ; jae =>full
-            ; mov QWORD [r13], rax
-            ; add r13, 8
-            ; =>done
-        );
-        self.slow.push(Slow::Push { label: full, done, float, cur: self.cur });
+        dynasm!(self.ops ; .arch x64 ; cmp r13, r14 ; jae =>full);
+        match from {
+            Some(k) => dynasm!(self.ops ; .arch x64 ; movsd QWORD [r13], Rx(k)),
+            None => dynasm!(self.ops ; .arch x64 ; mov QWORD [r13], rax),
+        }
+        dynasm!(self.ops ; .arch x64 ; add r13, 8 ; =>done);
+        self.slow.push(Slow::Push { label: full, done, float, from, cur: self.cur });
     }
 
-    /// A batched pop into `xmm0` (`float`) or `rax` (`loops.rs`): from the cursor while the
-    /// run lasts; else the batch is committed, the pop made as outside a batch (which leaves
-    /// when the speculation fails) and a new batch started.
-    pub(super) fn tape_pop_batched(&mut self, pc: usize, float: bool) {
+    /// A batched pop into `xmm0` (`float`), `rax`, or the `xmm` register `into` (a float's
+    /// home, for a result `store_float` would only copy there) (`loops.rs`): from the cursor
+    /// while the run lasts; else the batch is committed, the pop made as outside a batch
+    /// (which leaves when the speculation fails) and a new batch started.
+    pub(super) fn tape_pop_batched(&mut self, pc: usize, float: bool, into: Option<u8>) {
+        debug_assert!(float || into.is_none(), "only a float is popped into an xmm home");
         let (empty, done) = (self.ops.new_dynamic_label(), self.ops.new_dynamic_label());
         dynasm!(self.ops ; .arch x64
             ; cmp r13, r14
             ; jbe =>empty
             ; sub r13, 8
         );
-        if float {
-            dynasm!(self.ops ; .arch x64 ; movsd xmm0, QWORD [r13]);
-        } else {
-            dynasm!(self.ops ; .arch x64 ; mov rax, QWORD [r13]);
+        match (float, into) {
+            (true, Some(k)) => dynasm!(self.ops ; .arch x64 ; movsd Rx(k), QWORD [r13]),
+            (true, None) => dynasm!(self.ops ; .arch x64 ; movsd xmm0, QWORD [r13]),
+            (false, _) => dynasm!(self.ops ; .arch x64 ; mov rax, QWORD [r13]),
         }
         dynasm!(self.ops ; .arch x64 ; =>done);
-        self.slow.push(Slow::Pop { label: empty, done, pc, run_start: self.run_start, float, cur: self.cur });
+        self.slow.push(Slow::Pop { label: empty, done, pc, run_start: self.run_start, float, into, cur: self.cur });
     }
 
     /// The slow paths of batched pushes and pops, after the function's code.
@@ -148,9 +150,13 @@ impl<'a> Emitter<'a> {
                         ; xorpd Rx(dst), Rx(dst)
                         ; jmp =>done);
                 }
-                Slow::Push { label, done, float, cur } => {
+                Slow::Push { label, done, float, from, cur } => {
                     self.cur = cur;
-                    dynasm!(self.ops ; .arch x64 ; =>label ; mov QWORD [rsp], rax);
+                    dynasm!(self.ops ; .arch x64 ; =>label);
+                    if let Some(k) = from {
+                        dynasm!(self.ops ; .arch x64 ; movq rax, Rx(k));
+                    }
+                    dynasm!(self.ops ; .arch x64 ; mov QWORD [rsp], rax);
                     self.write_back();
                     self.tape_commit();
                     dynasm!(self.ops ; .arch x64 ; mov rax, QWORD [rsp]);
@@ -161,7 +167,7 @@ impl<'a> Emitter<'a> {
                     self.load_homes(true);
                     dynasm!(self.ops ; .arch x64 ; jmp =>done);
                 }
-                Slow::Pop { label, done, pc, run_start, float, cur } => {
+                Slow::Pop { label, done, pc, run_start, float, into, cur } => {
                     self.cur = cur;
                     self.run_start = run_start;
                     dynasm!(self.ops ; .arch x64 ; =>label);
@@ -174,7 +180,9 @@ impl<'a> Emitter<'a> {
                         dynasm!(self.ops ; .arch x64 ; mov QWORD [rsp], rax);
                     }
                     self.tape_reserve();
-                    if float {
+                    if let Some(k) = into {
+                        dynasm!(self.ops ; .arch x64 ; movsd Rx(k), QWORD [rsp]);
+                    } else if float {
                         dynasm!(self.ops ; .arch x64 ; movsd xmm0, QWORD [rsp]);
                     } else {
                         dynasm!(self.ops ; .arch x64 ; mov rax, QWORD [rsp]);
@@ -276,7 +284,9 @@ pub(super) enum Slow {
     /// `times_into`'s check of a zero or NaN product: the factors are in `xmm` registers `a`
     /// and `b`, the product in `dst`.
     Times { label: DynamicLabel, done: DynamicLabel, dst: u8, a: u8, b: u8 },
-    Push { label: DynamicLabel, done: DynamicLabel, float: bool, cur: Option<usize> },
-    Pop { label: DynamicLabel, done: DynamicLabel, pc: usize, run_start: usize, float: bool, cur: Option<usize> },
+    /// A push whose number is in `rax`, or in the `xmm` home `from`.
+    Push { label: DynamicLabel, done: DynamicLabel, float: bool, from: Option<u8>, cur: Option<usize> },
+    /// A pop into `xmm0` or `rax`, or into the `xmm` home `into`.
+    Pop { label: DynamicLabel, done: DynamicLabel, pc: usize, run_start: usize, float: bool, into: Option<u8>, cur: Option<usize> },
     CtlPop { label: DynamicLabel, done: DynamicLabel, empty: DynamicLabel, cur: Option<usize> },
 }

@@ -10,8 +10,14 @@ impl<'a> Emitter<'a> {
             // Computed by the loop's entry stubs (`loops.rs`): copied into place here.
             let (Instr::Math1 { dst, .. }, h) = (instr, hoist_offset(i)) else { unreachable!("only Math1 is hoisted") };
             self.prepare_def(pc, dst);
-            dynasm!(self.ops ; .arch x64 ; movsd xmm0, QWORD [rsp + h]);
-            self.store_float(dst);
+            match self.float_home_only(dst) {
+                // Its home is all `store_float` would write: loaded there directly.
+                Some(k) => dynasm!(self.ops ; .arch x64 ; movsd Rx(k), QWORD [rsp + h]),
+                None => {
+                    dynasm!(self.ops ; .arch x64 ; movsd xmm0, QWORD [rsp + h]);
+                    self.store_float(dst);
+                }
+            }
             return;
         }
         if self.cur.and_then(|l| self.loops[l].quiet).is_some_and(|q| q.pc == pc) {
@@ -360,7 +366,12 @@ impl<'a> Emitter<'a> {
                 self.prepare_def(pc, dst);
                 let float = self.types.popped(pc) != Ty::Int;
                 if self.batch().is_some() {
-                    self.tape_pop_batched(pc, float);
+                    // A float whose home is all `store_float` would write: popped into it.
+                    let into = self.float_home_only(dst).filter(|_| float);
+                    self.tape_pop_batched(pc, float, into);
+                    if into.is_some() {
+                        return;
+                    }
                 } else {
                     self.tape_pop_number(pc, float);
                 }
@@ -478,14 +489,20 @@ impl<'a> Emitter<'a> {
             Instr::TapeSave { src } | Instr::TapePush { src } => {
                 let s = slot(src) + 8;
                 let l = native::layout();
+                let (kind, float) = if ty(src) == Ty::Float { (l.kind_float, true) } else { (l.kind_int, false) };
+                // In a batch, a float in its home is stored at the cursor from there.
+                let from = match self.home(src) {
+                    Some(Home::Float(k)) if float && self.batch().is_some() => Some(k),
+                    _ => None,
+                };
                 match self.home(src) {
+                    _ if from.is_some() => {}
                     Some(Home::Float(k)) => dynasm!(self.ops ; .arch x64 ; movq rax, Rx(k)),
                     Some(Home::Int(g)) => dynasm!(self.ops ; .arch x64 ; mov rax, Rq(g)),
                     None => dynasm!(self.ops ; .arch x64 ; mov rax, QWORD [rbx + s]),
                 }
-                let (kind, float) = if ty(src) == Ty::Float { (l.kind_float, true) } else { (l.kind_int, false) };
                 if self.batch().is_some() {
-                    self.tape_push_batched(float);
+                    self.tape_push_batched(float, from);
                 } else {
                     self.tape_push_number(kind, float);
                 }
