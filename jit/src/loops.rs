@@ -99,6 +99,9 @@ pub struct CachedLoop {
     pub pcs: Vec<usize>,
     /// Hoisted `Math1` instructions, by pc (the value of the `i`th in hoist slot `i`).
     pub hoisted: Vec<usize>,
+    /// The `xmm`/`d` home of each hoisted value that the entry stubs load from its slot, so
+    /// that its instruction in the body does nothing (`preloads`), else `None`.
+    pub preloaded: Vec<Option<u8>>,
     /// Register homes (indexed by register).
     pub homes: Vec<Option<Home>>,
     /// The float homes that stand for `nil` as `-0.0` (`nil_homes`): an adjoint accumulated
@@ -552,10 +555,11 @@ fn qualify(
             _ => {}
         }
     }
+    let defs = written.clone();
     let written: Vec<bool> = written.iter().map(|&n| n > 0).collect();
     let counters = counters(f, types, &pcs, &views);
     let nil_homes: Vec<bool> = (0..n).map(|r| nil_homes[r] && homes[r].is_some()).collect();
-    let lazy = (0..n)
+    let lazy: Vec<bool> = (0..n)
         .map(|r| match homes[r] {
             Some(Home::Float(_)) => written[r],
             Some(Home::Int(_)) => written[r] && counters[r],
@@ -565,8 +569,25 @@ fn qualify(
     let rows = fixed_rows(f, types, &pcs, &views, &written);
     let ctl = ctl_batch(f, &pcs).filter(|_| regs.batches);
     let steady = steady_types(f, types, &pcs, &live[first], first);
-    let mut l =
-        CachedLoop { first, pcs, hoisted, homes, nil_homes, views, written, lazy, steady, view_regs: vec![], rows, tape, ctl, clamp: None, quiet };
+    let preloaded = preloads(f, &hoisted, &defs, &homes, &lazy, &steady, &live[first]);
+    let mut l = CachedLoop {
+        first,
+        pcs,
+        hoisted,
+        preloaded,
+        homes,
+        nil_homes,
+        views,
+        written,
+        lazy,
+        steady,
+        view_regs: vec![],
+        rows,
+        tape,
+        ctl,
+        clamp: None,
+        quiet,
+    };
     if regs.clamp {
         l.clamp = crate::clamp::find(f, types, &l);
     }
@@ -574,6 +595,36 @@ fn qualify(
         view_registers(f, regs, &mut l);
     }
     Some(l)
+}
+
+/// The homes of the hoisted values (`hoisted`, their `Math1`s' pcs) that can hold the value
+/// from the loop's entry on: a float home written back (`lazy`), of a register that only its
+/// hoisted `Math1` writes in the loop (`defs`: the loop's writes of each register), dead at the
+/// header (`live`: nothing in the loop reads a value it had before) and of steady type float
+/// (the entry stubs store its tag). The stubs load such a home from the hoist slot after the
+/// other homes, and the `Math1` itself then emits nothing: the home holds the one value the
+/// loop ever gives the register. A way out before the `Math1`'s first run stores that value
+/// into a register nothing reads before writing it, as the entry tags do already.
+fn preloads(
+    f: &Function,
+    hoisted: &[usize],
+    defs: &[u32],
+    homes: &[Option<Home>],
+    lazy: &[bool],
+    steady: &[Option<Ty>],
+    live: &[bool],
+) -> Vec<Option<u8>> {
+    hoisted
+        .iter()
+        .map(|&pc| {
+            let Instr::Math1 { dst, .. } = f.code[pc] else { unreachable!("only Math1 is hoisted") };
+            let r = dst.index();
+            match homes[r] {
+                Some(Home::Float(k)) if lazy[r] && defs[r] == 1 && !live[r] && steady[r] == Some(Ty::Float) => Some(k),
+                _ => None,
+            }
+        })
+        .collect()
 }
 
 /// The registers of the loop at `pcs` that get a float home standing for `nil` as `-0.0`: an

@@ -23,6 +23,10 @@ impl<'a> Emitter<'a> {
         if let Some(i) = self.cur.and_then(|l| self.loops[l].hoisted.iter().position(|&h| h == pc)) {
             // Computed by the loop's entry stubs (`loops.rs`): copied into place here.
             let (Instr::Math1 { dst, .. }, h) = (instr, hoist_offset(i)) else { unreachable!("only Math1 is hoisted") };
+            if self.cur.is_some_and(|l| self.loops[l].preloaded[i].is_some()) {
+                // Loaded into its home by the entry stubs (`loops::preloads`).
+                return;
+            }
             self.prepare_def(pc, dst);
             let d = self.float_dst(dst);
             dynasm!(self.ops ; .arch aarch64 ; ldr D(d), [sp, h]);

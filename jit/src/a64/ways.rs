@@ -212,6 +212,12 @@ impl<'a> Emitter<'a> {
             }
             self.cur = Some(l);
             self.load_homes(false);
+            for (i, k) in self.loops[l].preloaded.clone().into_iter().enumerate() {
+                if let Some(k) = k {
+                    let h = hoist_offset(i);
+                    dynasm!(self.ops ; .arch aarch64 ; ldr D(k), [sp, h]);
+                }
+            }
             self.tape_reserve();
             self.ctl_reserve();
             self.cur = None;

@@ -447,6 +447,21 @@ impl<'a> Emitter<'a> {
         self.load_homes(true);
     }
 
+    /// The registers of the current loop's preloaded hoisted values (`loops::preloads`).
+    fn preloaded_registers(&self) -> Vec<usize> {
+        let Some(l) = self.cur else { return vec![] };
+        let l = &self.loops[l];
+        l.hoisted
+            .iter()
+            .zip(&l.preloaded)
+            .filter(|(_, k)| k.is_some())
+            .map(|(&pc, _)| match self.f.code[pc] {
+                Instr::Math1 { dst, .. } => dst.index(),
+                _ => unreachable!("only Math1 is hoisted"),
+            })
+            .collect()
+    }
+
     /// `call` of a pure scalar function (`f64 -> f64`, no exit) as the instruction at `pc`'s
     /// last act but the store of its result into `dst`: only the homes of registers live
     /// after the instruction are stored before it and loaded after (a dead home's slot is
@@ -456,7 +471,10 @@ impl<'a> Emitter<'a> {
             Some(live) if pc + 1 < self.f.code.len() => live.clone(),
             _ => return self.call(addr),
         };
-        let needed = |r: usize| after[r] && r != dst.index();
+        // A preloaded hoisted value (`loops::preloads`) is in its home for the whole loop,
+        // though dead between its last read and the next iteration's.
+        let preloaded = self.preloaded_registers();
+        let needed = |r: usize| (after[r] || preloaded.contains(&r)) && r != dst.index();
         self.write_back_of(needed);
         dynasm!(self.ops ; .arch x64 ; mov rax, QWORD addr as i64 ; call rax);
         self.load_homes_of(true, needed);
