@@ -559,7 +559,7 @@ fn qualify(
     let written: Vec<bool> = written.iter().map(|&n| n > 0).collect();
     let counters = counters(f, types, &pcs, &views);
     let nil_homes: Vec<bool> = (0..n).map(|r| nil_homes[r] && homes[r].is_some()).collect();
-    let lazy: Vec<bool> = (0..n)
+    let lazy = (0..n)
         .map(|r| match homes[r] {
             Some(Home::Float(_)) => written[r],
             Some(Home::Int(_)) => written[r] && counters[r],
@@ -569,7 +569,7 @@ fn qualify(
     let rows = fixed_rows(f, types, &pcs, &views, &written);
     let ctl = ctl_batch(f, &pcs).filter(|_| regs.batches);
     let steady = steady_types(f, types, &pcs, &live[first], first);
-    let preloaded = preloads(f, &hoisted, &defs, &homes, &lazy, &steady, &live[first]);
+    let preloaded = preloads(f, &hoisted, &defs, &homes, &steady, &live[first]);
     let mut l = CachedLoop {
         first,
         pcs,
@@ -598,19 +598,19 @@ fn qualify(
 }
 
 /// The homes of the hoisted values (`hoisted`, their `Math1`s' pcs) that can hold the value
-/// from the loop's entry on: a float home written back (`lazy`), of a register that only its
-/// hoisted `Math1` writes in the loop (`defs`: the loop's writes of each register), dead at the
-/// header (`live`: nothing in the loop reads a value it had before) and of steady type float
-/// (the entry stubs store its tag). The stubs load such a home from the hoist slot after the
-/// other homes, and the `Math1` itself then emits nothing: the home holds the one value the
-/// loop ever gives the register. A way out before the `Math1`'s first run stores that value
-/// into a register nothing reads before writing it, as the entry tags do already.
+/// from the loop's entry on: a float home (written back, as every float home the loop writes
+/// is) of a register that only its hoisted `Math1` writes in the loop (`defs`: the loop's
+/// writes of each register), dead at the header (`live`: nothing in the loop reads a value
+/// it had before) and of steady type float (the entry stubs store its tag). The stubs load
+/// such a home from the hoist slot after the other homes, and the `Math1` itself then emits
+/// nothing: the home holds the one value the loop ever gives the register. A way out before
+/// the `Math1`'s first run stores that value into a register nothing reads before writing
+/// it, as the entry tags do already.
 fn preloads(
     f: &Function,
     hoisted: &[usize],
     defs: &[u32],
     homes: &[Option<Home>],
-    lazy: &[bool],
     steady: &[Option<Ty>],
     live: &[bool],
 ) -> Vec<Option<u8>> {
@@ -620,7 +620,7 @@ fn preloads(
             let Instr::Math1 { dst, .. } = f.code[pc] else { unreachable!("only Math1 is hoisted") };
             let r = dst.index();
             match homes[r] {
-                Some(Home::Float(k)) if lazy[r] && defs[r] == 1 && !live[r] && steady[r] == Some(Ty::Float) => Some(k),
+                Some(Home::Float(k)) if defs[r] == 1 && !live[r] && steady[r] == Some(Ty::Float) => Some(k),
                 _ => None,
             }
         })

@@ -509,11 +509,12 @@ impl<'a> Emitter<'a> {
                     Some(Home::Float(k)) if float && self.batch().is_some() => Some(k),
                     _ => None,
                 };
-                match self.home(src) {
-                    _ if from.is_some() => {}
-                    Some(Home::Float(k)) => dynasm!(self.ops ; .arch aarch64 ; fmov x0, D(k)),
-                    Some(Home::Int(g)) => dynasm!(self.ops ; .arch aarch64 ; mov x0, X(g)),
-                    None => dynasm!(self.ops ; .arch aarch64 ; ldr x0, [x19, s]),
+                if from.is_none() {
+                    match self.home(src) {
+                        Some(Home::Float(k)) => dynasm!(self.ops ; .arch aarch64 ; fmov x0, D(k)),
+                        Some(Home::Int(g)) => dynasm!(self.ops ; .arch aarch64 ; mov x0, X(g)),
+                        None => dynasm!(self.ops ; .arch aarch64 ; ldr x0, [x19, s]),
+                    }
                 }
                 if self.batch().is_some() {
                     self.tape_push_batched(float, from);

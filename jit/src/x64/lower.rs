@@ -499,11 +499,12 @@ impl<'a> Emitter<'a> {
                     Some(Home::Float(k)) if float && self.batch().is_some() => Some(k),
                     _ => None,
                 };
-                match self.home(src) {
-                    _ if from.is_some() => {}
-                    Some(Home::Float(k)) => dynasm!(self.ops ; .arch x64 ; movq rax, Rx(k)),
-                    Some(Home::Int(g)) => dynasm!(self.ops ; .arch x64 ; mov rax, Rq(g)),
-                    None => dynasm!(self.ops ; .arch x64 ; mov rax, QWORD [rbx + s]),
+                if from.is_none() {
+                    match self.home(src) {
+                        Some(Home::Float(k)) => dynasm!(self.ops ; .arch x64 ; movq rax, Rx(k)),
+                        Some(Home::Int(g)) => dynasm!(self.ops ; .arch x64 ; mov rax, Rq(g)),
+                        None => dynasm!(self.ops ; .arch x64 ; mov rax, QWORD [rbx + s]),
+                    }
                 }
                 if self.batch().is_some() {
                     self.tape_push_batched(float, from);
