@@ -1213,16 +1213,21 @@ impl Vm {
             // `$start` with its straight-line run counted from `$counted_from`.
             macro_rules! resume {
                 ($f:expr, $func:expr, $loop_base:expr, $base:expr, $start:expr, $counted_from:expr) => {{
-                    func_id = $f;
-                    func = $func;
+                    // A call or return within one function (recursion) keeps the locals that
+                    // only the function decides: its code and its back-edge counters.
+                    let f: FuncId = $f;
+                    if f != func_id {
+                        func_id = f;
+                        func = $func;
+                        code_ptr = func.code.as_ptr();
+                        edge_base = $loop_base as usize;
+                    }
                     base = $base;
-                    code_ptr = func.code.as_ptr();
                     // SAFETY: both are instruction indices of `func` (a frame's saved pc, or the
                     // `skip` of its frame image, which `FrameImage::of` clamps below the code's
                     // length).
                     ip = unsafe { code_ptr.add($start) };
                     run_start = unsafe { code_ptr.add($counted_from) };
-                    edge_base = $loop_base as usize;
                     native_here = false;
                     edge_mask = self.native.loop_mask;
                     refresh!();
@@ -1562,8 +1567,14 @@ impl Vm {
                             continue 'frames;
                         }
                         // Back in the caller, from the frame record just read.
-                        let loop_base = self.frame_images[caller_func.index()].loop_base;
-                        resume!(caller_func, &program.functions[caller_func.index()], loop_base, caller_base, caller_pc as usize, caller_pc as usize);
+                        resume!(
+                            caller_func,
+                            &program.functions[caller_func.index()],
+                            self.frame_images[caller_func.index()].loop_base,
+                            caller_base,
+                            caller_pc as usize,
+                            caller_pc as usize
+                        );
                     }
                     // Every other instruction is simple (`semantics.rs`), shared with the JIT.
                     // The hot ones get arms of their own, so that the shared semantics inline
