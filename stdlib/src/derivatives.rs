@@ -200,12 +200,22 @@ fn flat(v: &Value) -> VmResult<Vec<f64>> {
     }
 }
 
+/// How many numbers `flat(v)` would give, without copying them where `v` holds floats or is
+/// a matrix (the pullbacks of `sum` and `mean` read only the count).
+fn flat_len(v: &Value) -> VmResult<usize> {
+    match v {
+        Value::Matrix(m) => Ok(m.borrow().data.len()),
+        Value::Array(a) if matches!(&*a.borrow(), zygvm_vm::value::Array::Floats(_)) => Ok(a.borrow().len()),
+        other => Ok(flat(other)?.len()),
+    }
+}
+
 fn sum(dy: &Value, a: &[Value]) -> VmResult<Vec<Value>> {
-    let n = flat(&a[0])?.len();
+    let n = flat_len(&a[0])?;
     Ok(vec![shaped_like(&a[0], vec![num_of(dy); n])])
 }
 fn mean(dy: &Value, a: &[Value]) -> VmResult<Vec<Value>> {
-    let n = flat(&a[0])?.len();
+    let n = flat_len(&a[0])?;
     Ok(vec![shaped_like(&a[0], vec![num_of(dy) / n as f64; n])])
 }
 fn prod(dy: &Value, a: &[Value]) -> VmResult<Vec<Value>> {

@@ -199,22 +199,32 @@ fn matmul_rule(rule: Rule, dy: &Value, a: &Value, b: &Value) -> VmResult<Value> 
     match (a, b) {
         // y = M @ v: dM = outer(dy, v), dv = M^T @ dy (row by row, no transposed copy).
         (Matrix(m), Array(v)) => {
-            let d = flat(dy)?;
             let m = m.borrow();
-            if d.len() != m.rows || v.borrow().len() != m.cols {
-                return Err(cotangent_shape(dy, m.rows, 0));
-            }
-            if rule == Rule::MatMulA {
-                let out = match &*v.borrow() {
-                    crate::value::Array::Floats(v) => crate::kernels::outer(&d, v),
-                    other => crate::kernels::outer(
-                        &d,
-                        &other.to_f64s().ok_or_else(|| VmError::new("@ of an array that holds non-numbers"))?,
-                    ),
-                };
-                Ok(Value::matrix(m.rows, m.cols, out))
-            } else {
-                Ok(Value::float_array(crate::kernels::vecmat(&m, &d)))
+            let rule_at = |d: &[f64]| -> VmResult<Value> {
+                if d.len() != m.rows || v.borrow().len() != m.cols {
+                    return Err(cotangent_shape(dy, m.rows, 0));
+                }
+                if rule == Rule::MatMulA {
+                    let out = match &*v.borrow() {
+                        crate::value::Array::Floats(v) => crate::kernels::outer(d, v),
+                        other => crate::kernels::outer(
+                            d,
+                            &other.to_f64s().ok_or_else(|| VmError::new("@ of an array that holds non-numbers"))?,
+                        ),
+                    };
+                    Ok(Value::matrix(m.rows, m.cols, out))
+                } else {
+                    Ok(Value::float_array(crate::kernels::vecmat(&m, d)))
+                }
+            };
+            // A float cotangent is read in place (every gradient of `logreg` and `mlp`), not
+            // copied out first.
+            match dy {
+                Array(a) => match &*a.borrow() {
+                    crate::value::Array::Floats(d) => rule_at(d),
+                    _ => rule_at(&flat(dy)?),
+                },
+                _ => rule_at(&flat(dy)?),
             }
         }
         // Y = A @ B: dA = dY @ B^T, dB = A^T @ dY.
