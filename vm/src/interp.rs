@@ -1287,7 +1287,8 @@ impl Vm {
                         if self.steps >= self.next_check {
                             tri!(self.check_limits());
                         }
-                        let callee: &Function = &program.functions[f.index()];
+                        // (A recursive call's callee is the running function.)
+                        let callee: &Function = if f == func_id { func } else { &program.functions[f.index()] };
                         let image = self.frame_images[f.index()].made_for(callee, &self.consts);
                         let (skip, loop_base) = (image.skip as usize, image.loop_base);
                         let fields = (&mut self.stack, &mut self.frames, &mut self.calls[..], self.limits.max_depth);
