@@ -31,23 +31,23 @@ enum Shape {
     Matrix(usize, usize),
 }
 
-/// The numbers of a float, int, numeric array or matrix, and its shape (`None` for a scalar).
-fn numbers(v: &Value) -> VmResult<(Vec<f64>, Option<Shape>)> {
+/// `f` of the numbers of a float, int, numeric array or matrix and its shape (`None` for a
+/// scalar): a float array's and a matrix's numbers lent in place, not copied (every
+/// elementwise pullback of an array scales through here).
+fn with_numbers<R>(v: &Value, f: impl FnOnce(&[f64], Option<Shape>) -> VmResult<R>) -> VmResult<R> {
     match v {
-        Value::Float(x) => Ok((vec![*x], None)),
-        Value::Int(i) => Ok((vec![*i as f64], None)),
-        Value::Array(a) => {
-            let a = a.borrow();
-            let x = match &*a {
-                Array::Floats(x) => x.clone(),
-                other => other.to_f64s().ok_or_else(|| VmError::new("derivative of an array that holds non-numbers"))?,
-            };
-            let n = x.len();
-            Ok((x, Some(Shape::Array(n))))
-        }
+        Value::Float(x) => f(&[*x], None),
+        Value::Int(i) => f(&[*i as f64], None),
+        Value::Array(a) => match &*a.borrow() {
+            Array::Floats(x) => f(x, Some(Shape::Array(x.len()))),
+            other => {
+                let x = other.to_f64s().ok_or_else(|| VmError::new("derivative of an array that holds non-numbers"))?;
+                f(&x, Some(Shape::Array(x.len())))
+            }
+        },
         Value::Matrix(m) => {
             let m = m.borrow();
-            Ok((m.data.clone(), Some(Shape::Matrix(m.rows, m.cols))))
+            f(&m.data, Some(Shape::Matrix(m.rows, m.cols)))
         }
         other => Err(VmError::new(format!("cannot differentiate through a value of type {}", other.type_name()))),
     }
@@ -64,30 +64,36 @@ pub fn scale(d: &Value, g: &Value) -> VmResult<Value> {
     if matches!(d, Value::Nil) || matches!(g, Value::Nil) {
         return Ok(Value::Nil);
     }
-    let (p, ps) = numbers(d)?;
-    let (q, qs) = numbers(g)?;
-    let out: Vec<f64> = match (ps, qs) {
-        (None, _) => q.iter().map(|&y| times(p[0], y)).collect(),
-        (_, None) => p.iter().map(|&x| times(x, q[0])).collect(),
-        // Equal shapes, or an array against a matrix of as many numbers (a matrix cotangent
-        // flattened by a rule).
-        (Some(a), Some(b)) if a == b || (matches!(a, Shape::Array(_)) || matches!(b, Shape::Array(_))) && p.len() == q.len() => {
-            p.iter().zip(&q).map(|(&x, &y)| times(x, y)).collect()
-        }
-        _ => {
-            return Err(VmError::new(format!(
-                "internal differentiation error: a derivative of shape {} meets a value of shape {}",
-                crate::ops::shape_text(d),
-                crate::ops::shape_text(g)
-            )))
-        }
-    };
-    // A matrix on either side makes the result a matrix.
-    let shape = match (ps, qs) {
-        (Some(m @ Shape::Matrix(..)), _) | (_, Some(m @ Shape::Matrix(..))) => Some(m),
-        (Some(s), _) | (_, Some(s)) => Some(s),
-        (None, None) => None,
-    };
+    // (Both only borrowed: `d` and `g` may be one container.)
+    let (out, shape) = with_numbers(d, |p, ps| {
+        with_numbers(g, |q, qs| {
+            let out: Vec<f64> = match (ps, qs) {
+                (None, _) => q.iter().map(|&y| times(p[0], y)).collect(),
+                (_, None) => p.iter().map(|&x| times(x, q[0])).collect(),
+                // Equal shapes, or an array against a matrix of as many numbers (a matrix
+                // cotangent flattened by a rule).
+                (Some(a), Some(b))
+                    if a == b || (matches!(a, Shape::Array(_)) || matches!(b, Shape::Array(_))) && p.len() == q.len() =>
+                {
+                    p.iter().zip(q).map(|(&x, &y)| times(x, y)).collect()
+                }
+                _ => {
+                    return Err(VmError::new(format!(
+                        "internal differentiation error: a derivative of shape {} meets a value of shape {}",
+                        crate::ops::shape_text(d),
+                        crate::ops::shape_text(g)
+                    )))
+                }
+            };
+            // A matrix on either side makes the result a matrix.
+            let shape = match (ps, qs) {
+                (Some(m @ Shape::Matrix(..)), _) | (_, Some(m @ Shape::Matrix(..))) => Some(m),
+                (Some(s), _) | (_, Some(s)) => Some(s),
+                (None, None) => None,
+            };
+            Ok((out, shape))
+        })
+    })?;
     Ok(match shape {
         Some(Shape::Matrix(r, c)) => Value::matrix(r, c, out),
         Some(Shape::Array(_)) => Value::float_array(out),

@@ -88,6 +88,11 @@ pub(crate) fn neg(a: &Value) -> VmResult<Value> {
     }
 }
 
+/// Whether `a` and `b` are both float arrays of one length.
+fn float_arrays_of_one_length(a: &std::cell::RefCell<Array>, b: &std::cell::RefCell<Array>) -> bool {
+    matches!((&*a.borrow(), &*b.borrow()), (Array::Floats(p), Array::Floats(q)) if p.len() == q.len())
+}
+
 /// Applies `f` to every number of a value (floats and float arrays / matrices).
 pub(crate) fn map_numbers(v: &Value, f: impl Fn(f64) -> f64) -> VmResult<Value> {
     Ok(match v {
@@ -602,6 +607,13 @@ pub(crate) fn apply_to_values(program: &Program, code: u32, args: &[Value]) -> V
             };
             match (arg(0), arg(1)) {
                 (Value::Float(d), Value::Float(x)) => Ok(Value::Float(times(*d, deriv(*x)))),
+                // Float arrays of one length (the common array case): the local derivatives
+                // scaled as they are made, `scale`'s product without its intermediate array.
+                (Value::Array(d), Value::Array(x)) if float_arrays_of_one_length(d, x) => {
+                    let (d, x) = (d.borrow(), x.borrow());
+                    let (Array::Floats(d), Array::Floats(x)) = (&*d, &*x) else { unreachable!("tested just above") };
+                    Ok(Value::float_array(d.iter().zip(x).map(|(&d, &x)| times(d, deriv(x))).collect()))
+                }
                 (dy, x) => chain::scale(dy, &map_numbers(x, |x| deriv(x))?),
             }
         }
