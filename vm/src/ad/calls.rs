@@ -254,8 +254,9 @@ impl Vm {
             ))),
             Deriv::Pullback(_) | Deriv::Host => {
                 let y = self.tape_pop()?;
-                let n = d.len();
-                let mut args = vec![Value::Nil; n];
+                // The recorded arguments, in a buffer the VM keeps for such lists.
+                let mut args = self.take_arg_buffer();
+                args.resize(d.len(), Value::Nil);
                 for a in args.iter_mut().rev() {
                     *a = self.tape_pop()?;
                 }
@@ -264,14 +265,14 @@ impl Vm {
                     Value::Nil => shadows::existing_shadow(&y).unwrap_or(Value::Nil),
                     dy => dy,
                 };
-                if matches!(dy, Value::Nil) {
-                    return Ok(());
+                if !matches!(dy, Value::Nil) {
+                    let contributions = self.pullback_of_builtin(b, &dy, &args, &y)?;
+                    for ((slot, c), a) in d.iter_mut().zip(contributions).zip(&args) {
+                        let c = shadows::deposit(a, c)?;
+                        *slot = accumulate(std::mem::take(slot), c)?;
+                    }
                 }
-                let contributions = self.pullback_of_builtin(b, &dy, &args, &y)?;
-                for ((slot, c), a) in d.iter_mut().zip(contributions).zip(&args) {
-                    let c = shadows::deposit(a, c)?;
-                    *slot = accumulate(std::mem::take(slot), c)?;
-                }
+                self.give_arg_buffer(args);
                 Ok(())
             }
             Deriv::Custom { adjoint, .. } => self.with_shadows(dy, d, |vm, dy, d| adjoint(vm, dy, d)),
