@@ -114,9 +114,11 @@ with_avx! {
 
 /// `m^T @ d` as a new vector: the sums `vecmat_add` makes onto zeros, to the bit, without
 /// writing the zeros first (the adjoint of `m @ x` for `x`, every gradient of `logreg` and
-/// `mlp`: zeroing the buffer through `calloc` cost more than the products). The first row, or
-/// block of four rows, is written as `0.0 + ...` (which turns a `-0.0` term into `+0.0`, as
-/// adding it to zeros does); the rest is `vecmat_add`'s own pass.
+/// `mlp`: zeroing the buffer through `calloc` cost more than the products). The first block
+/// of eight or four rows, or the first row, is written as `0.0 + ...` (which turns a `-0.0`
+/// term into `+0.0`, as adding it to zeros does); the rest is `vecmat_add`'s own pass, whose
+/// blocks of four continue each element's chain in the rows' order (so the bits are those of
+/// one row at a time, whatever the blocks).
 pub fn vecmat(m: &Matrix, d: &[f64]) -> Vec<f64> {
     let (rows, cols) = (m.rows, m.cols);
     assert!(d.len() == rows, "vecmat: the caller checks the shapes");
@@ -125,8 +127,12 @@ pub fn vecmat(m: &Matrix, d: &[f64]) -> Vec<f64> {
     }
     let data = &m.data[..rows * cols];
     let mut out = Vec::with_capacity(cols);
-    // The rows `vecmat_add_rows` would take first: a block of four, else the first row alone.
-    let first = if rows >= 4 { 4 } else { 1 };
+    // The first block of rows: eight, four, else the first row alone.
+    let first = match rows {
+        8.. => 8,
+        4.. => 4,
+        _ => 1,
+    };
     vecmat_first_rows(&data[..first * cols], &d[..first], &mut out);
     if rows > first {
         vecmat_add_rows(&data[first * cols..], &d[first..], &mut out);
@@ -137,7 +143,22 @@ pub fn vecmat(m: &Matrix, d: &[f64]) -> Vec<f64> {
 with_avx! {
     fn vecmat_first_rows(data: &[f64], d: &[f64], out: &mut Vec<f64>) {
         let cols = data.len() / d.len();
-        if let [p0, p1, p2, p3] = *d {
+        if let [p0, p1, p2, p3, p4, p5, p6, p7] = *d {
+            // Eight rows: written into the spare capacity in a plain loop (the compiler does
+            // not inline an eight-way chain inside `extend`, and a pass it does not inline it
+            // does not vectorise either).
+            assert!(out.is_empty(), "vecmat: the first rows are written into an empty vector");
+            let [r0, r1, r2, r3, r4, r5, r6, r7] = std::array::from_fn(|k| &data[k * cols..(k + 1) * cols]);
+            let lanes = out.spare_capacity_mut()[..cols].iter_mut().zip(r0).zip(r1).zip(r2).zip(r3).zip(r4).zip(r5).zip(r6).zip(r7);
+            for ((((((((o, a), b), c), e), f), g), h), i) in lanes {
+                o.write((((((((0.0 + p0 * a) + p1 * b) + p2 * c) + p3 * e) + p4 * f) + p5 * g) + p6 * h) + p7 * i);
+            }
+            // SAFETY: `out` is empty (asserted above), so its spare capacity starts at slot 0;
+            // the loop wrote each of slots `0..cols`: it zips `[..cols]` of that capacity (a
+            // bounds-checked slice, so the capacity holds `cols`) with eight rows sliced to
+            // exactly `cols` numbers each (bounds-checked too), so it runs `cols` times.
+            unsafe { out.set_len(cols) };
+        } else if let [p0, p1, p2, p3] = *d {
             let (r0, rest) = data.split_at(cols);
             let (r1, rest) = rest.split_at(cols);
             let (r2, r3) = rest.split_at(cols);
