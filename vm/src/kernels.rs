@@ -84,7 +84,7 @@ pub fn matvec(m: &Matrix, x: &[f64]) -> Vec<f64> {
 
 /// `out += m^T @ d` (a vector-matrix product, the adjoint of `m @ x` for `x`): for each
 /// element, the rows' contributions added in row order, as a row-by-row accumulation would,
-/// four rows per pass over `out`.
+/// four rows per pass over `out` (then two, then one).
 pub fn vecmat_add(m: &Matrix, d: &[f64], out: &mut [f64]) {
     let (rows, cols) = (m.rows, m.cols);
     assert!(d.len() == rows && out.len() == cols, "vecmat_add: the caller checks the shapes");
@@ -106,7 +106,17 @@ with_avx! {
                 *o = (((*o + p[0] * a) + p[1] * b) + p[2] * c) + p[3] * e;
             }
         }
-        for (row, p) in blocks.remainder().chunks_exact(cols).zip(ds.remainder()) {
+        // The last one to three rows: two at a time, then one (the same chain, in order).
+        let (rest, ps) = (blocks.remainder(), ds.remainder());
+        let mut pairs = rest.chunks_exact(2 * cols);
+        let mut pair_ds = ps.chunks_exact(2);
+        for (pair, p) in (&mut pairs).zip(&mut pair_ds) {
+            let (r0, r1) = pair.split_at(cols);
+            for ((o, a), b) in out.iter_mut().zip(r0).zip(r1) {
+                *o = (*o + p[0] * a) + p[1] * b;
+            }
+        }
+        for (row, p) in pairs.remainder().chunks_exact(cols).zip(pair_ds.remainder()) {
             out.iter_mut().zip(row).for_each(|(o, w)| *o += p * w);
         }
     }
