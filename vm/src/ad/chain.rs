@@ -58,8 +58,14 @@ fn with_numbers<R>(v: &Value, f: impl FnOnce(&[f64], Option<Shape>) -> VmResult<
 /// an internal error (adjoints and tangents have the shape of their primal), never a silent
 /// truncation.
 pub fn scale(d: &Value, g: &Value) -> VmResult<Value> {
+    scale_with(d, g, |q| q)
+}
+
+/// [`scale`] of `d` by `f` of each number of `g` (`d ⊙ f(g)`, the pullback of a math function
+/// `f'` at `g`), the local derivatives made as they are multiplied rather than as an array first.
+pub fn scale_with(d: &Value, g: &Value, f: impl Fn(f64) -> f64) -> VmResult<Value> {
     if let (Value::Float(p), Value::Float(q)) = (d, g) {
-        return Ok(Value::Float(times(*p, *q)));
+        return Ok(Value::Float(times(*p, f(*q))));
     }
     if matches!(d, Value::Nil) || matches!(g, Value::Nil) {
         return Ok(Value::Nil);
@@ -68,14 +74,17 @@ pub fn scale(d: &Value, g: &Value) -> VmResult<Value> {
     let (out, shape) = with_numbers(d, |p, ps| {
         with_numbers(g, |q, qs| {
             let out: Vec<f64> = match (ps, qs) {
-                (None, _) => q.iter().map(|&y| times(p[0], y)).collect(),
-                (_, None) => p.iter().map(|&x| times(x, q[0])).collect(),
+                (None, _) => q.iter().map(|&y| times(p[0], f(y))).collect(),
+                (_, None) => {
+                    let g = f(q[0]);
+                    p.iter().map(|&x| times(x, g)).collect()
+                }
                 // Equal shapes, or an array against a matrix of as many numbers (a matrix
                 // cotangent flattened by a rule).
                 (Some(a), Some(b))
                     if a == b || (matches!(a, Shape::Array(_)) || matches!(b, Shape::Array(_))) && p.len() == q.len() =>
                 {
-                    p.iter().zip(q).map(|(&x, &y)| times(x, y)).collect()
+                    p.iter().zip(q).map(|(&x, &y)| times(x, f(y))).collect()
                 }
                 _ => {
                     return Err(VmError::new(format!(

@@ -88,11 +88,6 @@ pub(crate) fn neg(a: &Value) -> VmResult<Value> {
     }
 }
 
-/// Whether `a` and `b` are both float arrays of one length.
-fn float_arrays_of_one_length(a: &std::cell::RefCell<Array>, b: &std::cell::RefCell<Array>) -> bool {
-    matches!((&*a.borrow(), &*b.borrow()), (Array::Floats(p), Array::Floats(q)) if p.len() == q.len())
-}
-
 /// Applies `f` to every number of a value (floats and float arrays / matrices).
 pub(crate) fn map_numbers(v: &Value, f: impl Fn(f64) -> f64) -> VmResult<Value> {
     Ok(match v {
@@ -204,32 +199,35 @@ fn matmul_rule(rule: Rule, dy: &Value, a: &Value, b: &Value) -> VmResult<Value> 
     match (a, b) {
         // y = M @ v: dM = outer(dy, v), dv = M^T @ dy (row by row, no transposed copy).
         (Matrix(m), Array(v)) => {
-            let m = m.borrow();
-            let rule_at = |d: &[f64]| -> VmResult<Value> {
-                if d.len() != m.rows || v.borrow().len() != m.cols {
-                    return Err(cotangent_shape(dy, m.rows, 0));
-                }
-                if rule == Rule::MatMulA {
-                    let out = match &*v.borrow() {
-                        crate::value::Array::Floats(v) => crate::kernels::outer(d, v),
-                        other => crate::kernels::outer(
-                            d,
-                            &other.to_f64s().ok_or_else(|| VmError::new("@ of an array that holds non-numbers"))?,
-                        ),
-                    };
-                    Ok(Value::matrix(m.rows, m.cols, out))
-                } else {
-                    Ok(Value::float_array(crate::kernels::vecmat(&m, d)))
+            // A float cotangent is read in place (every gradient of `logreg` and `mlp`), any
+            // other copied out.
+            let lent = match dy {
+                Array(a) => Some(a.borrow()),
+                _ => None,
+            };
+            let copied;
+            let d: &[f64] = match lent.as_deref() {
+                Some(crate::value::Array::Floats(d)) => d,
+                _ => {
+                    copied = flat(dy)?;
+                    &copied
                 }
             };
-            // A float cotangent is read in place (every gradient of `logreg` and `mlp`), not
-            // copied out first.
-            match dy {
-                Array(a) => match &*a.borrow() {
-                    crate::value::Array::Floats(d) => rule_at(d),
-                    _ => rule_at(&flat(dy)?),
-                },
-                _ => rule_at(&flat(dy)?),
+            let m = m.borrow();
+            if d.len() != m.rows || v.borrow().len() != m.cols {
+                return Err(cotangent_shape(dy, m.rows, 0));
+            }
+            if rule == Rule::MatMulA {
+                let out = match &*v.borrow() {
+                    crate::value::Array::Floats(v) => crate::kernels::outer(d, v),
+                    other => crate::kernels::outer(
+                        d,
+                        &other.to_f64s().ok_or_else(|| VmError::new("@ of an array that holds non-numbers"))?,
+                    ),
+                };
+                Ok(Value::matrix(m.rows, m.cols, out))
+            } else {
+                Ok(Value::float_array(crate::kernels::vecmat(&m, d)))
             }
         }
         // Y = A @ B: dA = dY @ B^T, dB = A^T @ dY.
@@ -607,13 +605,9 @@ pub(crate) fn apply_to_values(program: &Program, code: u32, args: &[Value]) -> V
             };
             match (arg(0), arg(1)) {
                 (Value::Float(d), Value::Float(x)) => Ok(Value::Float(times(*d, deriv(*x)))),
-                // Float arrays of one length (the common array case): the local derivatives
-                // scaled as they are made, `scale`'s product without its intermediate array.
-                (Value::Array(d), Value::Array(x)) if float_arrays_of_one_length(d, x) => {
-                    let (d, x) = (d.borrow(), x.borrow());
-                    let (Array::Floats(d), Array::Floats(x)) = (&*d, &*x) else { unreachable!("tested just above") };
-                    Ok(Value::float_array(d.iter().zip(x).map(|(&d, &x)| times(d, deriv(x))).collect()))
-                }
+                // A container: the local derivatives scaled as they are made, with no array of
+                // them first.
+                (dy, x @ (Value::Array(_) | Value::Matrix(_))) => chain::scale_with(dy, x, |x| deriv(x)),
                 (dy, x) => chain::scale(dy, &map_numbers(x, |x| deriv(x))?),
             }
         }
