@@ -1645,7 +1645,12 @@ impl Vm {
                         }
                     }
                     Instr::SetIndex { obj, idx, src } => simple!(Instr::SetIndex { obj, idx, src }),
-                    Instr::MulAdd { dst, a, b } => simple!(Instr::MulAdd { dst, a, b }),
+                    // A dot product's step (`z += x * y`, the inner loop of the `_loops`
+                    // workloads) on floats inline; the shared semantics take the rest.
+                    Instr::MulAdd { dst, a, b } => match (&reg!(dst), &reg!(a), &reg!(b)) {
+                        (Value::Float(z), Value::Float(x), Value::Float(y)) => set!(dst, Value::Float(z + x * y)),
+                        _ => simple!(instr),
+                    },
                     Instr::AdjAdd { dst, a, b } => simple!(Instr::AdjAdd { dst, a, b }),
                     // The tape's traffic in numbers inline (a primal loop saves a float per
                     // iteration, its adjoint pops it); containers by the shared semantics.
@@ -1665,32 +1670,35 @@ impl Vm {
                     Instr::Pull { dst, rule, args } => {
                         use crate::ad::rules::{self, Rule};
                         let l = list!(args);
-                        // An element's contribution added into the adjoint array or matrix in
+                        // The fast paths by operand count, which tells the rules apart before
+                        // any decoding: three for a product's operand adjoint on numbers, with
+                        // the operands read in place; four (`Index`) or five (`Index2`) for an
+                        // element's contribution added into the adjoint array or matrix in
                         // place, when the result register is the adjoint's own (as register
                         // allocation leaves it in loops): the rule's result is that same
                         // container, so there is nothing to clone or store.
-                        let in_place = l.first() == Some(&dst)
-                            && match Rule::decode(rule).0 {
-                                Rule::Index if l.len() == 4 => rules::index_add(&reg!(l[0]), &reg!(l[2]), &reg!(l[3])),
-                                Rule::Index2 if l.len() == 5 => {
-                                    rules::index2_add(&reg!(l[0]), &reg!(l[2]), &reg!(l[3]), &reg!(l[4]))
+                        let kind = Rule::kind_of(rule);
+                        let done = match *l {
+                            [d, a, b] => match rules::product_fast(rule, &reg!(d), &reg!(a), &reg!(b)) {
+                                Some(x) => {
+                                    set!(dst, Value::Float(x));
+                                    true
                                 }
-                                _ => false,
-                            };
-                        if !in_place {
-                            // Else a product's operand adjoint on numbers (`rules::fast`'s case,
-                            // with the operands read in place), or the rule's fast path without
-                            // the second dispatch of the shared semantics, which take the rest.
-                            let product = match *l {
-                                [d, a, b] => rules::product_fast(rule, &reg!(d), &reg!(a), &reg!(b)).map(Value::Float),
-                                _ => None,
-                            };
-                            let fast = product.or_else(|| {
-                                let nil = std::mem::ManuallyDrop::new(Value::Nil);
-                                rules::fast(&program, rule, |k| match l.get(k) {
-                                    Some(r) => &reg!(r),
-                                    None => &*nil,
-                                })
+                                None => false,
+                            },
+                            [acc, _, i, d] => acc == dst && kind == Rule::Index as u32 && rules::index_add(&reg!(acc), &reg!(i), &reg!(d)),
+                            [acc, _, i, j, d] => {
+                                acc == dst && kind == Rule::Index2 as u32 && rules::index2_add(&reg!(acc), &reg!(i), &reg!(j), &reg!(d))
+                            }
+                            _ => false,
+                        };
+                        if !done {
+                            // Else the rule's fast path without the second dispatch of the
+                            // shared semantics, which take the rest.
+                            let nil = std::mem::ManuallyDrop::new(Value::Nil);
+                            let fast = rules::fast(&program, rule, |k| match l.get(k) {
+                                Some(r) => &reg!(r),
+                                None => &*nil,
                             });
                             match fast {
                                 Some(v) => set!(dst, v),

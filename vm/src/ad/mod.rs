@@ -29,6 +29,12 @@ macro_rules! rule_enum {
             pub fn encode(self, payload: u32) -> u32 {
                 self as u32 | payload << 8
             }
+            /// The rule of an encoded operand as its discriminant (`Rule::X as u32`), for a
+            /// comparison without `decode`'s table lookup.
+            #[inline(always)]
+            pub fn kind_of(code: u32) -> u32 {
+                code & 0xff
+            }
             pub fn decode(code: u32) -> ($enum, u32) {
                 (Self::ALL[(code & 0xff) as usize], code >> 8)
             }

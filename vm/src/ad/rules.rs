@@ -425,9 +425,10 @@ fn spare_zeros(spare: &mut Spare, n: usize) -> Option<Value> {
 /// `Pull` reads them from its registers.
 #[inline(always)]
 pub fn product_fast(code: u32, d: &Value, a: &Value, b: &Value) -> Option<f64> {
-    let other = match Rule::decode(code).0 {
-        Rule::MulA => b,
-        Rule::MulB => a,
+    // Compared by discriminant: `decode`'s table lookup is a bounds check more per pull.
+    let other = match Rule::kind_of(code) {
+        k if k == Rule::MulA as u32 => b,
+        k if k == Rule::MulB as u32 => a,
         _ => return None,
     };
     match (d, other) {
