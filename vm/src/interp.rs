@@ -1618,7 +1618,15 @@ impl Vm {
                     },
                     Instr::Eq { dst, a, b } => simple!(Instr::Eq { dst, a, b }),
                     Instr::LoadK { dst, k } => simple!(Instr::LoadK { dst, k }),
-                    Instr::Math1 { dst, src, builtin } => simple!(Instr::Math1 { dst, src, builtin }),
+                    // Scalar math of a float (`sin(x)` in a loop) without the second dispatch
+                    // of the shared semantics, which take ints and containers.
+                    Instr::Math1 { dst, src, builtin } => match reg!(src) {
+                        Value::Float(x) => match program.builtins[builtin.index()].scalar {
+                            Some(f) => set!(dst, Value::Float(f(x))),
+                            None => simple!(instr),
+                        },
+                        _ => simple!(instr),
+                    },
                     // A float array's element: read in place (the shared path returns the
                     // value through memory, which a load of the whole value then waits on).
                     Instr::Index { dst, obj, idx } => match (&reg!(obj), &reg!(idx)) {
@@ -1706,7 +1714,21 @@ impl Vm {
                             }
                         }
                     }
-                    Instr::PullAdd { dst, rule, args } => simple!(Instr::PullAdd { dst, rule, args }),
+                    // A product's operand adjoint added into a float adjoint (`dx += d * y`,
+                    // a scalar loop's accumulation) inline; the shared semantics take the rest
+                    // (the first contribution into `nil`, containers, other rules).
+                    Instr::PullAdd { dst, rule, args } => {
+                        let sum = match (&reg!(dst), list!(args)) {
+                            (Value::Float(acc), &[d, a, b]) => {
+                                crate::ad::rules::product_fast(rule, &reg!(d), &reg!(a), &reg!(b)).map(|x| acc + x)
+                            }
+                            _ => None,
+                        };
+                        match sum {
+                            Some(v) => set!(dst, Value::Float(v)),
+                            None => simple!(instr),
+                        }
+                    }
                     Instr::Gate { dst, src, cond } => simple!(Instr::Gate { dst, src, cond }),
                     Instr::TapePopIf { dst, code, mask } => simple!(Instr::TapePopIf { dst, code, mask }),
                     // The adjoint of `+` and `-`: the broadcast decision, the shapes it says
