@@ -75,7 +75,7 @@ impl FrameImage {
         let mut skip = 0;
         for instr in &f.code[..entry_end] {
             let Instr::LoadK { dst, k } = *instr else { break };
-            let plain = consts.get(k.index()).filter(|v| matches!(v, Value::Nil | Value::Bool(_) | Value::Int(_) | Value::Float(_)));
+            let plain = consts.get(k.index()).filter(|v| v.is_plain());
             match (plain, dst.index().checked_sub(first).filter(|&r| r < len).and_then(|r| regs.get_mut(r))) {
                 (Some(v), Some(slot)) => *slot = v.clone(),
                 _ => break,

@@ -1942,9 +1942,8 @@ unsafe fn sum_after_shape(regs: *mut Value, ab: (Reg, Reg), (x, y): (f64, f64), 
 /// Both pointers are valid, initialised registers; they may be equal.
 #[inline(always)]
 unsafe fn copy_register(dst: *mut Value, src: *const Value) {
-    let plain = |v: &Value| matches!(v, Value::Nil | Value::Bool(_) | Value::Int(_) | Value::Float(_));
-    if plain(&*src) {
-        if !plain(&*dst) {
+    if (*src).is_plain() {
+        if !(*dst).is_plain() {
             std::ptr::drop_in_place(dst);
         }
         std::ptr::copy(src, dst, 1);

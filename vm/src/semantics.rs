@@ -604,7 +604,7 @@ pub(crate) unsafe fn parallel_copy_numbers(regs: *mut Value, params: &[crate::by
 /// (the common case: a loop overwriting a number).
 #[inline(always)]
 pub(crate) fn store(slot: &mut Value, v: Value) {
-    if matches!(slot, Value::Nil | Value::Bool(_) | Value::Int(_) | Value::Float(_)) {
+    if slot.is_plain() {
         // SAFETY: the old value owns no heap memory, so overwriting it without dropping it
         // leaks nothing; `slot` is a valid, exclusive reference.
         unsafe { std::ptr::write(slot, v) }
@@ -624,15 +624,14 @@ pub(crate) fn truncate_registers(stack: &mut crate::stack::Stack<Value>, len: us
         return;
     }
     let regs = &mut stack[len..];
-    let plain = |v: &Value| matches!(v, Value::Nil | Value::Bool(_) | Value::Int(_) | Value::Float(_));
     // A frame of four registers (a small function's): one branch on all four tests.
     let all_plain = match &*regs {
-        [a, b, c, d] => plain(a) & plain(b) & plain(c) & plain(d),
+        [a, b, c, d] => a.is_plain() & b.is_plain() & c.is_plain() & d.is_plain(),
         _ => false,
     };
     if !all_plain {
         for slot in regs {
-            if !plain(slot) {
+            if !slot.is_plain() {
                 *slot = Value::Nil;
             }
         }

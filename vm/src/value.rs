@@ -117,7 +117,7 @@ impl Clone for Value {
     /// jump table, an indirect branch per copied register.
     #[inline(always)]
     fn clone(&self) -> Value {
-        if matches!(self, Value::Nil | Value::Bool(_) | Value::Int(_) | Value::Float(_)) {
+        if self.is_plain() {
             // SAFETY: these variants own nothing, so a bitwise copy is a clone and dropping
             // both copies later frees nothing twice.
             unsafe { std::ptr::read(self) }
@@ -128,6 +128,13 @@ impl Clone for Value {
 }
 
 impl Value {
+    /// Whether this is a plain value (nil, a bool or a number, the first four variants),
+    /// which owns no heap memory: copying its bits clones it, overwriting it leaks nothing.
+    #[inline(always)]
+    pub fn is_plain(&self) -> bool {
+        matches!(self, Value::Nil | Value::Bool(_) | Value::Int(_) | Value::Float(_))
+    }
+
     #[inline(never)]
     fn clone_heap(&self) -> Value {
         match self {
